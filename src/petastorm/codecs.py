@@ -1,0 +1,601 @@
+"""Codecs: how a field's values are stored in a Parquet cell, and how whole columns are decoded back.
+
+Byte formats are the standard ones Petastorm uses, so datasets move between the two implementations:
+
+* :class:`NdarrayCodec`: a ``.npy`` file (what ``np.save`` writes);
+* :class:`CompressedNdarrayCodec`: an ``.npz`` archive holding ``arr.npy`` (``np.savez_compressed``);
+* :class:`CompressedImageCodec`: a standard PNG or JPEG of the RGB (or grey) image;
+* :class:`ScalarCodec`: the native Parquet value of a Spark/Arrow type.
+
+Every codec has a stable registry name and a JSON description (:meth:`DataframeColumnCodec.to_json`) that is
+what the dataset metadata stores. ``decode_column`` decodes a whole Arrow column at once; readers call it per
+row group, never per row.
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from petastorm.errors import CodecError, SchemaError
+from petastorm.spark_types import arrow_type_from_spark, is_spark_type
+
+OPENCV_AVAILABLE: bool
+"""Kept for compatibility; computed on first access without importing OpenCV eagerly."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == 'OPENCV_AVAILABLE':
+        import importlib.util
+
+        return importlib.util.find_spec('cv2') is not None
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def _field_name(field: Any) -> str:
+    return getattr(field, 'name', None) or (field[0] if isinstance(field, tuple) else '<unnamed>')
+
+
+def _shape_matches(expected: tuple, actual: tuple) -> bool:
+    return len(expected) == len(actual) and all(e is None or e == a for e, a in zip(expected, actual, strict=True))
+
+
+def check_array(field: Any, value: Any) -> np.ndarray:
+    """Check that ``value`` is an ndarray of the field's numpy type and shape (``None`` dims are wildcards).
+
+    Raises:
+        SchemaError: naming the field, the expected and the actual type or shape.
+    """
+    name = _field_name(field)
+    if not isinstance(value, np.ndarray):
+        raise SchemaError(f'Unexpected type of {name} feature, expected numpy.ndarray of {field.numpy_dtype}, '
+                          f'got {type(value).__name__}')
+    if value.dtype.type != field.numpy_dtype:
+        raise SchemaError(f'Unexpected type of {name} feature, expected {np.dtype(field.numpy_dtype)}, '
+                          f'got {value.dtype}')
+    if not _shape_matches(tuple(field.shape), value.shape):
+        raise SchemaError(f'Unexpected dimensions of {name} feature, expected {tuple(field.shape)}, '
+                          f'got {value.shape}')
+    return value
+
+
+def _binary_payloads(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_large_binary(column.type) or pa.types.is_binary(column.type):
+        return column
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+    raise CodecError(f'expected a binary column of encoded values, got Arrow type {column.type}')
+
+
+def stack_or_objects(values: list[Any]) -> np.ndarray:
+    """Stack equal-shaped arrays into one array; otherwise a 1-d object array holding each value (or None)."""
+    n = len(values)
+    if n and all(isinstance(v, np.ndarray) for v in values):
+        first = values[0]
+        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
+            return np.stack(values) if n > 1 else first[np.newaxis]
+    out = np.empty(n, dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+class DataframeColumnCodec(ABC):
+    """Base of all codecs.
+
+    Subclasses define :meth:`encode`, :meth:`decode`, :meth:`spark_dtype`, :meth:`arrow_type` and their JSON
+    description. :meth:`decode_column` has a per-value default that codecs override with a columnar one.
+    """
+
+    #: stable registry key, stored in the dataset metadata.
+    codec_name: ClassVar[str]
+
+    @abstractmethod
+    def encode(self, unischema_field: Any, value: Any) -> Any:
+        """Turn one value into what its Parquet cell stores."""
+
+    @abstractmethod
+    def decode(self, unischema_field: Any, value: Any) -> Any:
+        """Turn one stored cell back into the field's value."""
+
+    @abstractmethod
+    def spark_dtype(self) -> Any:
+        """The pyspark type of the stored column (imports pyspark)."""
+
+    @abstractmethod
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type of the stored column."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable description; ``codec_from_json`` rebuilds an equal codec from it."""
+        return {'codec': self.codec_name}
+
+    @classmethod
+    def from_json(cls, description: dict[str, Any]) -> DataframeColumnCodec:
+        """Rebuild a codec from :meth:`to_json` output."""
+        return cls()
+
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Decode a whole column: a stacked array when every value has one shape, else an object array."""
+        values = column.to_pylist()
+        return stack_or_objects([None if v is None else self.decode(unischema_field, v) for v in values])
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.to_json().items())))
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class NdarrayCodec(DataframeColumnCodec):
+    """Stores an ndarray as a standard ``.npy`` file (byte-identical to ``np.save``)."""
+
+    codec_name = 'ndarray'
+
+    def encode(self, unischema_field: Any, value: Any) -> bytes:
+        value = check_array(unischema_field, value)
+        if value.dtype.hasobject:
+            raise SchemaError(f'field {_field_name(unischema_field)}: object arrays cannot be stored')
+        buffer = io.BytesIO()
+        np.save(buffer, value, allow_pickle=False)
+        return buffer.getvalue()
+
+    def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
+        try:
+            return np.load(io.BytesIO(value), allow_pickle=False)
+        except Exception as err:  # np.load raises ValueError/OSError/EOFError for bad bytes
+            raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a valid .npy '
+                             f'payload ({err})') from err
+
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        payloads = _binary_payloads(column)
+        fast = _decode_uniform_npy(payloads)
+        if fast is not None:
+            return fast
+        return super().decode_column(unischema_field, payloads)
+
+    def spark_dtype(self) -> Any:
+        from petastorm._optional import import_optional
+
+        return import_optional('pyspark.sql.types', 'NdarrayCodec.spark_dtype()').BinaryType()
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.binary()
+
+    def __str__(self) -> str:
+        return 'NdarrayCodec()'
+
+
+def _decode_uniform_npy(payloads: pa.Array) -> np.ndarray | None:
+    """Decode a column of ``.npy`` payloads without a per-row loop when every payload has the same header.
+
+    Returns None when the column does not qualify (nulls, varying lengths or headers, object dtype).
+    """
+    n = len(payloads)
+    if n == 0 or payloads.null_count:
+        return None
+    offset_type = np.int64 if pa.types.is_large_binary(payloads.type) else np.int32
+    offsets = np.frombuffer(payloads.buffers()[1], dtype=offset_type)[payloads.offset:payloads.offset + n + 1]
+    lengths = np.diff(offsets)
+    length = int(lengths[0])
+    if length == 0 or not (lengths == length).all():
+        return None
+    data = np.frombuffer(payloads.buffers()[2], dtype=np.uint8)
+    start = int(offsets[0])
+    block = data[start:start + n * length].reshape(n, length)
+    header = io.BytesIO(block[0].tobytes())
+    try:
+        version = np.lib.format.read_magic(header)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(header)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(header)
+        else:
+            return None
+    except ValueError:
+        return None
+    header_length = header.tell()
+    if fortran or dtype.hasobject or header_length + dtype.itemsize * int(np.prod(shape)) != length:
+        return None
+    if not (block[:, :header_length] == block[0, :header_length]).all():
+        return None
+    values = np.ascontiguousarray(block[:, header_length:])
+    return values.view(dtype).reshape((n, *shape))
+
+
+class CompressedNdarrayCodec(DataframeColumnCodec):
+    """Stores an ndarray as a deflate-compressed ``.npz`` archive holding ``arr.npy``."""
+
+    codec_name = 'compressed_ndarray'
+
+    def encode(self, unischema_field: Any, value: Any) -> bytes:
+        value = check_array(unischema_field, value)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, arr=value)
+        return buffer.getvalue()
+
+    def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
+        try:
+            with np.load(io.BytesIO(value), allow_pickle=False) as archive:
+                return archive['arr']
+        except Exception as err:
+            raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a valid .npz '
+                             f'archive holding "arr" ({err})') from err
+
+    def spark_dtype(self) -> Any:
+        from petastorm._optional import import_optional
+
+        return import_optional('pyspark.sql.types', 'CompressedNdarrayCodec.spark_dtype()').BinaryType()
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.binary()
+
+    def __str__(self) -> str:
+        return 'CompressedNdarrayCodec()'
+
+
+_IMAGE_FORMATS = {'png': '.png', 'jpeg': '.jpeg', 'jpg': '.jpeg'}
+
+
+def _cv2() -> Any:
+    from petastorm._optional import import_optional
+
+    cv2 = import_optional('cv2', 'CompressedImageCodec')
+    return cv2
+
+
+class CompressedImageCodec(DataframeColumnCodec):
+    """Stores a uint8/uint16 image (H x W grey or H x W x 3 RGB) as a standard PNG or JPEG file.
+
+    Args:
+        image_codec: ``'png'`` (lossless) or ``'jpeg'``.
+        quality: JPEG quality, 0-100 (ignored for PNG).
+    """
+
+    codec_name = 'compressed_image'
+
+    def __init__(self, image_codec: str = 'png', quality: int = 80):
+        key = str(image_codec).lower().lstrip('.')
+        if key not in _IMAGE_FORMATS:
+            raise ValueError(f'CompressedImageCodec: image_codec must be "png" or "jpeg", got {image_codec!r}')
+        if not isinstance(quality, (int, np.integer)) or not 0 <= int(quality) <= 100:
+            raise ValueError(f'CompressedImageCodec: quality must be an int in [0, 100], got {quality!r}')
+        self._image_codec = _IMAGE_FORMATS[key]
+        self._quality = int(quality)
+
+    @property
+    def image_codec(self) -> str:
+        """``'png'`` or ``'jpeg'``."""
+        return self._image_codec[1:]
+
+    @property
+    def quality(self) -> int:
+        """JPEG quality."""
+        return self._quality
+
+    def to_json(self) -> dict[str, Any]:
+        return {'codec': self.codec_name, 'format': self.image_codec, 'quality': self._quality}
+
+    @classmethod
+    def from_json(cls, description: dict[str, Any]) -> CompressedImageCodec:
+        return cls(description.get('format', 'png'), description.get('quality', 80))
+
+    def encode(self, unischema_field: Any, value: Any) -> bytes:
+        value = check_array(unischema_field, value)
+        if value.ndim == 3 and value.shape[2] == 3:
+            value = value[:, :, ::-1]  # OpenCV takes BGR; the file stays standard RGB
+        elif value.ndim != 2:
+            raise SchemaError(f'Unexpected image dimensions of {_field_name(unischema_field)}. Supported '
+                              f'dimensions are (H, W) or (H, W, 3). Got {value.shape}')
+        if value.dtype not in (np.uint8, np.uint16) or (value.dtype == np.uint16 and self.image_codec == 'jpeg'):
+            raise SchemaError(f'field {_field_name(unischema_field)}: {self.image_codec} images must be uint8'
+                              f'{" or uint16" if self.image_codec == "png" else ""}, got {value.dtype}')
+        cv2 = _cv2()
+        params = [cv2.IMWRITE_JPEG_QUALITY, self._quality] if self.image_codec == 'jpeg' else []
+        ok, encoded = cv2.imencode(self._image_codec, np.ascontiguousarray(value), params)
+        if not ok:
+            raise CodecError(f'field {_field_name(unischema_field)}: OpenCV failed to encode a {value.shape} '
+                             f'{value.dtype} image as {self.image_codec}')
+        return encoded.tobytes()
+
+    def _decode_with(self, cv2: Any, unischema_field: Any, value: Any) -> np.ndarray:
+        image = cv2.imdecode(np.frombuffer(value, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+        if image is None:
+            raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a decodable '
+                             f'{self.image_codec} image ({len(value)} bytes)')
+        if image.ndim == 3 and image.shape[2] == 3:
+            image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        return image
+
+    def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
+        return self._decode_with(_cv2(), unischema_field, value)
+
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        cv2 = _cv2()
+        return stack_or_objects([None if payload is None else self._decode_with(cv2, unischema_field, payload)
+                                 for payload in _iter_buffers(_binary_payloads(column))])
+
+    def spark_dtype(self) -> Any:
+        from petastorm._optional import import_optional
+
+        return import_optional('pyspark.sql.types', 'CompressedImageCodec.spark_dtype()').BinaryType()
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.binary()
+
+    def __str__(self) -> str:
+        return f'CompressedImageCodec({self.image_codec!r}, {self._quality})'
+
+
+def _iter_buffers(payloads: pa.Array):
+    """Yield each cell of a binary array as a zero-copy memoryview (None for nulls)."""
+    n = len(payloads)
+    offset_type = np.int64 if pa.types.is_large_binary(payloads.type) else np.int32
+    offsets = np.frombuffer(payloads.buffers()[1], dtype=offset_type)[payloads.offset:payloads.offset + n + 1]
+    data = memoryview(payloads.buffers()[2]) if payloads.buffers()[2] is not None else memoryview(b'')
+    valid = payloads.is_valid().to_numpy(zero_copy_only=False) if payloads.null_count else None
+    bounds = offsets.tolist()
+    for i in range(n):
+        if valid is not None and not valid[i]:
+            yield None
+        else:
+            yield data[bounds[i]:bounds[i + 1]]
+
+
+def arrow_type_to_json(arrow_type: pa.DataType) -> dict[str, Any]:
+    """A JSON description of a scalar Arrow type."""
+    if pa.types.is_decimal(arrow_type):
+        return {'type': 'decimal', 'precision': arrow_type.precision, 'scale': arrow_type.scale}
+    if pa.types.is_timestamp(arrow_type):
+        return {'type': 'timestamp', 'unit': arrow_type.unit, 'tz': arrow_type.tz}
+    name = str(arrow_type)
+    if name not in _ARROW_BY_NAME:
+        raise SchemaError(f'Arrow type {arrow_type} cannot be described in the schema metadata')
+    return {'type': name}
+
+
+def arrow_type_from_json(description: dict[str, Any]) -> pa.DataType:
+    """Inverse of :func:`arrow_type_to_json`."""
+    kind = description.get('type')
+    if kind == 'decimal':
+        return pa.decimal128(int(description['precision']), int(description['scale']))
+    if kind == 'timestamp':
+        return pa.timestamp(description.get('unit', 'us'), tz=description.get('tz'))
+    if kind not in _ARROW_BY_NAME:
+        raise SchemaError(f'unknown scalar type {kind!r} in the schema metadata; expected one of '
+                          f'{", ".join(sorted(_ARROW_BY_NAME))}, decimal, timestamp')
+    return _ARROW_BY_NAME[kind]
+
+
+_ARROW_BY_NAME = {str(t): t for t in (
+    pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+    pa.float16(), pa.float32(), pa.float64(), pa.bool_(), pa.string(), pa.large_string(), pa.binary(),
+    pa.large_binary(), pa.date32(), pa.date64())}
+
+
+class ScalarCodec(DataframeColumnCodec):
+    """Stores a scalar as a native Parquet value of a Spark SQL type or an Arrow type.
+
+    Args:
+        spark_type: a ``pyspark.sql.types`` instance (``IntegerType()``, ``DecimalType(10, 9)``, ...) or a
+            ``pyarrow.DataType`` (``pa.int32()``); pyspark is not needed for the latter.
+    """
+
+    codec_name = 'scalar'
+
+    def __init__(self, spark_type: Any):
+        if isinstance(spark_type, pa.DataType):
+            self._arrow_type = spark_type
+        elif is_spark_type(spark_type) or type(spark_type).__name__.endswith('Type'):
+            self._arrow_type = arrow_type_from_spark(spark_type)
+        else:
+            raise SchemaError(f'ScalarCodec expects a pyspark SQL type or a pyarrow DataType, got {spark_type!r}')
+        self._spark_type = spark_type
+
+    def arrow_type(self) -> pa.DataType:
+        return self._arrow_type
+
+    def spark_dtype(self) -> Any:
+        if not isinstance(self._spark_type, pa.DataType) and is_spark_type(self._spark_type):
+            return self._spark_type
+        from petastorm._optional import import_optional
+        from petastorm.spark_types import spark_type_from_arrow
+
+        return spark_type_from_arrow(self._arrow_type, import_optional('pyspark.sql.types', 'spark_dtype()'))
+
+    def to_json(self) -> dict[str, Any]:
+        return {'codec': self.codec_name, **arrow_type_to_json(self._arrow_type)}
+
+    @classmethod
+    def from_json(cls, description: dict[str, Any]) -> ScalarCodec:
+        return cls(arrow_type_from_json(description))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ScalarCodec) and self._arrow_type == other._arrow_type
+
+    def __hash__(self) -> int:
+        return hash(str(self._arrow_type))
+
+    def __getstate__(self) -> dict:
+        # Arrow types pickle everywhere; a Spark type is kept only for spark_dtype() on machines with pyspark.
+        return {'_arrow_type': self._arrow_type, '_spark_type': self._spark_type}
+
+    def encode(self, unischema_field: Any, value: Any) -> Any:
+        name = _field_name(unischema_field)
+        if hasattr(value, '__len__') and not isinstance(value, (str, bytes)) and not (
+                isinstance(value, np.ndarray) and value.ndim == 0):
+            raise TypeError(f"Expected a scalar as a value for field '{name}'. Got a non-numpy type'{type(value)}'")
+        if tuple(unischema_field.shape) != ():
+            raise SchemaError(f'The shape field of a scalar field {name!r} must be an empty tuple (i.e. \'()\'). '
+                              f'Got {unischema_field.shape}')
+        return to_arrow_scalar(name, self._arrow_type, value)
+
+    def decode(self, unischema_field: Any, value: Any) -> Any:
+        return unischema_field.numpy_dtype(value)
+
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return scalar_column_to_numpy(unischema_field, column)
+
+    def __str__(self) -> str:
+        if not isinstance(self._spark_type, pa.DataType):
+            return f'ScalarCodec({type(self._spark_type).__name__}())'
+        return f'ScalarCodec({self._arrow_type})'
+
+
+def to_arrow_scalar(name: str, arrow_type: pa.DataType, value: Any) -> Any:
+    """Convert one value to the Python value stored in a column of ``arrow_type``, checking its type and range.
+
+    Raises:
+        SchemaError: the value does not fit (naming the field, the expected type and the value).
+    """
+    if isinstance(value, np.ndarray):
+        value = value[()]
+    try:
+        if pa.types.is_integer(arrow_type):
+            if isinstance(value, (float, np.floating)):
+                if not float(value).is_integer():
+                    raise ValueError('not an integral value')
+            elif not isinstance(value, (int, np.integer, bool, np.bool_)):
+                raise TypeError(f'expected an integer, got {type(value).__name__}')
+            result = int(value)
+            info = np.iinfo(arrow_type.to_pandas_dtype())
+            if not info.min <= result <= info.max:
+                raise ValueError(f'out of range [{info.min}, {info.max}]')
+            return result
+        if pa.types.is_floating(arrow_type):
+            if not isinstance(value, (int, float, np.integer, np.floating, bool, np.bool_)):
+                raise TypeError(f'expected a number, got {type(value).__name__}')
+            return float(value)
+        if pa.types.is_boolean(arrow_type):
+            if not isinstance(value, (bool, np.bool_, int, np.integer)):
+                raise TypeError(f'expected a bool, got {type(value).__name__}')
+            return bool(value)
+        if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+            if not isinstance(value, str):
+                raise TypeError(f'expected a str, got {type(value).__name__}')
+            return str(value)
+        if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(f'expected bytes, got {type(value).__name__}')
+            return bytes(value)
+        if pa.types.is_timestamp(arrow_type) and isinstance(value, np.datetime64):
+            return value.astype(f'datetime64[{arrow_type.unit}]').astype(object) if arrow_type.unit in (
+                's', 'ms', 'us') else value
+        return value
+    except (TypeError, ValueError, OverflowError) as err:
+        raise SchemaError(f'field {name!r}: value {value!r} does not fit the column type {arrow_type}: {err}') \
+            from err
+
+
+def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Convert a native Arrow column to a numpy array whose elements are of ``field.numpy_dtype``.
+
+    Strings become fixed-width unicode arrays (elements are ``np.str_``), decimals an object array of
+    ``Decimal``, lists of equal length a 2-d array, and a column with nulls an object array holding ``None``.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if isinstance(column.type, pa.DictionaryType):
+        column = column.dictionary_decode()
+    dtype = field.numpy_dtype
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or \
+            pa.types.is_fixed_size_list(column.type):
+        return _list_column_to_numpy(field, column)
+    if column.null_count:
+        filled = column.to_numpy(zero_copy_only=False)
+        valid = column.is_valid().to_numpy(zero_copy_only=False)
+        out = np.empty(len(column), dtype=object)
+        for i in np.flatnonzero(valid):
+            out[i] = _cast_scalar(dtype, filled[i])
+        return out
+    values = column.to_numpy(zero_copy_only=False)
+    if dtype in (np.str_, np.bytes_):
+        return values.astype(dtype) if len(values) else np.empty(0, dtype=dtype)
+    if isinstance(dtype, type) and issubclass(dtype, np.generic) and dtype not in (np.datetime64, np.timedelta64):
+        if values.dtype.type is not dtype:
+            values = values.astype(dtype)
+        return values
+    if dtype is np.datetime64:
+        return values if values.dtype.kind == 'M' else values.astype('datetime64[us]')
+    return values
+
+
+def _cast_scalar(dtype: Any, value: Any) -> Any:
+    if dtype is None or value is None:
+        return value
+    if dtype is np.datetime64 and not isinstance(value, np.datetime64):
+        return np.datetime64(value)
+    try:
+        return dtype(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _list_column_to_numpy(field: Any, column: pa.Array) -> np.ndarray:
+    dtype = field.numpy_dtype
+    n = len(column)
+    if not column.null_count and n:
+        lengths = column.value_lengths().to_numpy(zero_copy_only=False) if not pa.types.is_fixed_size_list(
+            column.type) else np.full(n, column.type.list_size)
+        flat = column.flatten()
+        if (lengths == lengths[0]).all() and not flat.null_count:
+            values = flat.to_numpy(zero_copy_only=False)
+            if isinstance(dtype, type) and issubclass(dtype, np.generic) and values.dtype.type is not dtype:
+                values = values.astype(dtype)
+            shape = tuple(field.shape)
+            if len(shape) > 1 and None not in shape:
+                return values.reshape((n, *shape))
+            return values.reshape(n, int(lengths[0]))
+    out = np.empty(n, dtype=object)
+    for i, item in enumerate(column.to_pylist()):
+        out[i] = None if item is None else np.asarray(item, dtype=dtype if dtype not in (None,) else None)
+    return out
+
+
+#: Codec classes by their persisted name.
+CODECS_BY_NAME: dict[str, type[DataframeColumnCodec]] = {
+    cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec)}
+
+
+def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeColumnCodec:
+    """Rebuild a codec from its JSON description.
+
+    Raises:
+        SchemaError: the codec name is unknown (the message names it, ``where`` it was found, and the known names).
+    """
+    name = description.get('codec') if isinstance(description, dict) else None
+    cls = CODECS_BY_NAME.get(name)  # type: ignore[arg-type]
+    if cls is None:
+        raise SchemaError(f'unknown codec {name!r}{" in " + where if where else ""}; known codecs: '
+                          f'{", ".join(sorted(CODECS_BY_NAME))}')
+    return cls.from_json(description)
+
+
+def encode_value(field: Any, value: Any) -> Any:
+    """Encode one non-None value of ``field`` for storage (codec, or native scalar/list conversion)."""
+    if field.codec is not None:
+        return field.codec.encode(field, value)
+    from petastorm.unischema import arrow_type_of_field
+
+    arrow_type = arrow_type_of_field(field)
+    if pa.types.is_list(arrow_type):
+        array = np.asarray(value)
+        if array.ndim != 1 or not _shape_matches(tuple(field.shape), array.shape):
+            raise SchemaError(f'Unexpected dimensions of {field.name} feature, expected {tuple(field.shape)}, '
+                              f'got {array.shape}')
+        return [to_arrow_scalar(field.name, arrow_type.value_type, v) for v in array.tolist()]
+    if isinstance(value, np.generic) and field.numpy_dtype is not None and isinstance(field.numpy_dtype, type) \
+            and issubclass(field.numpy_dtype, np.generic) and not isinstance(value, field.numpy_dtype) \
+            and np.dtype(type(value)).kind != np.dtype(field.numpy_dtype).kind:
+        raise SchemaError(f'Unexpected type of {field.name} feature, expected {np.dtype(field.numpy_dtype)}, '
+                          f'got {np.dtype(type(value))}')
+    return to_arrow_scalar(field.name, arrow_type, value)

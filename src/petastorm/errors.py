@@ -1,0 +1,44 @@
+"""The exceptions petastorm raises.
+
+Every exception derives from :class:`PetastormError` and, where a caller would naturally catch a builtin,
+also from that builtin (a bad schema is a ``ValueError``, a missing file an ``OSError``), so code written
+for the original Petastorm keeps catching what it caught before.
+"""
+
+from __future__ import annotations
+
+
+class PetastormError(Exception):
+    """Root of every exception defined by petastorm."""
+
+
+class NoDataAvailableError(PetastormError):
+    """The requested shard or selection contains no rows at all."""
+
+
+class SchemaError(PetastormError, ValueError):
+    """A Unischema, a field definition or a value does not match what the schema says."""
+
+
+class CodecError(PetastormError, ValueError):
+    """A codec could not encode or decode a value (the message names the field and what was expected)."""
+
+
+class DecodeFieldError(PetastormError, RuntimeError):
+    """Decoding one field of a row failed; the original error is chained as ``__cause__``."""
+
+
+class PetastormMetadataError(PetastormError):
+    """The dataset's metadata is missing, unreadable, refused or from an unsupported version."""
+
+
+class PetastormMetadataGenerationError(PetastormError):
+    """Metadata could not be written for a dataset (for instance the write produced no files)."""
+
+
+class DatasetWriteError(PetastormError, OSError):
+    """Writing a dataset failed; whatever had been written was removed."""
+
+
+class MissingDependencyError(PetastormError, ImportError):
+    """An optional dependency is needed for this feature; the message names the pip extra to install."""

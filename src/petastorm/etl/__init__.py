@@ -1,0 +1,1 @@
+"""Dataset generation helpers (Petastorm's ``petastorm.etl`` package)."""

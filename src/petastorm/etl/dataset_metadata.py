@@ -1,0 +1,63 @@
+"""Dataset metadata, under Petastorm's module path: schema lookup and metadata constants.
+
+Re-exports only; the implementation lives in :mod:`petastorm.metadata`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
+from petastorm.fs import resolve_location
+from petastorm.metadata.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
+from petastorm.metadata.store import ParquetStore, RowGroupPiece, inferred_schema, open_store, stored_schema
+from petastorm.metadata.store import load_row_groups as _load_row_groups
+from petastorm.unischema import Unischema
+
+__all__ = [
+    'PetastormMetadataError', 'PetastormMetadataGenerationError', 'ROW_GROUPS_PER_FILE_KEY', 'ROWGROUPS_INDEX_KEY',
+    'UNISCHEMA_KEY', 'get_schema', 'get_schema_from_dataset_url', 'infer_or_load_unischema', 'load_row_groups',
+    'open_dataset',
+]
+
+
+def open_dataset(dataset_url_or_urls: Any, hdfs_driver: str = 'libhdfs3', storage_options: dict | None = None,
+                 filesystem: Any = None) -> ParquetStore:
+    """Open a store (list its files, read its metadata) from a URL or a list of file URLs."""
+    return open_store(resolve_location(dataset_url_or_urls, storage_options, filesystem))
+
+
+def _as_store(dataset: Any) -> ParquetStore:
+    return dataset if isinstance(dataset, ParquetStore) else open_dataset(dataset)
+
+
+def get_schema(dataset: Any) -> Unischema:
+    """The Unischema stored in a dataset (a :class:`ParquetStore` or a URL).
+
+    Raises:
+        PetastormMetadataError: no ``_common_metadata``, no schema in it, or a refused/unreadable schema.
+    """
+    return stored_schema(_as_store(dataset))
+
+
+def get_schema_from_dataset_url(dataset_url_or_urls: Any, hdfs_driver: str = 'libhdfs3',
+                                storage_options: dict | None = None, filesystem: Any = None) -> Unischema:
+    """The Unischema stored in the dataset at ``dataset_url_or_urls``."""
+    return stored_schema(open_dataset(dataset_url_or_urls, hdfs_driver, storage_options, filesystem))
+
+
+def infer_or_load_unischema(dataset: Any) -> Unischema:
+    """The stored Unischema, or one inferred from the Parquet schema when the store has no Petastorm metadata."""
+    store = _as_store(dataset)
+    try:
+        return stored_schema(store)
+    except PetastormMetadataError:
+        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
+                                                   for k in store.metadata_kv):
+            raise  # metadata is there but unreadable or refused: never silently fall back
+        return inferred_schema(store)
+
+
+def load_row_groups(dataset: Any) -> list[RowGroupPiece]:
+    """Every row group of the dataset in piece order (sorted file path, then row-group number)."""
+    return _load_row_groups(_as_store(dataset))

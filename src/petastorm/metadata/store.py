@@ -1,0 +1,258 @@
+"""Opening a Parquet store: its data files, its ``_common_metadata``, its schema and its row groups.
+
+The order of row groups (sorted file path, then row-group number) is the piece order shared with Petastorm:
+sharding, row-group indexes and cache keys all refer to positions in it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataError
+from petastorm.fs import ResolvedLocation
+from petastorm.metadata import keys
+from petastorm.metadata.legacy import unischema_from_legacy_pickle
+from petastorm.metadata.schema_json import unischema_from_json
+from petastorm.unischema import Unischema
+
+COMMON_METADATA = '_common_metadata'
+SUMMARY_METADATA = '_metadata'
+
+
+@dataclass(frozen=True)
+class RowGroupPiece:
+    """One row group of one file: the unit of work of every reader."""
+
+    path: str
+    row_group: int
+    num_rows: int
+    partition_keys: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ParquetStore:
+    """What is known about a store before reading any data."""
+
+    filesystem: pafs.FileSystem
+    url: str | list[str]
+    root: str | None
+    files: tuple[str, ...]
+    metadata_kv: dict[bytes, bytes] = field(default_factory=dict)
+    metadata_path: str | None = None
+
+    def relpath(self, path: str) -> str:
+        """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
+        return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+
+    @property
+    def partition_names(self) -> list[str]:
+        """Hive partition column names (``name=value`` directories), outermost first."""
+        names: list[str] = []
+        for path in self.files:
+            for name, _ in partition_keys_of(self.relpath(path)):
+                if name not in names:
+                    names.append(name)
+        return names
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith(('_', '.')) or part.endswith(('.crc', '_$folder$'))
+               for part in relative.split('/'))
+
+
+def partition_keys_of(relative_path: str) -> tuple[tuple[str, str], ...]:
+    """The ``(name, value)`` pairs of the hive partition directories in a relative file path."""
+    keys_found = []
+    for part in relative_path.split('/')[:-1]:
+        if '=' in part:
+            name, value = part.split('=', 1)
+            keys_found.append((name, value))
+    return tuple(keys_found)
+
+
+def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[str]:
+    """Data files under ``root``, sorted, skipping names that start with ``_`` or ``.`` and ``.crc`` files.
+
+    Raises:
+        FileNotFoundError: ``root`` does not exist (the message names the URL).
+    """
+    info = filesystem.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f'dataset {url or root} does not exist')
+    if info.type == pafs.FileType.File:
+        return [root]
+    selector = pafs.FileSelector(root, recursive=True)
+    files = [i.path for i in filesystem.get_file_info(selector)
+             if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
+    return sorted(files)
+
+
+def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | None:
+    info = filesystem.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        return None
+    try:
+        with filesystem.open_input_file(path) as f:
+            metadata = pq.read_metadata(f)
+    except (OSError, pa.ArrowException) as err:
+        raise PetastormMetadataError(f'{path} is not a readable Parquet metadata file: {err}') from err
+    return dict(metadata.metadata or {})
+
+
+def open_store(location: ResolvedLocation) -> ParquetStore:
+    """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        PetastormMetadataError: a metadata file exists but cannot be read.
+    """
+    fs = location.filesystem
+    if location.is_file_list:
+        files = tuple(sorted(location.path))  # type: ignore[arg-type]
+        for path in files:
+            if fs.get_file_info(path).type != pafs.FileType.File:
+                raise FileNotFoundError(f'dataset file {path} does not exist')
+        return ParquetStore(fs, location.url, None, files)
+    root = location.path  # type: ignore[assignment]
+    files = tuple(list_data_files(fs, root, location.url))
+    kv: dict[bytes, bytes] = {}
+    metadata_path = None
+    if fs.get_file_info(root).type == pafs.FileType.Directory:
+        for name in (COMMON_METADATA, SUMMARY_METADATA):
+            found = _read_kv(fs, posixpath.join(root, name))
+            if found is not None:
+                kv, metadata_path = found, posixpath.join(root, name)
+                break
+    else:
+        root = posixpath.dirname(root)
+    return ParquetStore(fs, location.url, root, files, kv, metadata_path)
+
+
+def stored_schema(store: ParquetStore) -> Unischema:
+    """The Unischema stored in the store's metadata: our JSON, else Petastorm's legacy pickle.
+
+    Raises:
+        PetastormMetadataError: there is no metadata file, no schema in it, or the schema is unreadable/refused.
+    """
+    if store.metadata_path is None:
+        raise PetastormMetadataError(
+            f'Could not find _common_metadata file in {store.url}. Use materialize_dataset(..) in '
+            f'petastorm.etl.dataset_metadata.py to generate this file in your ETL code or use '
+            f'petastorm.write_dataset(...). You can generate it on an existing dataset using '
+            f'petastorm-generate-metadata.py')
+    where = f'{store.metadata_path}'
+    if keys.SCHEMA_JSON_KEY in store.metadata_kv:
+        return unischema_from_json(store.metadata_kv[keys.SCHEMA_JSON_KEY],
+                                   f'{where} (key {keys.SCHEMA_JSON_KEY.decode()})')
+    if keys.UNISCHEMA_KEY in store.metadata_kv:
+        return unischema_from_legacy_pickle(store.metadata_kv[keys.UNISCHEMA_KEY],
+                                            f'{where} (key {keys.UNISCHEMA_KEY.decode()})')
+    raise PetastormMetadataError(
+        f'Could not find the unischema in the dataset common metadata file {where}. Please provide or generate '
+        f'dataset with the unischema attached. Common Metadata file might not be generated properly. Make sure '
+        f'to use materialize_dataset(..) in petastorm.etl.dataset_metadata to properly generate this file in '
+        f'your ETL code. You can generate it on an existing dataset using petastorm-generate-metadata.py')
+
+
+def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
+    def read(path: str) -> list[int]:
+        try:
+            with filesystem.open_input_file(path) as f:
+                metadata = pq.read_metadata(f)
+        except (OSError, pa.ArrowException) as err:
+            raise PetastormMetadataError(f'{path} is not a readable Parquet file: {err}') from err
+        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+    if not paths:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+
+def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
+    raw = store.metadata_kv.get(keys.ROW_GROUPS_JSON_KEY)
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+        version = document['format_version']
+        files = document['files']
+    except (ValueError, KeyError, TypeError) as err:
+        raise PetastormMetadataError(f'{store.metadata_path}: malformed {keys.ROW_GROUPS_JSON_KEY.decode()} '
+                                     f'({err})') from err
+    if not isinstance(version, int) or version > keys.ROW_GROUPS_FORMAT_VERSION:
+        raise PetastormMetadataError(
+            f'{store.metadata_path}: row-group metadata format_version {version!r} is newer than this petastorm '
+            f'reads (<= {keys.ROW_GROUPS_FORMAT_VERSION}); upgrade petastorm.')
+    by_path = {}
+    for path in store.files:
+        counts = files.get(store.relpath(path))
+        if counts is None:
+            return None  # a file the metadata does not know: fall back to the footers
+        by_path[path] = [int(c) for c in counts]
+    return by_path
+
+
+def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None:
+    if store.metadata_path is None or store.root is None:
+        return None
+    summary = posixpath.join(store.root, SUMMARY_METADATA)
+    if store.filesystem.get_file_info(summary).type != pafs.FileType.File:
+        return None
+    with store.filesystem.open_input_file(summary) as f:
+        metadata = pq.read_metadata(f)
+    if metadata.num_row_groups == 0:
+        return None
+    by_relpath: dict[str, list[int]] = {}
+    for i in range(metadata.num_row_groups):
+        row_group = metadata.row_group(i)
+        by_relpath.setdefault(row_group.column(0).file_path, []).append(row_group.num_rows)
+    result = {}
+    for path in store.files:
+        counts = by_relpath.get(store.relpath(path))
+        if counts is None:
+            return None
+        result[path] = counts
+    return result
+
+
+def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
+    """Every row group of the store, in piece order (sorted path, then row-group number).
+
+    Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
+    footers, read in parallel.
+    """
+    counts = _row_counts_from_json(store) or _row_counts_from_summary(store) or footer_row_counts(
+        store.filesystem, list(store.files))
+    pieces = []
+    for path in store.files:
+        partition = partition_keys_of(store.relpath(path)) if store.root else ()
+        pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
+    return pieces
+
+
+def inferred_schema(store: ParquetStore) -> Unischema:
+    """A Unischema inferred from the first data file's Arrow schema and the partition directories."""
+    from petastorm.schema_inference import infer_unischema
+
+    if not store.files:
+        raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
+    try:
+        with store.filesystem.open_input_file(store.files[0]) as f:
+            arrow_schema = pq.read_schema(f)
+    except (OSError, pa.ArrowException) as err:
+        raise PetastormMetadataError(f'{store.files[0]} is not a readable Parquet file: {err}') from err
+    partitions: dict[str, list[str]] = {}
+    if store.root:
+        for path in store.files:
+            for name, value in partition_keys_of(store.relpath(path)):
+                partitions.setdefault(name, []).append(value)
+    return infer_unischema(arrow_schema, partitions=partitions)

@@ -1,0 +1,95 @@
+"""Writing ``_common_metadata``: the schema and row-group map that turn a Parquet store into a dataset.
+
+Used by every writer: the Spark-free :func:`petastorm.write_dataset` and Spark's ``materialize_dataset``. The
+metadata file is written last and atomically (a temporary file renamed into place), so a store without it is
+never mistaken for a complete dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataGenerationError
+from petastorm.metadata import keys
+from petastorm.metadata.schema_json import unischema_to_json
+from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, footer_row_counts, list_data_files
+from petastorm.unischema import Unischema
+
+
+def _base_arrow_schema(filesystem: pafs.FileSystem, root: str, data_files: list[str]) -> pa.Schema:
+    for name in (COMMON_METADATA, SUMMARY_METADATA):
+        path = posixpath.join(root, name)
+        if filesystem.get_file_info(path).type == pafs.FileType.File:
+            with filesystem.open_input_file(path) as f:
+                return pq.read_schema(f)
+    with filesystem.open_input_file(data_files[0]) as f:
+        return pq.read_schema(f)
+
+
+def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict[bytes, bytes],
+                           data_files: list[str] | None = None) -> None:
+    """Merge ``updates`` into the key-value metadata of ``root/_common_metadata`` (created if missing).
+
+    The Arrow schema comes from the existing ``_common_metadata``, else ``_metadata``, else the first data file.
+    """
+    data_files = data_files if data_files is not None else list_data_files(filesystem, root)
+    if not data_files and filesystem.get_file_info(posixpath.join(root, COMMON_METADATA)).type != \
+            pafs.FileType.File:
+        raise PetastormMetadataGenerationError(f'no Parquet data files were found under {root}: nothing was '
+                                               f'written, so there is no dataset to describe')
+    schema = _base_arrow_schema(filesystem, root, data_files)
+    merged = dict(schema.metadata or {})
+    merged.update(updates)
+    schema = schema.with_metadata(merged)
+    target = posixpath.join(root, COMMON_METADATA)
+    temporary = posixpath.join(root, f'.{COMMON_METADATA}.{uuid.uuid4().hex}.tmp')
+    try:
+        with filesystem.open_output_stream(temporary) as out:
+            pq.write_metadata(schema, out)
+        filesystem.move(temporary, target)
+    finally:
+        if filesystem.get_file_info(temporary).type == pafs.FileType.File:
+            filesystem.delete_file(temporary)
+    crc = posixpath.join(root, f'.{COMMON_METADATA}.crc')  # Hadoop's checksum of the file we just replaced
+    if filesystem.get_file_info(crc).type == pafs.FileType.File:
+        filesystem.delete_file(crc)
+
+
+def write_dataset_metadata(filesystem: pafs.FileSystem, root: str, schema: Unischema,
+                           row_groups: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """Write the schema and the row-group map of the dataset at ``root``.
+
+    Args:
+        filesystem: where the dataset lives.
+        root: dataset directory.
+        schema: the Unischema of the stored fields.
+        row_groups: ``{relative file path: [rows of each row group]}`` when the writer knows it; otherwise the
+            footers of the data files are read (in parallel).
+
+    Returns:
+        The row-group map that was stored.
+
+    Raises:
+        PetastormMetadataGenerationError: the directory holds no data files.
+    """
+    data_files = list_data_files(filesystem, root)
+    if not data_files:
+        raise PetastormMetadataGenerationError(f'no Parquet data files were found under {root}: the write produced '
+                                               f'no files, so no dataset metadata was written')
+    if row_groups is None:
+        counts = footer_row_counts(filesystem, data_files)
+        row_groups = {posixpath.relpath(p, root): c for p, c in counts.items()}
+    updates = {
+        keys.SCHEMA_JSON_KEY: unischema_to_json(schema).encode(),
+        keys.ROW_GROUPS_JSON_KEY: json.dumps({'format_version': keys.ROW_GROUPS_FORMAT_VERSION,
+                                              'files': row_groups}, sort_keys=True).encode(),
+        keys.ROW_GROUPS_PER_FILE_KEY: json.dumps({k: len(v) for k, v in row_groups.items()}, sort_keys=True).encode(),
+    }
+    update_common_metadata(filesystem, root, updates, data_files)
+    return row_groups

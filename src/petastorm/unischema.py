@@ -1,0 +1,343 @@
+"""Unischema: one schema that describes a dataset to numpy, Arrow/Parquet, Spark and TensorFlow.
+
+A :class:`Unischema` is an ordered collection of :class:`UnischemaField` s. Each field has a numpy type, a
+shape (``None`` marks a dimension that varies from row to row), an optional codec that turns values into
+Parquet cells, and a nullability flag::
+
+    HelloWorldSchema = Unischema('HelloWorldSchema', [
+        UnischemaField('id', np.int32, (), ScalarCodec(IntegerType()), False),
+        UnischemaField('image1', np.uint8, (128, 256, 3), CompressedImageCodec('png'), False),
+    ])
+
+Spark and TensorFlow are imported only by the methods that render to them.
+"""
+
+from __future__ import annotations
+
+import decimal
+import functools
+import re
+import warnings
+from collections import OrderedDict, namedtuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from petastorm.errors import SchemaError
+
+# 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
+_UNISCHEMA_FIELD_ORDER = 'preserve_input_order'
+
+
+class UnischemaField(NamedTuple):
+    """One field of a :class:`Unischema`.
+
+    Equality and hashing use ``(name, numpy_dtype, shape, nullable)`` only: two fields that differ only in
+    their codec are the same field, which is how user-given fields are matched against a stored schema.
+
+    Attributes:
+        name: column name.
+        numpy_dtype: numpy scalar type of the values (``np.int32``, ``np.str_``, ...) or ``decimal.Decimal``.
+        shape: tuple of dimensions; ``()`` for scalars, ``None`` entries for dimensions that vary.
+        codec: how values are stored in Parquet, or ``None`` for native scalar columns.
+        nullable: whether the field may hold ``None``.
+    """
+
+    name: str
+    numpy_dtype: Any
+    shape: tuple[int | None, ...]
+    codec: Any = None
+    nullable: bool | None = False
+
+    def _key(self) -> tuple:
+        return (self.name, self.numpy_dtype, tuple(self.shape), self.nullable)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, tuple) or len(other) < 5:
+            return NotImplemented
+        return self._key() == (other[0], other[1], tuple(other[2]), other[4])
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@functools.cache
+def _namedtuple_class(type_name: str, field_names: tuple[str, ...]) -> type:
+    # Equal views must yield the identical class (tf.data and pickling compare the type itself).
+    return namedtuple(type_name, field_names)
+
+
+class Unischema:
+    """An ordered, named set of :class:`UnischemaField` s.
+
+    Fields are reachable as ``schema.fields['name']`` and as attributes ``schema.name``.
+
+    Args:
+        name: schema name; namedtuples made from the schema are called ``'<name>_view'``.
+        fields: the fields, in order.
+    """
+
+    def __init__(self, name: str, fields: Iterable[UnischemaField]):
+        self._name = name
+        fields = list(fields)
+        if _UNISCHEMA_FIELD_ORDER == 'alphabetical':
+            fields = sorted(fields, key=lambda f: f.name)
+        for field in fields:
+            if not isinstance(field, tuple) or len(field) != 5:
+                raise SchemaError(f'Unischema {name!r}: expected UnischemaField instances, got {field!r}')
+        self._fields = OrderedDict((f.name, f) for f in fields)
+        for field in self._fields.values():
+            if hasattr(type(self), field.name) or field.name in ('_name', '_fields'):
+                warnings.warn(f'Can not create dynamic property {field.name} because it conflicts with an '
+                              f'existing property of Unischema', UserWarning, stacklevel=2)
+            else:
+                setattr(self, field.name, field)
+
+    @property
+    def name(self) -> str:
+        """The schema name."""
+        return self._name
+
+    @property
+    def fields(self) -> OrderedDict[str, UnischemaField]:
+        """Fields by name, in schema order."""
+        return self._fields
+
+    def __getstate__(self) -> dict:
+        return {'name': self._name, 'fields': list(self._fields.values())}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state['name'], state['fields'])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Unischema):
+            return NotImplemented
+        return self._name == other._name and list(self._fields.values()) == list(other._fields.values())
+
+    def __hash__(self) -> int:
+        return hash((self._name, tuple(self._fields.values())))
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        lines = [f'Unischema({self._name}, [']
+        for f in self._fields.values():
+            dtype_name = getattr(f.numpy_dtype, '__name__', str(f.numpy_dtype))
+            lines.append(f'  UnischemaField({f.name!r}, {dtype_name}, {tuple(f.shape)}, {f.codec}, {f.nullable}),')
+        lines.append('])')
+        return '\n'.join(lines)
+
+    __str__ = __repr__
+
+    def create_schema_view(self, fields: Iterable[UnischemaField | str]) -> Unischema:
+        """A new schema with a subset of the fields.
+
+        Args:
+            fields: :class:`UnischemaField` s of this schema (matched by name) and/or regular expressions that
+                must match a whole field name.
+
+        Returns:
+            ``Unischema('<name>_view', ...)``: the given fields in the given order, then the regex matches in
+            schema order.
+        """
+        patterns: list[str] = []
+        exact: list[UnischemaField] = []
+        for item in fields:
+            if isinstance(item, str):
+                patterns.append(item)
+            elif isinstance(item, tuple):
+                exact.append(item)
+            else:
+                raise ValueError('Elements of "fields" must be either a string (regular expressions) or an '
+                                 'instance of UnischemaField class.')
+        chosen: OrderedDict[str, UnischemaField] = OrderedDict()
+        for field in exact:
+            stored = self._fields.get(field[0])
+            if stored is None:
+                raise ValueError(f'field {field} does not belong to the schema {self._name} '
+                                 f'(fields: {", ".join(self._fields)})')
+            chosen[stored.name] = stored
+        for field in match_unischema_fields(self, patterns):
+            chosen.setdefault(field.name, field)
+        return Unischema(f'{self._name}_view', chosen.values())
+
+    def _get_namedtuple(self) -> type:
+        return _namedtuple_class(f'{self._name}_view', tuple(self._fields))
+
+    def make_namedtuple(self, **kwargs: Any) -> tuple:
+        """An instance of the schema's namedtuple class with the given field values."""
+        return self._get_namedtuple()(**kwargs)
+
+    def make_namedtuple_tf(self, *args: Any, **kwargs: Any) -> tuple:
+        """Same as :meth:`make_namedtuple`, accepting positional values too (used with TensorFlow tensors)."""
+        return self._get_namedtuple()(*args, **kwargs)
+
+    def as_pyarrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the Parquet columns that store this schema's fields."""
+        return pa.schema([pa.field(f.name, arrow_type_of_field(f), nullable=bool(f.nullable))
+                          for f in self._fields.values()])
+
+    def as_spark_schema(self) -> Any:
+        """A ``pyspark.sql.types.StructType`` of the stored columns (imports pyspark)."""
+        from petastorm._optional import import_optional
+        from petastorm.spark_types import spark_type_from_arrow
+
+        types = import_optional('pyspark.sql.types', 'Unischema.as_spark_schema()')
+        struct_fields = []
+        for f in self._fields.values():
+            if f.codec is not None:
+                spark_type = f.codec.spark_dtype()
+            elif tuple(f.shape) == ():
+                spark_type = spark_type_from_arrow(arrow_type_of_field(f), types)
+            else:
+                raise ValueError(f"An instance of non-scalar UnischemaField '{f.name}' has codec set to None. "
+                                 f"Don't know how to guess a Spark type for it")
+            struct_fields.append(types.StructField(f.name, spark_type, bool(f.nullable)))
+        return types.StructType(struct_fields)
+
+    @classmethod
+    def from_arrow_schema(cls, parquet_dataset_or_schema: Any, omit_unsupported_fields: bool = True) -> Unischema:
+        """Infer a Unischema (no codecs) from an Arrow schema, a ``pyarrow.dataset.Dataset`` or a ParquetDataset.
+
+        Partition columns come first, then file columns in file order. Lists become 1-d fields with shape
+        ``(None,)``. Unsupported columns are skipped with a warning, or raise ``ValueError`` when
+        ``omit_unsupported_fields`` is False.
+        """
+        from petastorm.schema_inference import infer_unischema
+
+        return infer_unischema(parquet_dataset_or_schema, omit_unsupported_fields=omit_unsupported_fields)
+
+
+# numpy scalar type -> Arrow type of a native column, following Spark's mapping so that datasets written with
+# Spark and without it are interchangeable (uint8 is stored as a 16-bit integer, uint16 as 32-bit, ...).
+_NUMPY_TO_ARROW = {
+    np.int8: pa.int8(),
+    np.uint8: pa.int16(),
+    np.int16: pa.int16(),
+    np.uint16: pa.int32(),
+    np.int32: pa.int32(),
+    np.uint32: pa.int64(),
+    np.int64: pa.int64(),
+    np.float16: pa.float32(),
+    np.float32: pa.float32(),
+    np.float64: pa.float64(),
+    np.bool_: pa.bool_(),
+    np.str_: pa.string(),
+    np.bytes_: pa.binary(),
+    np.datetime64: pa.timestamp('us'),
+    decimal.Decimal: pa.decimal128(38, 18),
+}
+
+
+def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
+    """The Arrow type of the Parquet column that stores ``field``."""
+    if field.codec is not None:
+        return field.codec.arrow_type()
+    scalar = _NUMPY_TO_ARROW.get(field.numpy_dtype)
+    if scalar is None:
+        raise ValueError(f'Was not able to map type {field.numpy_dtype} of field {field.name!r} to an Arrow '
+                         f'or Spark type; give the field a codec.')
+    if tuple(field.shape) == ():
+        return scalar
+    if len(field.shape) == 1:
+        return pa.list_(scalar)
+    raise ValueError(f"An instance of non-scalar UnischemaField '{field.name}' has codec set to None and "
+                     f'{len(field.shape)} dimensions; only 1-d fields can be stored as lists. Use NdarrayCodec().')
+
+
+def _fullmatch(regex: str, string: str) -> bool:
+    return re.fullmatch(regex, string) is not None
+
+
+def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None) -> list[UnischemaField]:
+    """Fields of ``schema`` whose whole name matches any of the regular expressions, in schema order.
+
+    Warns when the old prefix-match rule of early Petastorm releases would have picked a different set.
+    """
+    if not field_regex:
+        return []
+    patterns = list(field_regex)
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as err:
+            raise ValueError(f'schema field pattern {pattern!r} is not a valid regular expression: {err}') from err
+    full = [f for f in schema.fields.values() if any(p.fullmatch(f.name) for p in compiled)]
+    prefix = [f for f in schema.fields.values() if any(p.match(f.name) for p in compiled)]
+    if set(full) != set(prefix):
+        changed = sorted({f.name for f in set(full) ^ set(prefix)})
+        warnings.warn('schema_fields behavior has changed. Now, regular expression pattern must match the entire '
+                      f'field name. The change in the behavior affects the following fields: {", ".join(changed)}',
+                      UserWarning, stacklevel=2)
+    return full
+
+
+def insert_explicit_nulls(unischema: Unischema, row_dict: dict) -> None:
+    """Add ``None`` (in place) for nullable fields missing from ``row_dict``.
+
+    Raises:
+        ValueError: a non-nullable field is missing.
+    """
+    for name, field in unischema.fields.items():
+        if name not in row_dict:
+            if field.nullable:
+                row_dict[name] = None
+            else:
+                raise ValueError(f'Field {name} is not found in the row_dict, but is not nullable.')
+
+
+def encode_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``row_dict`` against the schema and encode every value to what its Parquet cell stores.
+
+    This is the validation shared by :func:`dict_to_spark_row` and the dataset writer.
+
+    Raises:
+        SchemaError: missing or unexpected fields, a ``None`` in a non-nullable field, or a value whose type or
+            shape does not match the field (the message names the field and what was expected).
+    """
+    if not isinstance(row_dict, Mapping):
+        raise SchemaError(f'Expected a dict of field values for schema {unischema.name}, got {type(row_dict)}')
+    row = dict(row_dict)
+    extra = set(row) - set(unischema.fields)
+    if extra:
+        raise SchemaError(f'Dictionary fields \n{sorted(row)}\n do not match schema fields \n'
+                          f'{list(unischema.fields)}\n: unexpected {sorted(extra)}')
+    missing = [n for n, f in unischema.fields.items() if n not in row and not f.nullable]
+    if missing:
+        raise SchemaError(f'Dictionary fields \n{sorted(row)}\n do not match schema fields \n'
+                          f'{list(unischema.fields)}\n: missing non-nullable {missing}')
+    encoded = {}
+    for name, field in unischema.fields.items():
+        value = row.get(name)
+        if value is None:
+            if not field.nullable:
+                raise SchemaError(f'Field {name!r} is not nullable, but got None')
+            encoded[name] = None
+            continue
+        from petastorm.codecs import encode_value
+
+        encoded[name] = encode_value(field, value)
+    return encoded
+
+
+def dict_to_spark_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> Any:
+    """Validate and encode a row dict into a ``pyspark.sql.Row`` whose values follow the schema's field order.
+
+    Raises:
+        SchemaError: (a ``ValueError``) a field is missing, unexpected, ``None`` while not nullable, or its value
+            has the wrong type or shape.
+    """
+    assert isinstance(unischema, Unischema), 'dict_to_spark_row expects a Unischema'
+    from petastorm._optional import import_optional
+
+    sql = import_optional('pyspark.sql', 'dict_to_spark_row()')
+    encoded = encode_row(unischema, row_dict)
+    return sql.Row(**{name: encoded[name] for name in unischema.fields})
