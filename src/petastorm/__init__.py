@@ -11,13 +11,25 @@ from petastorm.errors import NoDataAvailableError
 
 __version__ = '0.14.0.dev0'
 
-__all__ = ['NoDataAvailableError', 'write_dataset', '__version__']
+__all__ = ['NoDataAvailableError', 'TransformSpec', 'make_batch_reader', 'make_reader', 'write_dataset', '__version__']
+
+_LAZY = {
+    'make_reader': 'petastorm.reader',
+    'make_batch_reader': 'petastorm.reader',
+    'TransformSpec': 'petastorm.transform',
+    'write_dataset': 'petastorm.writer',
+}
 
 
 def __getattr__(name: str) -> Any:
     # Resolved on first use so that `import petastorm` stays cheap.
-    if name == 'write_dataset':
-        from petastorm.writer import write_dataset
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    import importlib
 
-        return write_dataset
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

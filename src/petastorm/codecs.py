@@ -151,10 +151,15 @@ class NdarrayCodec(DataframeColumnCodec):
 
     def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
         try:
-            return np.load(io.BytesIO(value), allow_pickle=False)
+            result = np.load(io.BytesIO(value), allow_pickle=False)
         except Exception as err:  # np.load raises ValueError/OSError/EOFError for bad bytes
             raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a valid .npy '
                              f'payload ({err})') from err
+        if not isinstance(result, np.ndarray):  # e.g. an .npz archive: np.load returns an NpzFile
+            result.close()
+            raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a valid .npy '
+                             f'payload (got {type(result).__name__})')
+        return result
 
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         payloads = _binary_payloads(column)
@@ -308,7 +313,8 @@ class CompressedImageCodec(DataframeColumnCodec):
         return encoded.tobytes()
 
     def _decode_with(self, cv2: Any, unischema_field: Any, value: Any) -> np.ndarray:
-        image = cv2.imdecode(np.frombuffer(value, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+        # OpenCV raises (rather than returning None) for an empty buffer
+        image = cv2.imdecode(np.frombuffer(value, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if len(value) else None
         if image is None:
             raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a decodable '
                              f'{self.image_codec} image ({len(value)} bytes)')

@@ -39,6 +39,9 @@ def _random_value(dtype: Any, shape: tuple, rng: np.random.Generator) -> Any:
     elif kind == 'S':
         values = np.array([f'bytes_{v}'.encode() for v in rng.integers(0, 1000, size=int(np.prod(shape)))],
                           dtype=np.bytes_).reshape(shape)
+    elif kind == 'M':
+        values = np.datetime64('2020-01-01T00:00:00', 'us') + rng.integers(0, 10**12, size=shape).astype(
+            'timedelta64[us]')
     else:
         raise ValueError(f'cannot generate random values of type {dtype}')
     if shape == ():

@@ -76,7 +76,8 @@ def _namedtuple_class(type_name: str, field_names: tuple[str, ...]) -> type:
 class Unischema:
     """An ordered, named set of :class:`UnischemaField` s.
 
-    Fields are reachable as ``schema.fields['name']`` and as attributes ``schema.name``.
+    Fields are reachable as ``schema.fields['name']`` and as attributes ``schema.<field name>``; the schema's
+    own name is ``schema._name`` (as in Petastorm, so that a field may be called ``name``).
 
     Args:
         name: schema name; namedtuples made from the schema are called ``'<name>_view'``.
@@ -98,11 +99,6 @@ class Unischema:
                               f'existing property of Unischema', UserWarning, stacklevel=2)
             else:
                 setattr(self, field.name, field)
-
-    @property
-    def name(self) -> str:
-        """The schema name."""
-        return self._name
 
     @property
     def fields(self) -> OrderedDict[str, UnischemaField]:
@@ -304,7 +300,7 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> dict[str, A
             shape does not match the field (the message names the field and what was expected).
     """
     if not isinstance(row_dict, Mapping):
-        raise SchemaError(f'Expected a dict of field values for schema {unischema.name}, got {type(row_dict)}')
+        raise SchemaError(f'Expected a dict of field values for schema {unischema._name}, got {type(row_dict)}')
     row = dict(row_dict)
     extra = set(row) - set(unischema.fields)
     if extra:

@@ -33,6 +33,9 @@ def decode_row(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
         try:
             if field.codec is not None:
                 decoded[name] = field.codec.decode(field, value)
+            elif tuple(field.shape) and isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype,
+                                                                                            np.generic):
+                decoded[name] = np.asarray(value, dtype=field.numpy_dtype)  # a list column: np.str_(list) is wrong
             elif isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype, (np.generic, decimal.Decimal)):
                 decoded[name] = field.numpy_dtype(value)
             else:

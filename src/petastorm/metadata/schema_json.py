@@ -92,7 +92,7 @@ def field_from_json(description: Any, where: str = '') -> UnischemaField:
 
 def unischema_to_json(schema: Unischema) -> str:
     """Serialize a schema to the JSON text stored in the metadata."""
-    return json.dumps({'format_version': FORMAT_VERSION, 'name': schema.name,
+    return json.dumps({'format_version': FORMAT_VERSION, 'name': schema._name,
                        'fields': [field_to_json(f) for f in schema.fields.values()]}, sort_keys=True)
 
 

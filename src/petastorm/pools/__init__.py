@@ -1,0 +1,66 @@
+"""Worker pools that map a pure function over work items and return the results in submission order.
+
+Three kinds, chosen by name with :func:`make_pool`:
+
+* ``'dummy'``: runs the function inline in the consumer's thread (the reference; easiest to debug);
+* ``'thread'``: a pool of threads (cheap, zero-copy; best when the work releases the GIL);
+* ``'process'``: spawned worker processes with results' arrays moved through shared memory (best for
+  Python-heavy decoding).
+
+Example::
+
+    with make_pool('process', 4) as pool:
+        pool.start(decode_row_group, context)
+        for columns in pool.imap(work_items):
+            ...
+"""
+
+from __future__ import annotations
+
+from petastorm.pools.base import (
+    RemoteTraceback,
+    WorkerDiedError,
+    WorkerFunctionError,
+    WorkerPool,
+    check_positive_int,
+)
+from petastorm.pools.dummy_pool import DummyPool
+from petastorm.pools.process_pool import ProcessPool
+from petastorm.pools.thread_pool import ThreadPool
+
+__all__ = [
+    'POOL_KINDS',
+    'DummyPool',
+    'ProcessPool',
+    'RemoteTraceback',
+    'ThreadPool',
+    'WorkerDiedError',
+    'WorkerFunctionError',
+    'WorkerPool',
+    'make_pool',
+]
+
+POOL_KINDS: tuple[str, ...] = ('dummy', 'thread', 'process')
+
+_POOL_CLASSES = {'dummy': DummyPool, 'thread': ThreadPool, 'process': ProcessPool}
+
+
+def make_pool(kind: str, workers_count: int, *, max_in_flight: int | None = None,
+              max_bytes_in_flight: int = 1 << 30) -> WorkerPool:
+    """Create a (not yet started) pool of the given kind.
+
+    Args:
+        kind: one of :data:`POOL_KINDS`.
+        workers_count: number of threads or processes (a positive int; the dummy pool always uses one).
+        max_in_flight: items submitted ahead of the consumer; default ``2 * workers_count``.
+        max_bytes_in_flight: the in-flight bound also shrinks so that the results held in flight stay under
+            this many bytes (estimated from the results seen so far).
+
+    Raises:
+        ValueError: for an unknown kind or a bad option value.
+    """
+    pool_class = _POOL_CLASSES.get(kind) if isinstance(kind, str) else None
+    if pool_class is None:
+        raise ValueError(f'Unknown reader_pool_type: {kind!r}; expected one of {", ".join(POOL_KINDS)}')
+    check_positive_int('workers_count', workers_count)
+    return pool_class(workers_count, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight)

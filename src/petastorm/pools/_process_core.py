@@ -1,0 +1,350 @@
+"""The machinery behind :class:`~petastorm.pools.process_pool.ProcessPool`.
+
+:class:`ProcessCore` owns the worker processes, their pipes and a collector thread; it never refers to the pool
+object, so a pool dropped without ``join`` can be finalized (its finalizer calls :meth:`ProcessCore.shutdown`).
+
+Threads of the parent:
+
+* the consumer (inside ``imap``) pickles items and sends each one to the least loaded worker;
+* the collector waits on every result pipe and process sentinel; it copies results out of shared memory
+  (NumPy releases the GIL while copying, so this overlaps with the consumer's work), files them by sequence
+  number and notices dead workers.
+
+Every item gets a pool-wide sequence number. ``valid_from`` is the first sequence number of the current imap
+call: replies for older items belong to an abandoned iterator and are dropped (their blocks unlinked).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from petastorm.pools._transport import (
+    PICKLE_PROTOCOL,
+    block_name,
+    decode_exception,
+    discard_payload,
+    new_block_prefix,
+    unlink_block,
+    unpack_result,
+)
+from petastorm.pools._worker import EXIT_PARENT_GONE, WorkerSetup, run_worker
+from petastorm.pools.base import WorkerDiedError
+
+logger = logging.getLogger(__name__)
+
+_NOTHING_VALID = 1 << 62
+_COLLECTOR_POLL_SECONDS = 0.5
+
+
+class ProcessCore:
+    """Worker processes, pipes, the collector thread and the bookkeeping they share (see the module doc)."""
+
+    def __init__(self, label: str, workers_count: int, start_method: str, worker_fn: Callable[[Any, Any], Any],
+                 context: Any, join_timeout: float) -> None:
+        self.label = label
+        self.join_timeout = join_timeout
+        self.cond = threading.Condition(threading.RLock())  # re-entrant: generator finalizers may run anywhere
+        self.block_prefix = new_block_prefix()
+        self.procs: list[multiprocessing.process.BaseProcess] = []
+        self.task_conns: list[Connection] = []
+        self.result_conns: list[Connection] = []
+        self.send_locks = [threading.Lock() for _ in range(workers_count)]
+        self.load = [0] * workers_count
+        self.alive = [True] * workers_count
+        self.outstanding: dict[int, int] = {}  # seq -> index of the worker computing it
+        self.done: dict[int, tuple[bool, Any]] = {}  # seq -> (ok, result or exception to raise)
+        self.valid_from = 0
+        self.next_seq = 0
+        self.failure: str | None = None
+        self.stopping = False
+        self.joined = False
+        self._join_lock = threading.Lock()
+        self.collector: threading.Thread | None = None
+        self._start_processes(workers_count, start_method, worker_fn, context)
+
+    def _start_processes(self, workers_count: int, start_method: str, worker_fn: Callable[[Any, Any], Any],
+                         context: Any) -> None:
+        ctx = multiprocessing.get_context(start_method)
+        started = time.perf_counter()
+        try:
+            for index in range(workers_count):
+                task_reader, task_writer = ctx.Pipe(duplex=False)
+                result_reader, result_writer = ctx.Pipe(duplex=False)
+                setup = WorkerSetup(worker_fn, context, self.block_prefix, index)
+                proc = ctx.Process(target=run_worker, args=(setup, task_reader, result_writer),
+                                   name=f'petastorm-worker-{index}', daemon=True)
+                try:
+                    proc.start()
+                except BaseException:
+                    task_writer.close()
+                    result_reader.close()
+                    raise
+                finally:
+                    # The parent keeps only its own ends, so a dead worker shows up as end of file.
+                    task_reader.close()
+                    result_writer.close()
+                self.procs.append(proc)
+                self.task_conns.append(task_writer)
+                self.result_conns.append(result_reader)
+        except BaseException:
+            self.shutdown()
+            raise
+        logger.debug('%s: started %d %s workers in %.3f s', self.label, workers_count, start_method,
+                     time.perf_counter() - started)
+        self.collector = threading.Thread(target=self._collect, name='petastorm-process-pool-collector',
+                                          daemon=True)
+        self.collector.start()
+
+    # ----------------------------------------------------------------------------------------- consumer side
+
+    def begin_run(self) -> int:
+        """Start an imap call: older replies become stale. Returns the first sequence number of the run."""
+        with self.cond:
+            self.raise_if_failed()
+            if self.stopping:
+                raise RuntimeError(f'{self.label}: imap() called on a stopped pool')
+            first = self.next_seq
+            self.valid_from = first
+            self.done.clear()
+            busy = bool(self.outstanding)
+        if busy:
+            self._broadcast(('cancel', first))
+        return first
+
+    def end_run(self, first: int) -> None:
+        """Abandon the run that started at ``first`` (if it is still current): cancel its pending items."""
+        with self.cond:
+            if self.valid_from != first:
+                return
+            self.valid_from = self.next_seq
+            self.done.clear()
+            busy = bool(self.outstanding) and not self.stopping
+            below = self.next_seq
+        if busy:
+            self._broadcast(('cancel', below))
+
+    def submit(self, item: Any) -> int | None:
+        """Send ``item`` to the least loaded worker; returns its sequence number, None if the pool stopped."""
+        item_bytes = pickle.dumps(item, protocol=PICKLE_PROTOCOL)  # before any bookkeeping: it may fail
+        with self.cond:
+            self.raise_if_failed()
+            if self.stopping:
+                return None
+            seq = self.next_seq
+            self.next_seq += 1
+            index = min((i for i in range(len(self.procs)) if self.alive[i]), key=self.load.__getitem__)
+            self.load[index] += 1
+            self.outstanding[seq] = index
+        message = pickle.dumps(('task', seq, item_bytes), protocol=PICKLE_PROTOCOL)
+        try:
+            with self.send_locks[index]:
+                self.task_conns[index].send_bytes(message)
+        except OSError as exc:
+            # The worker is gone; the collector is about to report it with its exit code.
+            with self.cond:
+                self.cond.wait_for(lambda: self.failure is not None or self.stopping, timeout=5.0)
+                self.raise_if_failed()
+            raise WorkerDiedError(f'{self.label}: could not send work to worker {index}: {exc}') from exc
+        return seq
+
+    def wait_result(self, seq: int) -> tuple[bool, Any] | None:
+        """Block until the reply for ``seq`` is in; ``None`` if the pool was stopped meanwhile."""
+        with self.cond:
+            while seq not in self.done:
+                self.raise_if_failed()
+                if self.stopping:
+                    return None
+                if seq < self.valid_from:
+                    raise RuntimeError(f'{self.label}: this imap iterator was superseded by a later imap call')
+                self.cond.wait(timeout=1.0)
+            return self.done.pop(seq)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`WorkerDiedError` if a worker died (a new instance each time: tracebacks stay short)."""
+        if self.failure is not None:
+            raise WorkerDiedError(self.failure)
+
+    def _broadcast(self, message: tuple[Any, ...]) -> None:
+        data = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+        for index, conn in enumerate(self.task_conns):
+            if not self.alive[index]:
+                continue
+            try:
+                with self.send_locks[index]:
+                    conn.send_bytes(data)
+            except OSError:
+                pass  # a dead worker is reported by the collector
+
+    # ---------------------------------------------------------------------------------------- collector side
+
+    def _collect(self) -> None:
+        open_conns = dict(enumerate(self.result_conns))
+        index_of = {conn: index for index, conn in open_conns.items()}
+        running = {proc.sentinel: index for index, proc in enumerate(self.procs)}
+        while running or open_conns:
+            ready = wait([*open_conns.values(), *running], timeout=_COLLECTOR_POLL_SECONDS)
+            for obj in ready:
+                if isinstance(obj, Connection):
+                    index = index_of[obj]
+                    if not self._receive(index):
+                        del open_conns[index]
+            for obj in ready:
+                if not isinstance(obj, Connection) and obj in running:
+                    index = running.pop(obj)
+                    if index in open_conns:
+                        # Replies sent before the exit are still in the pipe.
+                        while open_conns[index].poll() and self._receive(index):
+                            pass
+                        del open_conns[index]
+                    self._on_exit(index)
+        logger.debug('%s: collector finished', self.label)
+
+    def _receive(self, index: int) -> bool:
+        """Handle one reply from worker ``index``; False at end of file."""
+        try:
+            message = pickle.loads(self.result_conns[index].recv_bytes())
+        except (EOFError, OSError):
+            return False
+        kind, seq = message[0], message[1]
+        with self.cond:
+            if self.outstanding.pop(seq, None) is not None:
+                self.load[index] -= 1
+            wanted = seq >= self.valid_from and not self.stopping
+        if kind == 'cancelled':
+            return True
+        if not wanted:
+            if kind == 'ok':
+                discard_payload(message[2])
+            return True
+        if kind == 'ok':
+            try:
+                entry: tuple[bool, Any] = (True, unpack_result(message[2]))
+            except BaseException as exc:  # e.g. MemoryError while copying out
+                entry = (False, exc)
+        else:
+            entry = (False, decode_exception(message[2]))
+        with self.cond:
+            if seq >= self.valid_from and not self.stopping:
+                self.done[seq] = entry
+                self.cond.notify_all()
+        return True
+
+    def _on_exit(self, index: int) -> None:
+        proc = self.procs[index]
+        exitcode = _reap(proc)
+        with self.cond:
+            self.alive[index] = False
+            orphans = [seq for seq, owner in self.outstanding.items() if owner == index]
+            for seq in orphans:
+                del self.outstanding[seq]
+            self.load[index] = 0
+            if not self.stopping and self.failure is None:
+                how = 'noticed that the parent is gone' if exitcode == EXIT_PARENT_GONE else 'died'
+                self.failure = (f'{self.label}: worker process {index} (pid {proc.pid}) {how} with exit code '
+                                f'{exitcode} while {len(orphans)} item(s) were assigned to it')
+                logger.error('%s', self.failure)
+            self.cond.notify_all()
+        # The worker's pipe is drained, so any block still named after one of its items is an orphan.
+        for seq in orphans:
+            unlink_block(block_name(self.block_prefix, seq))
+
+    # ------------------------------------------------------------------------------------------- shutdown
+
+    def stop(self) -> None:
+        """Cancel everything and ask the workers to exit; does not wait."""
+        with self.cond:
+            if self.stopping:
+                return
+            self.stopping = True
+            self.valid_from = _NOTHING_VALID
+            self.done.clear()
+            self.cond.notify_all()
+        self._broadcast(('stop',))
+
+    def shutdown(self) -> None:
+        """Stop, then wait for every worker (terminating laggards after ``join_timeout``) and the collector."""
+        self.stop()
+        if threading.current_thread() is self.collector:
+            # Only reachable if the pool is garbage collected in the collector thread; the workers exit on their
+            # own after stop, and the collector ends when they have.
+            return
+        with self._join_lock:
+            if self.joined:
+                return
+            # Exit is observed through the sentinels only: reaping is left to the collector, since two threads
+            # calling waitpid on one child race (one of them sees a dead child as alive).
+            if not _wait_exited(self.procs, self.join_timeout):
+                for proc in _running(self.procs):
+                    logger.warning('%s: worker pid %s did not exit within %.1f s; terminating it', self.label,
+                                   proc.pid, self.join_timeout)
+                    proc.terminate()
+                if not _wait_exited(self.procs, 2.0):
+                    for proc in _running(self.procs):
+                        proc.kill()
+                    _wait_exited(self.procs, None)
+            if self.collector is not None:
+                self.collector.join()
+            else:  # start() failed before the collector existed
+                for proc in self.procs:
+                    _reap(proc)
+            for conn in (*self.task_conns, *self.result_conns):
+                conn.close()
+            with self.cond:
+                orphans = list(self.outstanding)
+                self.outstanding.clear()
+            for seq in orphans:
+                unlink_block(block_name(self.block_prefix, seq))
+            for proc in self.procs:
+                try:
+                    proc.close()
+                except ValueError:  # not reaped yet by whoever raced us to it; its fds go with the object
+                    logger.debug('%s: worker pid %s not reaped yet', self.label, proc.pid)
+            self.joined = True
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers (as started; some may have exited)."""
+        return [proc.pid for proc in self.procs if not self.joined and proc.pid is not None]
+
+    def workers_alive(self) -> int:
+        """How many workers have not exited."""
+        with self.cond:
+            return sum(self.alive) if not self.joined else 0
+
+
+def _running(procs: list[multiprocessing.process.BaseProcess]) -> list[multiprocessing.process.BaseProcess]:
+    ready = set(wait([proc.sentinel for proc in procs], timeout=0))
+    return [proc for proc in procs if proc.sentinel not in ready]
+
+
+def _wait_exited(procs: list[multiprocessing.process.BaseProcess], timeout: float | None) -> bool:
+    """Wait until every process has exited (its sentinel is ready); False on timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        running = _running(procs)
+        if not running:
+            return True
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return False
+        wait([proc.sentinel for proc in running], timeout=remaining)
+
+
+def _reap(proc: multiprocessing.process.BaseProcess) -> int | None:
+    """Reap an exited process and return its exit code.
+
+    multiprocessing reaps finished children on its own too (e.g. when any process is started); the thread that
+    wins sets the exit code on the shared Popen object a moment later, so retry briefly.
+    """
+    for _ in range(50):
+        proc.join(timeout=0.1)
+        if proc.exitcode is not None:
+            return proc.exitcode
+        time.sleep(0.01)
+    return proc.exitcode

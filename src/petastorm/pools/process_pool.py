@@ -1,0 +1,144 @@
+"""A pool of worker processes: true parallelism for Python-heavy decoding, with results moved by shared memory.
+
+Workers are started with ``spawn`` (or ``forkserver``), never ``fork``: forking a process that runs threads
+(Arrow's, the reader's, the framework's) can deadlock the child. The worker function and its context are sent
+once per worker at start-up; items are pickled (they are small); big arrays of dict results come back through
+POSIX shared memory (see :mod:`petastorm.pools._transport`).
+
+Spawning costs a fresh interpreter per worker (imports of NumPy and of the worker function's module), so a
+process pool is worth it for long runs of CPU-bound work; the worker function must be importable by name
+(defined at module level in an importable module, not in ``__main__`` of an interactive session).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from petastorm.pools._process_core import ProcessCore
+from petastorm.pools.base import DEFAULT_MAX_BYTES_IN_FLIGHT, PoolBase, PoolOptions, WorkerDiedError
+
+logger = logging.getLogger(__name__)
+
+START_METHODS = ('spawn', 'forkserver')
+
+
+class ProcessPool(PoolBase):
+    """Runs ``worker_fn`` in ``workers_count`` worker processes; results come back in submission order.
+
+    Args:
+        workers_count: number of worker processes.
+        max_in_flight: items submitted ahead of the consumer (default ``2 * workers_count``); fewer when the
+            results seen so far say that so many would hold more than ``max_bytes_in_flight`` bytes.
+        max_bytes_in_flight: budget for the results held in flight.
+        start_method: ``'spawn'`` (default) or ``'forkserver'``.
+        join_timeout: seconds ``join`` waits for workers to finish their current item before terminating them.
+
+    Errors raised by ``worker_fn`` are re-raised by ``imap`` as the original exception type when it can be
+    pickled (else :class:`~petastorm.pools.base.WorkerFunctionError`), with the worker's traceback chained as a
+    :class:`~petastorm.pools.base.RemoteTraceback`. A worker process that dies makes ``imap`` raise
+    :class:`~petastorm.pools.base.WorkerDiedError`. Either way the pool is stopped.
+    """
+
+    kind = 'process'
+
+    def __init__(self, workers_count: int, *, max_in_flight: int | None = None,
+                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT, start_method: str = 'spawn',
+                 join_timeout: float = 5.0) -> None:
+        super().__init__()
+        self._options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
+        if start_method not in START_METHODS:
+            raise ValueError(f'start_method must be one of {START_METHODS} (fork is unsafe with threads), '
+                             f'got {start_method!r}')
+        if not join_timeout >= 0:
+            raise ValueError(f'join_timeout must be a non-negative number, got {join_timeout!r}')
+        self.workers_count = self._options.workers_count
+        self.start_method = start_method
+        self._join_timeout = float(join_timeout)
+        self._budget = self._options.budget()
+        self._core: ProcessCore | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._in_flight = 0
+
+    def start(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        """Start the worker processes; ``worker_fn`` and ``context`` must be picklable."""
+        if self._core is not None:
+            raise RuntimeError('process pool: start() may be called only once')
+        label = f'process pool {id(self):#x}'
+        self._core = ProcessCore(label, self.workers_count, self.start_method, worker_fn, context,
+                                 self._join_timeout)
+        # Runs at garbage collection or interpreter exit if join() was never called.
+        self._finalizer = weakref.finalize(self, self._core.shutdown)
+
+    def imap(self, items: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``worker_fn(context, item)`` for each item in order; an unfinished earlier imap is cancelled."""
+        core = self._core
+        if core is None:
+            raise RuntimeError('process pool: imap() called before start()')
+        first = core.begin_run()
+        self._in_flight = 0
+        return self._iterate(core, iter(items), first)
+
+    def _iterate(self, core: ProcessCore, items: Iterator[Any], first: int) -> Iterator[Any]:
+        pending: deque[int] = deque()  # sequence numbers submitted and not yet yielded, oldest first
+        exhausted = False
+        try:
+            while True:
+                if core.valid_from != first and not core.stopping:
+                    raise RuntimeError('process pool: this imap iterator was superseded by a later imap call')
+                while not exhausted and len(pending) < self._budget.limit:
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    seq = core.submit(item)
+                    if seq is None:
+                        return
+                    pending.append(seq)
+                    self._items_submitted += 1
+                    self._in_flight = len(pending)
+                if not pending:
+                    return
+                entry = core.wait_result(pending[0])
+                if entry is None:
+                    return
+                pending.popleft()
+                self._in_flight = len(pending)
+                ok, value = entry
+                if not ok:
+                    self.stop()
+                    raise value
+                self._items_completed += 1
+                self._budget.observe(value)
+                del entry
+                yield value
+        except WorkerDiedError:
+            self.stop()
+            raise
+        finally:
+            self._in_flight = 0
+            core.end_run(first)
+
+    def stop(self) -> None:
+        """Cancel pending work and ask the workers to exit; does not wait (see :meth:`join`)."""
+        if self._core is not None:
+            self._core.stop()
+
+    def join(self) -> None:
+        """Stop the pool and wait until every worker process and helper thread is gone."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        """Counters plus ``start_method``, ``worker_pids`` and ``workers_alive``."""
+        info = self._base_diagnostics(self._in_flight, self._budget)
+        info['start_method'] = self.start_method
+        core = self._core
+        info['worker_pids'] = core.worker_pids() if core is not None else []
+        info['workers_alive'] = core.workers_alive() if core is not None else 0
+        return info

@@ -1,0 +1,264 @@
+"""The worker function: read one work item (a row range of a row group), filter, decode, transform.
+
+Everything happens on whole columns: the row group's needed columns are read with pyarrow, filtered, shuffled
+with one ``take``, and decoded column by column with the codecs. The result is a dict of numpy columns (plus a
+small ``'.meta'`` entry), which every pool kind moves to the consumer without per-row objects. Only a
+``TransformSpec`` function written for rows (``make_reader``) is called once per row, because that is its
+contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from petastorm.codecs import scalar_column_to_numpy, stack_or_objects
+from petastorm.errors import DecodeFieldError
+from petastorm.metadata.store import RowGroupPiece
+from petastorm.plan import ScheduledItem, row_permutation
+from petastorm.predicates import PredicateBase
+from petastorm.transform import TransformSpec
+from petastorm.unischema import UnischemaField
+
+logger = logging.getLogger(__name__)
+
+META = '.meta'
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """Everything a worker needs, sent to each worker once.
+
+    Attributes:
+        filesystem: where the files are.
+        pieces: every row group of the dataset, by piece index.
+        fields: the fields to deliver (before the transform), in output order.
+        predicate_fields: fields the predicate needs (read and decoded first).
+        predicate: row filter or None.
+        transform: transform spec or None.
+        result_fields: names of the fields after the transform.
+        batched_output: ``make_batch_reader`` semantics (transform sees a DataFrame) when True.
+        shuffle_rows: shuffle rows inside each work item.
+        filter_expression: pyarrow filter applied to the rows (from ``filters``) or None.
+        filter_columns: columns the filter expression reads.
+        partition_names: hive partition columns (not stored in the files).
+    """
+
+    filesystem: pafs.FileSystem
+    pieces: tuple[RowGroupPiece, ...]
+    fields: tuple[UnischemaField, ...]
+    predicate_fields: tuple[UnischemaField, ...]
+    predicate: PredicateBase | None
+    transform: TransformSpec | None
+    result_fields: tuple[str, ...]
+    batched_output: bool
+    shuffle_rows: bool
+    filter_expression: Any
+    filter_columns: tuple[str, ...]
+    partition_names: tuple[str, ...]
+
+    def __reduce__(self) -> tuple:
+        # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
+        import cloudpickle
+
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return _context_from_bytes, (cloudpickle.dumps(state),)
+
+
+def _context_from_bytes(blob: bytes) -> ReadContext:
+    import cloudpickle
+
+    return ReadContext(**cloudpickle.loads(blob))
+
+
+def _partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
+    value = dict(piece.partition_keys).get(field.name)
+    if value is None:
+        return pa.nulls(num_rows)
+    numpy_type = field.numpy_dtype
+    if isinstance(numpy_type, type) and issubclass(numpy_type, np.integer):
+        return pa.array(np.full(num_rows, int(value), dtype=np.int64))
+    return pa.array([value] * num_rows, type=pa.string())
+
+
+def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_start: int,
+                  row_stop: int) -> pa.Table:
+    """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
+    file_columns = [n for n in names if n not in ctx.partition_names]
+    with ctx.filesystem.open_input_file(piece.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        table = parquet.read_row_group(piece.row_group, columns=file_columns)
+    if row_start != 0 or row_stop != table.num_rows:
+        table = table.slice(row_start, row_stop - row_start)
+    for name in names:
+        if name in ctx.partition_names:
+            field = next((f for f in ctx.fields + ctx.predicate_fields if f.name == name), None)
+            if field is None:
+                field = UnischemaField(name, np.str_, (), None, False)
+            table = table.append_column(name, _partition_column(piece, field, table.num_rows))
+    return table
+
+
+def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
+                   where: str) -> dict[str, np.ndarray]:
+    """Decode every field's column of ``table`` into numpy (codecs decode whole columns at once)."""
+    columns = {}
+    for field in fields:
+        column = table.column(field.name)
+        try:
+            if field.codec is not None:
+                columns[field.name] = field.codec.decode_column(field, column)
+            else:
+                columns[field.name] = scalar_column_to_numpy(field, column)
+        except Exception as err:
+            raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
+    return columns
+
+
+def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
+    import pyarrow.dataset as ds
+
+    mask = ds.dataset(table).to_table(columns={'mask': expression}).column('mask')
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
+    """Read, filter, shuffle, decode and transform one work item.
+
+    The predicate's columns are read and decoded first; the other columns are read only when a row matched.
+
+    Returns:
+        ``{field name: numpy column, ..., '.meta': {'num_rows': n, 'tuple': bool}}``. With a row transform that
+        returns tuples, the columns are named ``'0'``, ``'1'``, ... and ``'tuple'`` is True.
+    """
+    item = scheduled.item
+    piece = ctx.pieces[item.piece_index]
+    where = f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
+    names = [f.name for f in ctx.fields]
+    predicate_names = [f.name for f in ctx.predicate_fields]
+    first = predicate_names if ctx.predicate is not None else names
+    table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
+                          item.row_stop)
+    selection: np.ndarray | None = None  # rows to keep, in delivery order; None means all, in file order
+    if ctx.filter_expression is not None:
+        selection = np.flatnonzero(_expression_mask(table, ctx.filter_expression))
+    if ctx.shuffle_rows:
+        count = table.num_rows if selection is None else len(selection)
+        permutation = row_permutation(count, scheduled.shuffle_seed)
+        selection = permutation if selection is None else selection[permutation]
+    if ctx.predicate is not None:
+        candidates = table.select(predicate_names)
+        if selection is not None:
+            candidates = candidates.take(pa.array(selection))
+        mask = _evaluate_predicate(ctx, decode_columns(ctx.predicate_fields, candidates, where), candidates.num_rows)
+        selection = np.flatnonzero(mask) if selection is None else selection[mask]
+        if not len(selection):
+            return {META: {'num_rows': 0, 'tuple': False}}
+        rest = [n for n in names if n not in table.column_names]
+        if rest:
+            others = _read_columns(ctx, piece, rest, item.row_start, item.row_stop)
+            for name in rest:
+                table = table.append_column(name, others.column(name))
+    table = table.select(names)
+    if selection is not None:
+        table = table.take(pa.array(selection))
+    columns = decode_columns(ctx.fields, table, where)
+    return _apply_transform(ctx, columns, table.num_rows, where)
+
+
+def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+    predicate = ctx.predicate
+    assert predicate is not None
+    if ctx.batched_output and not predicate.vectorized:
+        import pandas as pd
+
+        frame = pd.DataFrame({name: _pandas_column(values) for name, values in columns.items()})
+        result = predicate.do_include(frame)
+        mask = np.asarray(result, dtype=bool)
+    else:
+        mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)
+    if mask.shape != (num_rows,):
+        raise ValueError(f'predicate {predicate!r} returned a mask of shape {mask.shape}; expected ({num_rows},)')
+    return mask
+
+
+def _pandas_column(values: np.ndarray) -> Any:
+    if values.ndim > 1:
+        out = np.empty(len(values), dtype=object)
+        for i in range(len(values)):
+            out[i] = values[i]
+        return out
+    return values
+
+
+def column_from_values(values: list[Any]) -> np.ndarray:
+    """One column from per-row values: stacked arrays, a typed array of numpy scalars, else an object array."""
+    if values and all(isinstance(v, np.generic) for v in values) and len({v.dtype for v in values}) == 1:
+        return np.array(values, dtype=values[0].dtype)
+    return stack_or_objects(values)
+
+
+def _apply_transform(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int,
+                     where: str) -> dict[str, Any]:
+    spec = ctx.transform
+    if spec is None or spec.func is None:
+        if spec is not None:
+            columns = {name: columns[name] for name in ctx.result_fields}
+        return {**columns, META: {'num_rows': num_rows, 'tuple': False}}
+    if ctx.batched_output:
+        return _transform_frame(ctx, columns, num_rows)
+    names = list(columns)
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)] if names else [
+        {} for _ in range(num_rows)]
+    results = [spec.func(row) for row in rows]
+    if results and isinstance(results[0], tuple) and not hasattr(results[0], '_fields'):
+        width = len(results[0])
+        out = {str(i): column_from_values([r[i] for r in results]) for i in range(width)}
+        return {**out, META: {'num_rows': len(results), 'tuple': True}}
+    removed = set(spec.removed_fields)
+    out_columns = {}
+    for name in ctx.result_fields:
+        try:
+            out_columns[name] = column_from_values([r[name] for r in results])
+        except KeyError as err:
+            raise ValueError(f'the TransformSpec function returned rows without field {name!r} '
+                             f'(expected {list(ctx.result_fields)}) in {where}') from err
+    if results:
+        unexpected = set(results[0]) - set(ctx.result_fields) - removed
+        if unexpected:
+            raise ValueError(f'the TransformSpec function returned fields {sorted(unexpected)} that the transformed '
+                             f'schema does not declare; add them to edit_fields (in {where})')
+    return {**out_columns, META: {'num_rows': len(results), 'tuple': False}}
+
+
+def _transform_frame(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> dict[str, Any]:
+    import pandas as pd
+
+    spec = ctx.transform
+    assert spec is not None
+    assert spec.func is not None
+    frame = pd.DataFrame({name: _pandas_column(values) for name, values in columns.items()}, index=range(num_rows))
+    result = spec.func(frame)
+    if not isinstance(result, pd.DataFrame):
+        raise ValueError(f'a make_batch_reader TransformSpec function must return a pandas DataFrame, got '
+                         f'{type(result).__name__}')
+    result = result.drop(columns=[c for c in spec.removed_fields if c in result.columns])
+    if set(result.columns) != set(ctx.result_fields):
+        raise ValueError(f'Transformed result columns ({", ".join(map(str, result.columns))}) do not match required '
+                         f'schema columns({", ".join(ctx.result_fields)})')
+    out = {}
+    for name in ctx.result_fields:
+        series = result[name]
+        if series.dtype == object:
+            out[name] = column_from_values(list(series))
+        else:
+            out[name] = series.to_numpy()
+    return {**out, META: {'num_rows': len(result), 'tuple': False}}

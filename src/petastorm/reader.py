@@ -1,0 +1,426 @@
+"""``make_reader`` and ``make_batch_reader``: read a dataset as rows or as column batches.
+
+A :class:`Reader` is built in steps: options are validated into one frozen object, the URL is resolved to a
+filesystem, the store's schema and row groups are loaded, a pure plan decides which row ranges this shard reads
+in which order for every epoch, and a worker pool reads, decodes and transforms whole row groups. Rows are cut
+from the decoded columns only at the very end, for ``make_reader``.
+
+Memory: at most ``max(workers_count, min(results_queue_size, 2 * workers_count))`` work items are in flight
+(being read or waiting to be consumed), and fewer when their decoded size would pass 1 GiB, so peak memory is
+about that many decoded row groups (row-group size x decode expansion) plus one being consumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataError
+from petastorm.fs import normalize_dir_url, resolve_location
+from petastorm.metadata.store import (
+    ParquetStore,
+    RowGroupPiece,
+    inferred_schema,
+    load_row_groups,
+    open_store,
+    stored_schema,
+)
+from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
+from petastorm.plan import WorkItem, schedule, shard_items, split_drop_partitions
+from petastorm.pools import make_pool
+from petastorm.read import META, ReadContext, read_item
+from petastorm.transform import transform_schema
+from petastorm.unischema import Unischema, UnischemaField
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['LOCAL_DISK_CACHE', 'NULL_CACHE', 'Reader', 'make_batch_reader', 'make_reader',
+           'normalize_dataset_url_or_urls']
+
+_MAX_BYTES_IN_FLIGHT = 1 << 30
+
+_STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_reader/make_batch_reader has stopped. '
+                    'This may happen if the make_reader/make_batch_reader context manager has exited but you try '
+                    'to read a sample from the reader.')
+
+
+def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
+    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each."""
+    if isinstance(dataset_url_or_urls, list):
+        if not dataset_url_or_urls:
+            raise ValueError('dataset url list must be non-empty.')
+        return [normalize_dir_url(url) for url in dataset_url_or_urls]
+    return normalize_dir_url(dataset_url_or_urls)
+
+
+def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', workers_count=10,
+                pyarrow_serialize=False, results_queue_size=50, seed=None, shuffle_rows=False,
+                shuffle_row_groups=True, shuffle_row_drop_partitions=1, predicate=None, rowgroup_selector=None,
+                num_epochs=1, cur_shard=None, shard_count=None, shard_seed=None, cache_type=NULL_CACHE,
+                cache_location=None, cache_size_limit=None, cache_row_size_estimate=None,
+                cache_extra_settings=None, hdfs_driver='libhdfs3', transform_spec=None, filters=None,
+                storage_options=None, zmq_copy_buffers=True, filesystem=None,
+                convert_early_to_numpy=False) -> Reader:
+    """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
+
+    Args:
+        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL).
+        schema_fields: fields to read: ``UnischemaField`` s and/or regular expressions matching whole names.
+        reader_pool_type: ``'thread'``, ``'process'`` or ``'dummy'`` (inline, the reference behaviour).
+        workers_count: threads or processes reading and decoding row groups.
+        pyarrow_serialize: deprecated, no effect.
+        results_queue_size: upper bound on decoded row groups waiting for the consumer (see module doc).
+        seed: makes the whole order (row groups, drop partitions, row shuffles) reproducible, identical for every
+            pool kind and worker count. Row groups are re-shuffled every epoch from ``(seed, epoch)``.
+        shuffle_rows: shuffle rows inside each row group (or drop partition).
+        shuffle_row_groups: shuffle the order of row groups every epoch.
+        shuffle_row_drop_partitions: split every row group into this many disjoint row ranges read separately.
+        predicate: a :class:`~petastorm.predicates.PredicateBase`; its fields are read and decoded first.
+        rowgroup_selector: a row-group selector (needs row-group indexes in the metadata).
+        num_epochs: passes over the data; ``None`` means forever.
+        cur_shard: this reader's shard (with ``shard_count``): row group ``i`` goes to shard ``i % shard_count``;
+            with fewer row groups than shards, rows are split into equal contiguous ranges.
+        shard_count: number of shards.
+        shard_seed: deprecated; use ``seed``.
+        cache_type: ``'null'`` (default) or ``'local-disk'``.
+        cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: local-disk cache settings.
+        hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (for ``hdfs://`` URLs).
+        transform_spec: a :class:`~petastorm.transform.TransformSpec` applied to each decoded row in the workers.
+        filters: pyarrow DNF filters (``[('col', '>', 3)]``) applied to rows and used to skip row groups.
+        storage_options: fsspec options (credentials, endpoint) for remote URLs.
+        zmq_copy_buffers: deprecated, no effect.
+        filesystem: a ready pyarrow or fsspec filesystem, instead of resolving the URL.
+        convert_early_to_numpy: accepted for compatibility; decoding always happens in the workers.
+
+    Returns:
+        A :class:`Reader`: an iterator and context manager.
+    """
+    options = validate_options(
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=False,
+        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
+        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+        shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
+        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
+        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
+        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
+        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
+        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
+        convert_early_to_numpy=convert_early_to_numpy, pyarrow_serialize=pyarrow_serialize)
+    return Reader(options)
+
+
+def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type='thread', workers_count=10,
+                      results_queue_size=50, seed=None, shuffle_rows=False, shuffle_row_groups=True,
+                      shuffle_row_drop_partitions=1, predicate=None, rowgroup_selector=None, num_epochs=1,
+                      cur_shard=None, shard_count=None, shard_seed=None, cache_type='null', cache_location=None,
+                      cache_size_limit=None, cache_row_size_estimate=None, cache_extra_settings=None,
+                      hdfs_driver='libhdfs3', transform_spec=None, filters=None, storage_options=None,
+                      zmq_copy_buffers=True, filesystem=None, convert_early_to_numpy=False) -> Reader:
+    """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
+
+    Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
+    inferred from the Parquet schema), a directory or a list of file URLs. The arguments are those of
+    :func:`make_reader`, except that a ``TransformSpec`` function receives and returns a pandas DataFrame, and a
+    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series.
+    """
+    options = validate_options(
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url_or_urls), batched_output=True,
+        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
+        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+        shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
+        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
+        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
+        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
+        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
+        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
+        convert_early_to_numpy=convert_early_to_numpy)
+    return Reader(options)
+
+
+def _load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
+    try:
+        schema = stored_schema(store)
+    except PetastormMetadataError:
+        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
+                                                   for k in store.metadata_kv):
+            raise  # the metadata is there but unreadable or refused: never silently fall back
+        if not batched_output:
+            warnings.warn('Currently make_reader supports reading only Petastorm datasets. To read from a '
+                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=4)
+        return inferred_schema(store)
+    if batched_output:
+        warnings.warn("Please use make_reader (instead of 'make_batch_dataset' function to read this dataset. You "
+                      'may get unexpected results. Currently make_batch_reader supports reading only Parquet '
+                      'stores that contain standard Parquet data types and do not require petastorm decoding.',
+                      UserWarning, stacklevel=4)
+    return schema
+
+
+def _select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
+    if schema_fields is None:
+        return schema
+    if type(schema_fields).__name__ == 'NGram':
+        raise NotImplementedError('NGram readers are not available in this version of petastorm')
+    if isinstance(schema_fields, (str, bytes)) or not hasattr(schema_fields, '__iter__'):
+        raise ValueError('Fields must be either None, an iterable collection of Unischema fields or an NGram object.')
+    schema_fields = list(schema_fields)
+    view = schema.create_schema_view(schema_fields)
+    if not view.fields:
+        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}.")
+    return view
+
+
+def _check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
+    if not store.files:
+        return
+    with store.filesystem.open_input_file(store.files[0]) as f:
+        file_columns = set(pq.read_schema(f).names)
+    partitions = set(store.partition_names)
+    missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
+    if missing:
+        raise PetastormMetadataError(f'fields {missing} of the dataset schema are not columns of {store.files[0]} '
+                                     f'(columns: {sorted(file_columns)}); the metadata does not match the files')
+
+
+def _filter_expression(filters: Any) -> Any:
+    if filters is None:
+        return None
+    import pyarrow.compute as pc
+
+    if isinstance(filters, pc.Expression):
+        return filters
+    try:
+        return pq.filters_to_expression(filters)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f'filters {filters!r} are not valid pyarrow DNF filters: {err}') from err
+
+
+def _columns_of_expression(expression: Any, candidates: list[str]) -> tuple[str, ...]:
+    # pyarrow does not expose the fields an expression references; its text names them as field refs.
+    text = str(expression)
+    return tuple(name for name in candidates if name in text)
+
+
+def _prune_by_partition_predicate(pieces: list[RowGroupPiece], indexes: list[int], schema: Unischema,
+                                  predicate: Any) -> list[int]:
+    kept = []
+    for index in indexes:
+        values = {}
+        for name, raw in pieces[index].partition_keys:
+            field = schema.fields.get(name)
+            dtype = field.numpy_dtype if field is not None else np.str_
+            values[name] = dtype(int(raw)) if issubclass(dtype, np.integer) else dtype(raw)
+        if predicate.do_include(values):
+            kept.append(index)
+    return kept
+
+
+def _prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexes: list[int],
+                         expression: Any) -> list[int]:
+    """Drop row groups whose Parquet statistics (or partition values) prove no row can match the filters."""
+    import pyarrow.dataset as ds
+
+    partitioning = ds.partitioning(flavor='hive') if store.partition_names else None
+    dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
+                         partitioning=partitioning, partition_base_dir=store.root)
+    matching: set[tuple[str, int]] = set()
+    for fragment in dataset.get_fragments():
+        for row_group_fragment in fragment.split_by_row_group(expression):
+            for row_group in row_group_fragment.row_groups:
+                matching.add((fragment.path, row_group.id))
+    return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
+
+
+class Reader:
+    """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
+
+    Use it as a context manager, or call :meth:`stop` and :meth:`join` when done.
+
+    Attributes:
+        schema: the Unischema of what is yielded (after field selection and the transform).
+        dataset: the opened store (files, metadata).
+        ngram: always None (NGram readers are not available yet).
+        num_epochs: epochs per pass.
+        last_row_consumed: True once every epoch was delivered.
+        is_batched_reader: True for ``make_batch_reader``.
+    """
+
+    def __init__(self, options: ReaderOptions):
+        self._options = options
+        self.is_batched_reader = options.batched_output
+        self.ngram = None
+        self.num_epochs = options.num_epochs
+        self.last_row_consumed = False
+        self.stopped = False
+        self._lock = threading.Lock()
+        location = resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem)
+        self.dataset = open_store(location)
+        stored = _load_schema(self.dataset, options.batched_output)
+        view = _select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
+        self.schema = transform_schema(view, options.transform_spec)
+        context = self._make_context(stored, view)
+        pieces = load_row_groups(self.dataset)
+        self._items = self._plan(stored, pieces, context)
+        self._next_epoch = 0
+        self._pool = make_pool(options.reader_pool_type, options.workers_count,
+                               max_in_flight=max(options.workers_count,
+                                                 min(options.results_queue_size, 2 * options.workers_count)),
+                               max_bytes_in_flight=_MAX_BYTES_IN_FLIGHT)
+        self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces)))
+        self._output = self._deliver()
+        logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
+                    len(self._items), options.reader_pool_type, options.workers_count)
+
+    # -- construction steps -------------------------------------------------------------------------------------
+
+    def _make_context(self, stored: Unischema, view: Unischema) -> ReadContext:
+        options = self._options
+        predicate_fields: list[UnischemaField] = []
+        if options.predicate is not None:
+            names = list(options.predicate.get_fields())
+            if not names:
+                raise ValueError(f'predicate {options.predicate!r} names no fields (get_fields() is empty)')
+            unknown = [n for n in names if n not in stored.fields]
+            if unknown:
+                raise ValueError(f'predicate fields {unknown} are not fields of the dataset schema '
+                                 f'({", ".join(stored.fields)})')
+            predicate_fields = [stored.fields[n] for n in names]
+        self._partition_predicate = options.predicate is not None and bool(self.dataset.partition_names) and {
+            f.name for f in predicate_fields} <= set(self.dataset.partition_names)
+        _check_columns_exist(self.dataset, list(view.fields.values()) + predicate_fields)
+        expression = _filter_expression(options.filters)
+        partition_names = tuple(self.dataset.partition_names)
+        candidates = list(dict.fromkeys(list(stored.fields) + list(partition_names)))
+        return ReadContext(
+            filesystem=self.dataset.filesystem,
+            pieces=(),  # filled by _plan
+            fields=tuple(view.fields.values()),
+            predicate_fields=tuple(predicate_fields) if not self._partition_predicate else (),
+            predicate=None if self._partition_predicate else options.predicate,
+            transform=options.transform_spec,
+            result_fields=tuple(self.schema.fields),
+            batched_output=options.batched_output,
+            shuffle_rows=options.shuffle_rows,
+            filter_expression=expression,
+            filter_columns=_columns_of_expression(expression, candidates) if expression is not None else (),
+            partition_names=partition_names)
+
+    def _plan(self, stored: Unischema, pieces: list[RowGroupPiece], context: ReadContext) -> list[WorkItem]:
+        options = self._options
+        indexes = list(range(len(pieces)))
+        if self._partition_predicate:
+            indexes = _prune_by_partition_predicate(pieces, indexes, stored, options.predicate)
+        if context.filter_expression is not None:
+            indexes = _prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
+        items = shard_items([(i, pieces[i].num_rows) for i in indexes], options.cur_shard, options.shard_count)
+        items = split_drop_partitions(items, options.shuffle_row_drop_partitions)
+        if not items:
+            warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
+                          'data was sharded.', UserWarning, stacklevel=4)
+        return items
+
+    # -- delivery -----------------------------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
+        options = self._options
+        first_epoch = self._next_epoch
+        if options.num_epochs is not None:
+            self._next_epoch += options.num_epochs
+        scheduled = schedule(self._items, options.seed, options.shuffle_row_groups, options.num_epochs, first_epoch)
+        for result in self._pool.imap(scheduled):
+            if result[META]['num_rows']:
+                yield result
+
+    def _deliver(self) -> Iterator[Any]:
+        if self.is_batched_reader:
+            return self._deliver_batches()
+        return self._deliver_rows()
+
+    def _deliver_batches(self) -> Iterator[Any]:
+        make = self.schema._get_namedtuple()
+        for batch in self._batches():
+            yield make(**{name: batch[name] for name in self.schema.fields})
+
+    def _deliver_rows(self) -> Iterator[Any]:
+        make = self.schema._get_namedtuple()._make
+        names = list(self.schema.fields)
+        for batch in self._batches():
+            if batch[META]['tuple']:
+                width = len(batch) - 1
+                yield from zip(*(batch[str(i)] for i in range(width)), strict=True)
+            elif names:
+                yield from map(make, zip(*(batch[name] for name in names), strict=True))
+
+    # -- iterator protocol --------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Reader:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:
+            if self.stopped:
+                raise RuntimeError(_STOPPED_MESSAGE)
+            try:
+                return next(self._output)
+            except StopIteration:
+                self.last_row_consumed = True
+                raise
+
+    def next(self) -> Any:
+        """Same as ``next(reader)``."""
+        return self.__next__()
+
+    def reset(self) -> None:
+        """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""
+        with self._lock:
+            if not self.last_row_consumed:
+                raise NotImplementedError('Currently do not support resetting a reader while in the middle of '
+                                          'iteration. You can reset the reader only after all samples were consumed.')
+            if self.stopped:
+                raise RuntimeError(_STOPPED_MESSAGE)
+            self.last_row_consumed = False
+            self._output = self._deliver()
+
+    @property
+    def batched_output(self) -> bool:
+        """True when each item is a batch of rows (``make_batch_reader``)."""
+        return self.is_batched_reader
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        """Counters of the worker pool and the plan."""
+        return {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items)}
+
+    def stop(self) -> None:
+        """Stop reading (non-blocking); iteration afterwards raises ``RuntimeError``."""
+        self.stopped = True
+        self._pool.stop()
+
+    def join(self) -> None:
+        """Wait until every worker has finished (call after :meth:`stop`)."""
+        close = getattr(self._output, 'close', None)
+        if close is not None and self.stopped:
+            try:
+                close()
+            except RuntimeError:  # closing a generator another thread is running
+                logger.debug('reader output was still running when joined')
+        self._pool.join()
+
+    def cleanup_cache(self) -> None:
+        """Remove the reader's local cache (nothing to do without one)."""
+        logger.debug('no local cache to clean up')
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+        self.join()
+

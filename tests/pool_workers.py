@@ -1,0 +1,123 @@
+"""Worker functions and contexts for tests/test_pools.py.
+
+They live in their own light module because spawned worker processes import them by name.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# How many times a CountingContext was unpickled in this process (checked by the worker function).
+_UNPICKLED = [0]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """A typical frozen context."""
+
+    offset: int = 0
+    delay: float = 0.0
+    fail_at: int = -1
+
+
+def jittered_square(ctx: Ctx, item: int) -> int:
+    """item**2 + offset, after an item-dependent pause so that completion order differs from submission order."""
+    time.sleep(((item * 7919) % 5) * 0.001)
+    return item * item + ctx.offset
+
+
+def expected_square(ctx: Ctx, item: int) -> int:
+    """What jittered_square returns, without the pause."""
+    return item * item + ctx.offset
+
+
+def slow_identity(ctx: Ctx, item: Any) -> Any:
+    """Return the item after ctx.delay seconds."""
+    time.sleep(ctx.delay)
+    return item
+
+
+def fail_on_item(ctx: Ctx, item: int) -> int:
+    """Raise ValueError for item ctx.fail_at."""
+    if item == ctx.fail_at:
+        raise ValueError(f'item {item} is bad')
+    time.sleep(0.002)
+    return item
+
+
+class UnpicklableError(Exception):
+    """An exception whose constructor signature breaks unpickling."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f'code {code}: {detail}')
+
+
+def raise_unpicklable(ctx: Ctx, item: int) -> int:
+    """Always raise UnpicklableError."""
+    raise UnpicklableError(item, 'cannot be rebuilt')
+
+
+def mixed_columns(ctx: Ctx, item: int) -> dict[str, Any]:
+    """A dict result mixing big and small plain arrays, object arrays, strings, None and scalars."""
+    rng = np.random.default_rng(item)
+    structured = np.zeros(3, dtype=[('a', '<i4'), ('b', '<f8', (2,))])
+    structured['a'] = [item, 2, 3]
+    return {
+        'image': rng.integers(0, 256, size=(8, 128, 256, 3), dtype=np.uint8),
+        'matrix': rng.standard_normal((300, 200)),
+        'strided': np.arange(200_000, dtype=np.int64)[::2],
+        'fortran': np.asfortranarray(rng.standard_normal((100, 70)).astype(np.float32)),
+        'big_endian': np.arange(50_000, dtype='>i4'),
+        'small': np.array([item], dtype=np.int64),
+        'empty': np.zeros((0, 3), dtype=np.float32),
+        'strings': np.array(['a', 'bc' * item], dtype='<U20'),
+        'objects': np.array([b'x', None, {'k': item}], dtype=object),
+        'structured': structured,
+        'none': None,
+        'scalar': item * 1.5,
+    }
+
+
+def non_dict_result(ctx: Ctx, item: int) -> Any:
+    """Results that are not dicts: alternately a tuple, a big lone array, a string and None."""
+    kind = item % 4
+    if kind == 0:
+        return (item, 'x', [1, 2])
+    if kind == 1:
+        return np.full((200, 1000), item, dtype=np.float64)
+    if kind == 2:
+        return f'item-{item}'
+    return None
+
+
+def big_uint8(ctx: Ctx, item: int) -> dict[str, np.ndarray]:
+    """A result of about 600 kB."""
+    time.sleep(ctx.delay)
+    return {'data': np.full((600, 1000), item % 256, dtype=np.uint8)}
+
+
+def worker_pid(ctx: Ctx, item: int) -> int:
+    """The pid of the process running the function."""
+    time.sleep(ctx.delay)
+    return os.getpid()
+
+
+class CountingContext:
+    """A context that counts how often it is unpickled in each process."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _UNPICKLED[0] += 1
+
+
+def unpickle_count(ctx: CountingContext, item: int) -> tuple[int, int]:
+    """(pid, number of context unpicklings in this process)."""
+    time.sleep(0.002)
+    return os.getpid(), _UNPICKLED[0]

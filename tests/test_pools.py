@@ -1,0 +1,449 @@
+"""Tests of petastorm.pools: ordering, round-trips, errors, cancellation, bounds and clean shutdown."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import traceback
+from multiprocessing import resource_tracker
+
+import numpy as np
+import psutil
+import pytest
+
+from petastorm.pools import (
+    POOL_KINDS,
+    DummyPool,
+    ProcessPool,
+    ThreadPool,
+    WorkerDiedError,
+    WorkerFunctionError,
+    WorkerPool,
+    make_pool,
+)
+
+try:  # tests/ on sys.path (rootdir-relative imports, no tests/__init__.py)
+    import pool_workers as pw
+except ImportError:  # tests/ is a package
+    from tests import pool_workers as pw
+
+SHM_DIR = '/dev/shm'
+needs_dev_shm = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason='needs /dev/shm')
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else set()
+
+
+def _children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)
+            if child.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture
+def leak_check():
+    """Returns a function asserting that no thread, child process or shared memory block was left behind."""
+    resource_tracker.ensure_running()  # started by the first process pool and kept: part of the baseline
+    threads_before = set(threading.enumerate())
+    children_before = _children()
+    shm_before = _shm_entries()
+
+    def assert_clean() -> None:
+        deadline = time.monotonic() + 3.0
+        while True:
+            extra_threads = set(threading.enumerate()) - threads_before
+            extra_children = _children() - children_before
+            extra_shm = _shm_entries() - shm_before
+            if not (extra_threads or extra_children or extra_shm) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert not extra_threads
+        assert not extra_children
+        assert not extra_shm
+
+    return assert_clean
+
+
+def _started(kind: str, workers: int, fn, ctx, **options) -> WorkerPool:
+    pool = make_pool(kind, workers, **options)
+    pool.start(fn, ctx)
+    return pool
+
+
+# ------------------------------------------------------------------------------------------- construction
+
+
+def test_kinds_and_classes():
+    assert POOL_KINDS == ('dummy', 'thread', 'process')
+    classes = {'dummy': DummyPool, 'thread': ThreadPool, 'process': ProcessPool}
+    for kind in POOL_KINDS:
+        pool = make_pool(kind, 2)
+        assert type(pool) is classes[kind]
+        assert isinstance(pool, WorkerPool)
+        pool.join()  # never started: a no-op
+
+
+def test_unknown_kind_names_the_valid_ones():
+    with pytest.raises(ValueError, match='Unknown reader_pool_type') as excinfo:
+        make_pool('gpu', 2)
+    assert all(kind in str(excinfo.value) for kind in POOL_KINDS)
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+@pytest.mark.parametrize('count', [0, -1, 1.5, True, '2', None])
+def test_workers_count_must_be_positive_int(kind, count):
+    with pytest.raises(ValueError, match='workers_count') as excinfo:
+        make_pool(kind, count)
+    assert repr(count) in str(excinfo.value)
+
+
+def test_other_options_are_validated():
+    with pytest.raises(ValueError, match='max_in_flight'):
+        make_pool('thread', 2, max_in_flight=0)
+    with pytest.raises(ValueError, match='max_bytes_in_flight'):
+        make_pool('process', 2, max_bytes_in_flight=-5)
+    with pytest.raises(ValueError, match='fork'):
+        ProcessPool(1, start_method='fork')
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_lifecycle_misuse(kind):
+    pool = make_pool(kind, 1)
+    with pytest.raises(RuntimeError, match='before start'):
+        pool.imap([1])
+    pool.start(pw.slow_identity, pw.Ctx())
+    with pytest.raises(RuntimeError, match='only once'):
+        pool.start(pw.slow_identity, pw.Ctx())
+    pool.stop()
+    pool.stop()
+    pool.join()
+    pool.join()
+    with pytest.raises(RuntimeError, match='stopped'):
+        pool.imap([1])
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+@pytest.mark.parametrize('workers', [1, 2, 3, 4])
+@pytest.mark.parametrize('count', [0, 1, 100])
+def test_results_in_submission_order(kind, workers, count):
+    ctx = pw.Ctx(offset=7)
+    with _started(kind, workers, pw.jittered_square, ctx) as pool:
+        results = list(pool.imap(range(count)))
+        assert pool.diagnostics['items_completed'] == count
+    assert results == [pw.expected_square(ctx, i) for i in range(count)]
+
+
+def _assert_same(actual, expected):
+    assert type(actual) is type(expected)
+    if isinstance(expected, dict):
+        assert list(actual) == list(expected)
+        for key in expected:
+            _assert_same(actual[key], expected[key])
+    elif isinstance(expected, np.ndarray):
+        assert actual.dtype == expected.dtype
+        assert actual.shape == expected.shape
+        if expected.dtype.hasobject:
+            assert actual.tolist() == expected.tolist()
+        else:
+            assert np.array_equal(actual, expected)
+    else:
+        assert actual == expected
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+@pytest.mark.parametrize('fn', [pw.mixed_columns, pw.non_dict_result])
+def test_results_round_trip_exactly(kind, fn):
+    with _started(kind, 2, fn, pw.Ctx()) as pool:
+        results = list(pool.imap(range(8)))
+    assert len(results) == 8
+    for item, result in enumerate(results):
+        _assert_same(result, fn(pw.Ctx(), item))
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_rerun_imap_after_a_complete_one(kind):
+    ctx = pw.Ctx(offset=1)
+    with _started(kind, 2, pw.jittered_square, ctx) as pool:
+        assert list(pool.imap(range(10))) == [pw.expected_square(ctx, i) for i in range(10)]
+        assert list(pool.imap(range(20, 25))) == [pw.expected_square(ctx, i) for i in range(20, 25)]
+        assert list(pool.imap([])) == []
+        assert pool.diagnostics['items_completed'] == 15
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_close_unfinished_imap_then_rerun(kind, leak_check):
+    ctx = pw.Ctx()
+    with _started(kind, 2, pw.jittered_square, ctx) as pool:
+        first = pool.imap(range(1000))
+        assert [next(first) for _ in range(3)] == [0, 1, 4]
+        first.close()
+        with pytest.raises(StopIteration):
+            next(first)
+        assert list(pool.imap(range(5, 10))) == [pw.expected_square(ctx, i) for i in range(5, 10)]
+        # An iterator that is merely abandoned is superseded by the next imap call.
+        abandoned = pool.imap(range(1000))
+        next(abandoned)
+        assert list(pool.imap(range(3))) == [0, 1, 4]
+        with pytest.raises(RuntimeError, match='superseded'):
+            next(abandoned)
+        assert pool.diagnostics['in_flight'] == 0
+    leak_check()
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_error_reaches_consumer_with_type_and_traceback(kind, leak_check):
+    pool = _started(kind, 2, pw.fail_on_item, pw.Ctx(fail_at=5))
+    results = pool.imap(range(50))
+    assert [next(results) for _ in range(5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match='item 5 is bad') as excinfo:
+        next(results)
+    text = ''.join(traceback.format_exception(excinfo.value))
+    assert 'fail_on_item' in text
+    assert "raise ValueError(f'item {item} is bad')" in text
+    with pytest.raises(RuntimeError, match='stopped'):  # the pool stopped itself
+        pool.imap([1])
+    pool.stop()
+    pool.join()
+    leak_check()
+
+
+def test_unpicklable_remote_exception_is_wrapped(leak_check):
+    with _started('process', 1, pw.raise_unpicklable, pw.Ctx()) as pool, \
+            pytest.raises(WorkerFunctionError, match='UnpicklableError: code 3') as excinfo:
+        list(pool.imap([3]))
+    assert 'raise_unpicklable' in str(excinfo.value.__cause__)
+    leak_check()
+
+
+# --------------------------------------------------------------------------------------------- shutdown
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_stop_mid_iteration_is_quick_and_join_leaves_nothing(kind, leak_check):
+    pool = _started(kind, 2, pw.slow_identity, pw.Ctx(delay=0.05))
+    results = pool.imap(range(1000))
+    assert [next(results) for _ in range(3)] == [0, 1, 2]
+    began = time.monotonic()
+    pool.stop()
+    assert time.monotonic() - began < 0.5
+    assert list(results) == []  # the iterator ends instead of hanging
+    pool.join()
+    assert time.monotonic() - began < 5.0
+    leak_check()
+
+
+@pytest.mark.parametrize('kind', ['thread', 'process'])
+def test_stop_from_another_thread_wakes_the_consumer(kind, leak_check):
+    pool = _started(kind, 1, pw.slow_identity, pw.Ctx(delay=0.3))
+    results = pool.imap(range(100))
+    assert next(results) == 0
+    timer = threading.Timer(0.05, pool.stop)
+    timer.start()
+    began = time.monotonic()
+    assert list(results) == []
+    assert time.monotonic() - began < 1.5
+    timer.join()
+    pool.join()
+    leak_check()
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_garbage_collected_pool_cleans_up(kind, leak_check):
+    pool = _started(kind, 2, pw.slow_identity, pw.Ctx(delay=0.01))
+    results = pool.imap(range(100))
+    next(results)
+    del pool, results
+    gc.collect()
+    leak_check()
+
+
+# ------------------------------------------------------------------------------------------ flow control
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_items_are_pulled_lazily_and_bounded(kind):
+    workers, max_in_flight = 2, 3
+    pulled = [0]
+
+    def items():
+        for i in range(40):
+            pulled[0] += 1
+            yield i
+
+    ahead = []
+    with _started(kind, workers, pw.slow_identity, pw.Ctx(delay=0.002), max_in_flight=max_in_flight) as pool:
+        for consumed, result in enumerate(pool.imap(items()), start=1):
+            assert result == consumed - 1
+            ahead.append(pulled[0] - consumed)
+            time.sleep(0.01)  # a slow consumer
+    assert max(ahead) <= max_in_flight + workers
+    if kind != 'dummy':
+        assert max(ahead) >= 1  # there was read-ahead at all
+
+
+@pytest.mark.parametrize('kind', ['thread', 'process'])
+def test_byte_budget_shrinks_the_window(kind):
+    pulled = [0]
+
+    def items():
+        for i in range(20):
+            pulled[0] += 1
+            yield i
+
+    ahead = []
+    with _started(kind, 2, pw.big_uint8, pw.Ctx(delay=0.002), max_in_flight=8,
+                  max_bytes_in_flight=1_000_000) as pool:
+        for consumed, result in enumerate(pool.imap(items()), start=1):
+            assert result['data'][0, 0] == (consumed - 1) % 256
+            ahead.append(pulled[0] - consumed)
+            time.sleep(0.005)
+        assert pool.diagnostics['max_in_flight'] == 1  # 1 MB budget / 600 kB results
+    assert max(ahead) <= 2  # one item per worker until the size of results is known
+    assert max(ahead[2:]) <= 1
+
+
+def test_context_is_sent_once_per_worker():
+    with _started('process', 2, pw.unpickle_count, pw.CountingContext()) as pool:
+        results = list(pool.imap(range(30)))
+    assert {count for _, count in results} == {1}
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_diagnostics(kind):
+    with _started(kind, 2, pw.jittered_square, pw.Ctx()) as pool:
+        list(pool.imap(range(5)))
+        info = pool.diagnostics
+    assert {'kind', 'workers_count', 'items_submitted', 'items_completed', 'in_flight'} <= set(info)
+    assert info['kind'] == kind
+    assert info['items_submitted'] == info['items_completed'] == 5
+    assert info['in_flight'] == 0
+    assert info['workers_count'] == (1 if kind == 'dummy' else 2)
+
+
+# -------------------------------------------------------------------------------------- process specific
+
+
+@needs_dev_shm
+def test_killed_worker_raises_worker_died_error(leak_check):
+    pool = _started('process', 2, pw.big_uint8, pw.Ctx(delay=0.05))
+    results = pool.imap(range(1000))
+    next(results)
+    victim = pool.diagnostics['worker_pids'][0]
+    os.kill(victim, signal.SIGKILL)
+    began = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=f'pid {victim}.*exit code -9') as excinfo:
+        for _ in results:
+            pass
+    assert time.monotonic() - began < 5.0
+    assert 'process pool' in str(excinfo.value)
+    with pytest.raises(WorkerDiedError):
+        pool.imap([1])
+    pool.join()
+    leak_check()
+
+
+@needs_dev_shm
+def test_shared_memory_is_released(leak_check):
+    before = _shm_entries()
+    with _started('process', 2, pw.big_uint8, pw.Ctx(delay=0.001)) as pool:
+        assert len(list(pool.imap(range(30)))) == 30
+        assert _shm_entries() == before
+        results = pool.imap(range(100))
+        next(results)
+        time.sleep(0.2)  # let results pile up in flight
+        results.close()
+        results = pool.imap(range(100))
+        next(results)
+    leak_check()
+
+
+_SCRIPT_PREAMBLE = """
+import importlib, json, os, signal, sys, time
+sys.path[:0] = {path!r}
+from petastorm.pools import make_pool
+pw = importlib.import_module({module!r})
+"""
+
+
+def _python(body: str) -> list[str]:
+    preamble = _SCRIPT_PREAMBLE.format(path=sys.path, module=pw.__name__)
+    return [sys.executable, '-c', preamble + textwrap.dedent(body)]
+
+
+@needs_dev_shm
+def test_no_resource_tracker_warnings_in_a_fresh_interpreter():
+    body = """
+    if __name__ == '__main__':
+        ctx = pw.Ctx(delay=0.01)
+        with make_pool('process', 2) as pool:
+            pool.start(pw.big_uint8, ctx)
+            assert len(list(pool.imap(range(10)))) == 10
+            early = pool.imap(range(100))
+            next(early)
+            early.close()
+            stopped = pool.imap(range(100))
+            next(stopped)
+        with make_pool('process', 2) as pool:
+            pool.start(pw.big_uint8, ctx)
+            results = pool.imap(range(100))
+            next(results)
+            os.kill(pool.diagnostics['worker_pids'][1], signal.SIGKILL)
+            try:
+                list(results)
+            except RuntimeError as exc:
+                print('died:', type(exc).__name__)
+    """
+    before = _shm_entries()
+    done = subprocess.run(_python(body), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 'died: WorkerDiedError' in done.stdout
+    assert 'resource_tracker' not in done.stderr
+    assert 'leaked' not in done.stderr
+    assert _shm_entries() == before
+
+
+def test_workers_exit_when_the_parent_is_killed():
+    body = """
+    if __name__ == '__main__':
+        pool = make_pool('process', 2)
+        pool.start(pw.worker_pid, pw.Ctx())
+        list(pool.imap(range(4)))  # the workers are up and running
+        print(json.dumps(pool.diagnostics['worker_pids']), flush=True)
+        time.sleep(60)
+    """
+    child = subprocess.Popen(_python(body), stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pids = json.loads(child.stdout.readline())
+        assert len(worker_pids) == 2
+        assert all(psutil.pid_exists(pid) for pid in worker_pids)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=5)
+        deadline = time.monotonic() + 5.0
+        alive = worker_pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [pid for pid in worker_pids if _is_running(pid)]
+        assert alive == []
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
