@@ -6,7 +6,9 @@ They live in their own light module because spawned worker processes import them
 from __future__ import annotations
 
 import os
+import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +83,19 @@ def mixed_columns(ctx: Ctx, item: int) -> dict[str, Any]:
         'none': None,
         'scalar': item * 1.5,
     }
+
+
+def unpicklable_result(ctx: Ctx, item: int) -> dict[str, Any]:
+    """A dict result with a big array (so it goes through shared memory) and a value pickle refuses."""
+    return {'big': np.zeros(100_000), 'fn': lambda: item}
+
+
+def result_only_the_worker_can_load(ctx: Ctx, item: int) -> dict[str, Any]:
+    """A result holding an instance of a class that exists only in the worker process."""
+    module = types.ModuleType('petastorm_test_worker_only')
+    exec('class Thing:\n    pass\n', module.__dict__)
+    sys.modules[module.__name__] = module
+    return {'big': np.zeros(100_000), 'thing': module.Thing()}
 
 
 def non_dict_result(ctx: Ctx, item: int) -> Any:

@@ -196,6 +196,10 @@ def test_close_unfinished_imap_then_rerun(kind, leak_check):
         assert list(pool.imap(range(3))) == [0, 1, 4]
         with pytest.raises(RuntimeError, match='superseded'):
             next(abandoned)
+        never_started = pool.imap(range(3))
+        assert list(pool.imap(range(4))) == [0, 1, 4, 9]
+        with pytest.raises(RuntimeError, match='superseded'):
+            next(never_started)
         assert pool.diagnostics['in_flight'] == 0
     leak_check()
 
@@ -225,6 +229,23 @@ def test_unpicklable_remote_exception_is_wrapped(leak_check):
             pytest.raises(WorkerFunctionError, match='UnpicklableError: code 3') as excinfo:
         list(pool.imap([3]))
     assert 'raise_unpicklable' in str(excinfo.value.__cause__)
+    leak_check()
+
+
+@needs_dev_shm
+def test_unpicklable_result_is_reported(leak_check):
+    with _started('process', 1, pw.unpicklable_result, pw.Ctx()) as pool, \
+            pytest.raises(TypeError, match='result of item 0 cannot be pickled'):
+        list(pool.imap(range(3)))
+    leak_check()  # the result's block was created before pickling failed
+
+
+@needs_dev_shm
+def test_result_the_parent_cannot_unpickle_is_reported(leak_check):
+    with _started('process', 1, pw.result_only_the_worker_can_load, pw.Ctx()) as pool, \
+            pytest.raises(RuntimeError, match='could not be unpickled in the parent') as excinfo:
+        list(pool.imap(range(3)))
+    assert isinstance(excinfo.value.__cause__, ImportError)
     leak_check()
 
 

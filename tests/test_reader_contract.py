@@ -217,3 +217,22 @@ def test_stress_random_finite_reads_deliver_every_row_once(dataset_url):
         for shard in range(shard_count):
             got += _read_ids(reader_kind, dataset_url, cur_shard=shard, shard_count=shard_count, **options)
         assert collections.Counter(got) == dict.fromkeys(range(ROWS), options['num_epochs']), (trial, options)
+
+
+@pytest.mark.parametrize('pool', POOLS)
+def test_an_abandoned_reader_is_cleaned_up_by_garbage_collection(dataset_url, pool):
+    import gc
+    import time
+
+    threads_before = set(threading.enumerate())
+    children_before = _child_processes()
+    reader = make_reader(dataset_url, reader_pool_type=pool, workers_count=2, num_epochs=None)
+    next(reader)
+    del reader
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while (set(threading.enumerate()) - threads_before or _child_processes() - children_before) and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(threading.enumerate()) - threads_before == set()
+    assert _child_processes() - children_before == set()

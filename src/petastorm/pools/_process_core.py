@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pickle
 import threading
 import time
@@ -27,8 +28,12 @@ from typing import Any
 
 from petastorm.pools._transport import (
     PICKLE_PROTOCOL,
+    REPLY_CANCELLED,
+    REPLY_OK,
     block_name,
     decode_exception,
+    decode_reply_header,
+    decode_reply_payload,
     discard_payload,
     new_block_prefix,
     unlink_block,
@@ -60,6 +65,7 @@ class ProcessCore:
         self.alive = [True] * workers_count
         self.outstanding: dict[int, int] = {}  # seq -> index of the worker computing it
         self.done: dict[int, tuple[bool, Any]] = {}  # seq -> (ok, result or exception to raise)
+        self.run_id = 0
         self.valid_from = 0
         self.next_seq = 0
         self.failure: str | None = None
@@ -77,7 +83,8 @@ class ProcessCore:
             for index in range(workers_count):
                 task_reader, task_writer = ctx.Pipe(duplex=False)
                 result_reader, result_writer = ctx.Pipe(duplex=False)
-                setup = WorkerSetup(worker_fn, context, self.block_prefix, index)
+                setup = WorkerSetup(worker_fn, context, self.block_prefix, index,
+                                    os.getpid() if start_method == 'spawn' else None)
                 proc = ctx.Process(target=run_worker, args=(setup, task_reader, result_writer),
                                    name=f'petastorm-worker-{index}', daemon=True)
                 try:
@@ -98,6 +105,8 @@ class ProcessCore:
             raise
         logger.debug('%s: started %d %s workers in %.3f s', self.label, workers_count, start_method,
                      time.perf_counter() - started)
+        # A daemon thread: non-daemon threads are joined before atexit hooks run, and the finalizer that stops
+        # an un-joined pool at interpreter exit is such a hook. join() still joins the collector.
         self.collector = threading.Thread(target=self._collect, name='petastorm-process-pool-collector',
                                           daemon=True)
         self.collector.start()
@@ -105,27 +114,32 @@ class ProcessCore:
     # ----------------------------------------------------------------------------------------- consumer side
 
     def begin_run(self) -> int:
-        """Start an imap call: older replies become stale. Returns the first sequence number of the run."""
+        """Start an imap call: replies for earlier items become stale. Returns the id of the new run."""
         with self.cond:
             self.raise_if_failed()
             if self.stopping:
                 raise RuntimeError(f'{self.label}: imap() called on a stopped pool')
-            first = self.next_seq
-            self.valid_from = first
+            self.run_id += 1
+            self.valid_from = self.next_seq
             self.done.clear()
             busy = bool(self.outstanding)
+            below = self.next_seq
         if busy:
-            self._broadcast(('cancel', first))
-        return first
+            self._broadcast(('cancel', below))
+        return self.run_id
 
-    def end_run(self, first: int) -> None:
-        """Abandon the run that started at ``first`` (if it is still current): cancel its pending items."""
+    def is_current(self, run_id: int) -> bool:
+        """Whether ``run_id`` is the latest imap call (stopping ends every run without superseding it)."""
+        return run_id == self.run_id
+
+    def end_run(self, run_id: int) -> None:
+        """Abandon run ``run_id`` if it is still current: its pending items are cancelled."""
         with self.cond:
-            if self.valid_from != first:
+            if run_id != self.run_id or self.stopping:
                 return
             self.valid_from = self.next_seq
             self.done.clear()
-            busy = bool(self.outstanding) and not self.stopping
+            busy = bool(self.outstanding)
             below = self.next_seq
         if busy:
             self._broadcast(('cancel', below))
@@ -151,6 +165,8 @@ class ProcessCore:
             with self.cond:
                 self.cond.wait_for(lambda: self.failure is not None or self.stopping, timeout=5.0)
                 self.raise_if_failed()
+                if self.stopping:
+                    return None
             raise WorkerDiedError(f'{self.label}: could not send work to worker {index}: {exc}') from exc
         return seq
 
@@ -185,6 +201,18 @@ class ProcessCore:
     # ---------------------------------------------------------------------------------------- collector side
 
     def _collect(self) -> None:
+        try:
+            self._collect_until_all_exited()
+        except BaseException as exc:
+            # Without the collector nothing would wake the consumer: fail the pool loudly instead of hanging.
+            logger.exception('%s: result collector failed', self.label)
+            with self.cond:
+                if self.failure is None:
+                    self.failure = f'{self.label}: the result collector failed: {exc!r}'
+                self.cond.notify_all()
+            self.stop()
+
+    def _collect_until_all_exited(self) -> None:
         open_conns = dict(enumerate(self.result_conns))
         index_of = {conn: index for index, conn in open_conns.items()}
         running = {proc.sentinel: index for index, proc in enumerate(self.procs)}
@@ -209,27 +237,41 @@ class ProcessCore:
     def _receive(self, index: int) -> bool:
         """Handle one reply from worker ``index``; False at end of file."""
         try:
-            message = pickle.loads(self.result_conns[index].recv_bytes())
+            data = self.result_conns[index].recv_bytes()
         except (EOFError, OSError):
             return False
-        kind, seq = message[0], message[1]
+        kind, seq = decode_reply_header(data)
         with self.cond:
             if self.outstanding.pop(seq, None) is not None:
                 self.load[index] -= 1
             wanted = seq >= self.valid_from and not self.stopping
-        if kind == 'cancelled':
+        if kind == REPLY_CANCELLED:
             return True
+        try:
+            payload = decode_reply_payload(data)
+        except BaseException as exc:  # e.g. a class of the result that the parent cannot import
+            unlink_block(block_name(self.block_prefix, seq))
+            payload = None
+            error: BaseException | None = RuntimeError(
+                f'{self.label}: the result of item {seq} could not be unpickled in the parent: {exc!r}')
+            error.__cause__ = exc
+        else:
+            error = None
+        del data
         if not wanted:
-            if kind == 'ok':
-                discard_payload(message[2])
+            if kind == REPLY_OK:
+                discard_payload(payload)
             return True
-        if kind == 'ok':
+        if error is not None:
+            entry: tuple[bool, Any] = (False, error)
+        elif kind == REPLY_OK:
             try:
-                entry: tuple[bool, Any] = (True, unpack_result(message[2]))
+                entry = (True, unpack_result(payload))
             except BaseException as exc:  # e.g. MemoryError while copying out
+                discard_payload(payload)
                 entry = (False, exc)
         else:
-            entry = (False, decode_exception(message[2]))
+            entry = (False, decode_exception(payload))
         with self.cond:
             if seq >= self.valid_from and not self.stopping:
                 self.done[seq] = entry
@@ -248,7 +290,9 @@ class ProcessCore:
             if not self.stopping and self.failure is None:
                 how = 'noticed that the parent is gone' if exitcode == EXIT_PARENT_GONE else 'died'
                 self.failure = (f'{self.label}: worker process {index} (pid {proc.pid}) {how} with exit code '
-                                f'{exitcode} while {len(orphans)} item(s) were assigned to it')
+                                f'{exitcode} while {len(orphans)} item(s) were assigned to it (a negative code is '
+                                f'the signal that killed it, e.g. -9 from the out-of-memory killer; see stderr for '
+                                f'a traceback)')
                 logger.error('%s', self.failure)
             self.cond.notify_all()
         # The worker's pipe is drained, so any block still named after one of its items is an orphan.

@@ -14,10 +14,12 @@ operation and lets it remove the blocks if the parent itself is killed.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
 import secrets
+import struct
 import traceback
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
@@ -35,6 +37,31 @@ INLINE_LIMIT_BYTES = 64 * 1024
 # Cache-line alignment keeps every array's copy on the fast path.
 _ALIGNMENT = 64
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+# A reply starts with a fixed header (kind, seq) so that the parent knows which item it is about even when the
+# pickled payload after it cannot be loaded.
+REPLY_OK, REPLY_ERROR, REPLY_CANCELLED = 0, 1, 2
+_REPLY_HEADER = struct.Struct('<Bq')
+
+
+def encode_reply(kind: int, seq: int, payload: Any = None) -> memoryview:
+    """Worker side: the bytes of one reply (header, then the pickled payload, with no extra copy)."""
+    buffer = io.BytesIO()
+    buffer.write(_REPLY_HEADER.pack(kind, seq))
+    if kind != REPLY_CANCELLED:
+        pickle.dump(payload, buffer, protocol=PICKLE_PROTOCOL)
+    return buffer.getbuffer()
+
+
+def decode_reply_header(data: bytes) -> tuple[int, int]:
+    """Parent side: ``(kind, seq)`` of a reply."""
+    kind, seq = _REPLY_HEADER.unpack_from(data)
+    return kind, seq
+
+
+def decode_reply_payload(data: bytes) -> Any:
+    """Parent side: the payload of a reply (may raise whatever unpickling raises)."""
+    return pickle.loads(memoryview(data)[_REPLY_HEADER.size:])
 
 
 @dataclass(frozen=True)

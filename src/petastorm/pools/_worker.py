@@ -6,8 +6,9 @@ Messages from the parent (pickled tuples on the task pipe):
 * ``('cancel', below)``: skip queued items whose ``seq`` is below ``below`` (their imap was abandoned);
 * ``('stop',)``: skip everything queued and exit.
 
-Replies (pickled tuples on the result pipe): ``('ok', seq, payload)``, ``('err', seq, RemoteException)`` and
-``('cancelled', seq)``; exactly one per task, so the parent always knows what is still outstanding.
+Replies (on the result pipe, see :func:`~petastorm.pools._transport.encode_reply`): ok with the packed result,
+error with a ``RemoteException``, or cancelled; exactly one per task, so the parent always knows what is still
+outstanding.
 
 A receiver thread reads the task pipe continuously, so the parent can always send without blocking however big
 the result the main thread is writing, and a cancel or stop takes effect while an item is being computed.
@@ -29,10 +30,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from petastorm.pools._transport import (
-    PICKLE_PROTOCOL,
+    REPLY_CANCELLED,
+    REPLY_ERROR,
+    REPLY_OK,
     ShmResult,
     block_name,
     encode_exception,
+    encode_reply,
     pack_result,
     unlink_block,
 )
@@ -53,6 +57,8 @@ class WorkerSetup:
     context: Any
     block_prefix: str
     index: int
+    # The pool's pid when the worker is its direct child (spawn), None when it is not (forkserver).
+    parent_pid: int | None
 
 
 class _Control:
@@ -67,6 +73,8 @@ def run_worker(setup: WorkerSetup, task_conn: Connection, result_conn: Connectio
     # Ctrl-C reaches the whole process group; the parent decides how to shut its workers down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_pid = os.getppid()
+    if setup.parent_pid is not None and parent_pid != setup.parent_pid:
+        os._exit(EXIT_PARENT_GONE)  # the pool's process died before this worker got going
     threading.Thread(target=_watch_parent, args=(parent_pid,), name='petastorm-parent-watch', daemon=True).start()
     inbox: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
     control = _Control()
@@ -113,31 +121,31 @@ def _serve(setup: WorkerSetup, inbox: queue.SimpleQueue, control: _Control, resu
         seq, item_bytes = task
         if seq < control.cancel_below:
             if control.cancel_below != _STOP_ALL:
-                _send(result_conn, pickle.dumps(('cancelled', seq), protocol=PICKLE_PROTOCOL))
+                _send(result_conn, encode_reply(REPLY_CANCELLED, seq))
             continue
         _send(result_conn, _run_one(setup, seq, item_bytes))
 
 
-def _run_one(setup: WorkerSetup, seq: int, item_bytes: bytes) -> bytes:
-    """Run the worker function on one item and return the pickled reply (never raises for item errors)."""
+def _run_one(setup: WorkerSetup, seq: int, item_bytes: bytes) -> memoryview:
+    """Run the worker function on one item and return the encoded reply (never raises for item errors)."""
     name = block_name(setup.block_prefix, seq)
     try:
         result = setup.worker_fn(setup.context, pickle.loads(item_bytes))
         payload = pack_result(result, name)
         del result
     except BaseException as exc:
-        return pickle.dumps(('err', seq, encode_exception(exc)), protocol=PICKLE_PROTOCOL)
+        return encode_reply(REPLY_ERROR, seq, encode_exception(exc))
     try:
-        return pickle.dumps(('ok', seq, payload), protocol=PICKLE_PROTOCOL)
+        return encode_reply(REPLY_OK, seq, payload)
     except BaseException as exc:
         if type(payload) is ShmResult:
             unlink_block(payload.name)
         error = TypeError(f'the result of item {seq} cannot be pickled to the parent process: {exc!r}')
         error.__cause__ = exc
-        return pickle.dumps(('err', seq, encode_exception(error)), protocol=PICKLE_PROTOCOL)
+        return encode_reply(REPLY_ERROR, seq, encode_exception(error))
 
 
-def _send(result_conn: Connection, data: bytes) -> None:
+def _send(result_conn: Connection, data: memoryview) -> None:
     try:
         result_conn.send_bytes(data)
     except OSError:

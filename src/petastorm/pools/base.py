@@ -9,15 +9,11 @@ consumer; the bound shrinks when results are big (see :class:`InFlightBudget`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from petastorm.errors import PetastormError
-
-C = TypeVar('C')
-I = TypeVar('I')  # noqa: E741 - the conventional name for the item type
-R = TypeVar('R')
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30
 

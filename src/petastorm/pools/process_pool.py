@@ -78,16 +78,16 @@ class ProcessPool(PoolBase):
         core = self._core
         if core is None:
             raise RuntimeError('process pool: imap() called before start()')
-        first = core.begin_run()
+        run_id = core.begin_run()
         self._in_flight = 0
-        return self._iterate(core, iter(items), first)
+        return self._iterate(core, iter(items), run_id)
 
-    def _iterate(self, core: ProcessCore, items: Iterator[Any], first: int) -> Iterator[Any]:
+    def _iterate(self, core: ProcessCore, items: Iterator[Any], run_id: int) -> Iterator[Any]:
         pending: deque[int] = deque()  # sequence numbers submitted and not yet yielded, oldest first
         exhausted = False
         try:
             while True:
-                if core.valid_from != first and not core.stopping:
+                if not core.is_current(run_id):
                     raise RuntimeError('process pool: this imap iterator was superseded by a later imap call')
                 while not exhausted and len(pending) < self._budget.limit:
                     try:
@@ -121,7 +121,7 @@ class ProcessPool(PoolBase):
             raise
         finally:
             self._in_flight = 0
-            core.end_run(first)
+            core.end_run(run_id)
 
     def stop(self) -> None:
         """Cancel pending work and ask the workers to exit; does not wait (see :meth:`join`)."""
