@@ -337,3 +337,18 @@ def test_repr_format():
         "  UnischemaField('arr', float64, (None,), NdarrayCodec(), False),\n"
         '])')
     assert str(schema) == repr(schema)
+
+
+def test_tf_and_numpy_dtype_rendering_without_tensorflow():
+    import decimal
+
+    from petastorm.unischema import tf_dtype_name
+
+    assert tf_dtype_name(np.uint8) == 'uint8'
+    assert tf_dtype_name(np.str_) == tf_dtype_name(decimal.Decimal) == 'string'
+    assert tf_dtype_name(np.datetime64) == 'int64'
+    with pytest.raises(ValueError, match='no TensorFlow counterpart'):
+        tf_dtype_name(dict)
+    schema = Unischema('S', [UnischemaField('a', np.int16, (), None, False),
+                             UnischemaField('d', decimal.Decimal, (), None, False)])
+    assert schema.as_numpy_dtypes() == {'a': np.dtype(np.int16), 'd': np.dtype(object)}

@@ -180,6 +180,15 @@ class Unischema:
         return pa.schema([pa.field(f.name, arrow_type_of_field(f), nullable=bool(f.nullable))
                           for f in self._fields.values()])
 
+    def as_tf_dtypes(self) -> dict[str, Any]:
+        """``{field name: tf.DType}`` (imports TensorFlow); see :func:`numpy_to_tf_dtype`."""
+        return {name: numpy_to_tf_dtype(f.numpy_dtype) for name, f in self._fields.items()}
+
+    def as_numpy_dtypes(self) -> dict[str, np.dtype | Any]:
+        """``{field name: numpy dtype}`` (``object`` for ``Decimal``)."""
+        return {name: np.dtype(object) if f.numpy_dtype is decimal.Decimal else np.dtype(f.numpy_dtype)
+                for name, f in self._fields.items()}
+
     def as_spark_schema(self) -> Any:
         """A ``pyspark.sql.types.StructType`` of the stored columns (imports pyspark)."""
         from petastorm._optional import import_optional
@@ -246,6 +255,32 @@ def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
         return pa.list_(scalar)
     raise ValueError(f"An instance of non-scalar UnischemaField '{field.name}' has codec set to None and "
                      f'{len(field.shape)} dimensions; only 1-d fields can be stored as lists. Use NdarrayCodec().')
+
+
+# numpy scalar type -> name of the TensorFlow dtype that carries it (strings and decimals travel as tf.string).
+_NUMPY_TO_TF_NAME = {
+    np.int8: 'int8', np.uint8: 'uint8', np.int16: 'int16', np.uint16: 'uint16', np.int32: 'int32',
+    np.uint32: 'uint32', np.int64: 'int64', np.uint64: 'uint64', np.float16: 'float16', np.float32: 'float32',
+    np.float64: 'float64', np.bool_: 'bool', np.str_: 'string', np.bytes_: 'string', decimal.Decimal: 'string',
+    np.datetime64: 'int64',
+}
+
+
+def tf_dtype_name(numpy_dtype: Any) -> str:
+    """The name of the TensorFlow dtype for a field's ``numpy_dtype`` (``'string'`` for str, bytes, Decimal)."""
+    name = _NUMPY_TO_TF_NAME.get(numpy_dtype)
+    if name is None:
+        raise ValueError(f'numpy type {numpy_dtype!r} has no TensorFlow counterpart; supported: '
+                         f'{", ".join(sorted(getattr(t, "__name__", str(t)) for t in _NUMPY_TO_TF_NAME))}')
+    return name
+
+
+def numpy_to_tf_dtype(numpy_dtype: Any) -> Any:
+    """The ``tf.DType`` for a field's ``numpy_dtype`` (imports TensorFlow)."""
+    from petastorm._optional import import_optional
+
+    tf = import_optional('tensorflow', 'numpy_to_tf_dtype()')
+    return getattr(tf, tf_dtype_name(numpy_dtype))
 
 
 def _fullmatch(regex: str, string: str) -> bool:
