@@ -116,7 +116,10 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
     if cache_type == LOCAL_DISK_CACHE:
         raise NotImplementedError("cache_type='local-disk' is not available in this version of petastorm")
     if rowgroup_selector is not None:
-        raise NotImplementedError('rowgroup_selector is not available in this version of petastorm')
+        from petastorm.selectors import RowGroupSelectorBase
+
+        if not isinstance(rowgroup_selector, RowGroupSelectorBase):
+            raise ValueError(f'rowgroup_selector must be derived from RowGroupSelectorBase, got {rowgroup_selector!r}')
     if transform_spec is not None and not isinstance(transform_spec, TransformSpec):
         raise ValueError(f'transform_spec must be a TransformSpec, got {type(transform_spec).__name__}')
     if hdfs_driver not in ('libhdfs3', 'libhdfs'):

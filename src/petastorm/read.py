@@ -31,6 +31,8 @@ from petastorm.unischema import UnischemaField
 logger = logging.getLogger(__name__)
 
 META = '.meta'
+#: with an NGram: positions (in the returned columns) where each window starts.
+NGRAM_STARTS = '.ngram_starts'
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ReadContext:
         filter_expression: pyarrow filter applied to the rows (from ``filters``) or None.
         filter_columns: columns the filter expression reads.
         partition_names: hive partition columns (not stored in the files).
+        ngram: the NGram whose windows to form, or None.
     """
 
     filesystem: pafs.FileSystem
@@ -64,6 +67,7 @@ class ReadContext:
     filter_expression: Any
     filter_columns: tuple[str, ...]
     partition_names: tuple[str, ...]
+    ngram: Any = None
 
     def __reduce__(self) -> tuple:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -145,12 +149,14 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
     names = [f.name for f in ctx.fields]
     predicate_names = [f.name for f in ctx.predicate_fields]
     first = predicate_names if ctx.predicate is not None else names
+    # An NGram window may start in this item and end in the next rows of the row group: read them too.
+    row_stop = item.row_stop if ctx.ngram is None else min(item.row_stop + ctx.ngram.length - 1, piece.num_rows)
     table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
-                          item.row_stop)
+                          row_stop)
     selection: np.ndarray | None = None  # rows to keep, in delivery order; None means all, in file order
     if ctx.filter_expression is not None:
         selection = np.flatnonzero(_expression_mask(table, ctx.filter_expression))
-    if ctx.shuffle_rows:
+    if ctx.shuffle_rows and ctx.ngram is None:  # NGram windows need rows in order; windows are shuffled instead
         count = table.num_rows if selection is None else len(selection)
         permutation = row_permutation(count, scheduled.shuffle_seed)
         selection = permutation if selection is None else selection[permutation]
@@ -164,14 +170,29 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
             return {META: {'num_rows': 0, 'tuple': False}}
         rest = [n for n in names if n not in table.column_names]
         if rest:
-            others = _read_columns(ctx, piece, rest, item.row_start, item.row_stop)
+            others = _read_columns(ctx, piece, rest, item.row_start, row_stop)
             for name in rest:
                 table = table.append_column(name, others.column(name))
     table = table.select(names)
     if selection is not None:
         table = table.take(pa.array(selection))
     columns = decode_columns(ctx.fields, table, where)
+    if ctx.ngram is not None:
+        return _form_windows(ctx, columns, selection, item.num_rows, scheduled.shuffle_seed, table.num_rows)
     return _apply_transform(ctx, columns, table.num_rows, where)
+
+
+def _form_windows(ctx: ReadContext, columns: dict[str, np.ndarray], selection: np.ndarray | None,
+                  own_rows: int, shuffle_seed: int, num_rows: int) -> dict[str, Any]:
+    """Find the NGram windows that start in this item's own rows; the reader cuts them out of the columns."""
+    ngram = ctx.ngram
+    assert ngram is not None
+    positions = np.arange(num_rows) if selection is None else selection
+    start_limit = int(np.searchsorted(positions, own_rows))
+    starts = ngram.window_starts(columns[ngram.timestamp_field[0]], start_limit)
+    if ctx.shuffle_rows and len(starts) > 1:
+        starts = starts[row_permutation(len(starts), shuffle_seed)]
+    return {**columns, NGRAM_STARTS: starts, META: {'num_rows': len(starts), 'tuple': False}}
 
 
 def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:

@@ -32,10 +32,11 @@ from petastorm.metadata.store import (
     open_store,
     stored_schema,
 )
+from petastorm.ngram import NGram
 from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
 from petastorm.plan import WorkItem, schedule, shard_items, split_drop_partitions
 from petastorm.pools import make_pool
-from petastorm.read import META, ReadContext, read_item
+from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField
 
@@ -166,8 +167,9 @@ def _load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
 def _select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
     if schema_fields is None:
         return schema
-    if type(schema_fields).__name__ == 'NGram':
-        raise NotImplementedError('NGram readers are not available in this version of petastorm')
+    if isinstance(schema_fields, NGram):
+        schema_fields.resolve_regex_field_names(schema)
+        return schema.create_schema_view([schema.fields[n] for n in schema_fields.get_field_names_at_all_timesteps()])
     if isinstance(schema_fields, (str, bytes)) or not hasattr(schema_fields, '__iter__'):
         raise ValueError('Fields must be either None, an iterable collection of Unischema fields or an NGram object.')
     schema_fields = list(schema_fields)
@@ -222,6 +224,18 @@ def _prune_by_partition_predicate(pieces: list[RowGroupPiece], indexes: list[int
     return kept
 
 
+def _apply_selector(store: ParquetStore, indexes: list[int], selector: Any) -> list[int]:
+    from petastorm.etl.rowgroup_indexing import get_row_group_indexes
+
+    available = get_row_group_indexes(store)
+    missing = [name for name in selector.get_index_names() if name not in available]
+    if missing:
+        raise ValueError(f'Some of required indexes {missing} are not available in {store.url} '
+                         f'(available: {sorted(available)})')
+    selected = selector.select_row_groups(available)
+    return [i for i in indexes if i in selected]
+
+
 def _prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexes: list[int],
                          expression: Any) -> list[int]:
     """Drop row groups whose Parquet statistics (or partition values) prove no row can match the filters."""
@@ -238,6 +252,16 @@ def _prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], index
     return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
 
 
+def _check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
+    if ngram is None:
+        return
+    if options.transform_spec is not None:
+        raise ValueError('transform_spec cannot be combined with an NGram: transform the windows after reading')
+    if not ngram.timestamp_overlap and options.shuffle_row_drop_partitions > 1:
+        raise NotImplementedError('An NGram with timestamp_overlap=False cannot be combined with '
+                                  'shuffle_row_drop_partitions > 1')
+
+
 class Reader:
     """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
 
@@ -246,7 +270,7 @@ class Reader:
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
         dataset: the opened store (files, metadata).
-        ngram: always None (NGram readers are not available yet).
+        ngram: the NGram given as ``schema_fields``, or None.
         num_epochs: epochs per pass.
         last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
@@ -255,7 +279,8 @@ class Reader:
     def __init__(self, options: ReaderOptions):
         self._options = options
         self.is_batched_reader = options.batched_output
-        self.ngram = None
+        self.ngram = options.schema_fields if isinstance(options.schema_fields, NGram) else None
+        _check_ngram_options(self.ngram, options)
         self.num_epochs = options.num_epochs
         self.last_row_consumed = False
         self.stopped = False
@@ -310,13 +335,16 @@ class Reader:
             shuffle_rows=options.shuffle_rows,
             filter_expression=expression,
             filter_columns=_columns_of_expression(expression, candidates) if expression is not None else (),
-            partition_names=partition_names)
+            partition_names=partition_names,
+            ngram=self.ngram)
 
     def _plan(self, stored: Unischema, pieces: list[RowGroupPiece], context: ReadContext) -> list[WorkItem]:
         options = self._options
         indexes = list(range(len(pieces)))
         if self._partition_predicate:
             indexes = _prune_by_partition_predicate(pieces, indexes, stored, options.predicate)
+        if options.rowgroup_selector is not None:
+            indexes = _apply_selector(self.dataset, indexes, options.rowgroup_selector)
         if context.filter_expression is not None:
             indexes = _prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
         items = shard_items([(i, pieces[i].num_rows) for i in indexes], options.cur_shard, options.shard_count)
@@ -339,6 +367,8 @@ class Reader:
                 yield result
 
     def _deliver(self) -> Iterator[Any]:
+        if self.ngram is not None:
+            return self._deliver_windows()
         if self.is_batched_reader:
             return self._deliver_batches()
         return self._deliver_rows()
@@ -347,6 +377,24 @@ class Reader:
         make = self.schema._get_namedtuple()
         for batch in self._batches():
             yield make(**{name: batch[name] for name in self.schema.fields})
+
+    def _deliver_windows(self) -> Iterator[Any]:
+        """NGram output: ``{offset: row view}`` per window (rows) or per batch of windows (batches)."""
+        assert self.ngram is not None
+        base = min(self.ngram.fields)
+        views = {offset: self.ngram.get_schema_at_timestep(self.schema, offset)
+                 for offset in range(base, base + self.ngram.length)}
+        for batch in self._batches():
+            starts = batch[NGRAM_STARTS]
+            if self.is_batched_reader:
+                yield {offset: view.make_namedtuple(**{name: batch[name][starts + offset - base]
+                                                       for name in view.fields})
+                       for offset, view in views.items()}
+                continue
+            makers = {offset: (view._get_namedtuple()._make, list(view.fields)) for offset, view in views.items()}
+            for start in starts.tolist():
+                yield {offset: make([batch[name][start + offset - base] for name in names])
+                       for offset, (make, names) in makers.items()}
 
     def _deliver_rows(self) -> Iterator[Any]:
         make = self.schema._get_namedtuple()._make

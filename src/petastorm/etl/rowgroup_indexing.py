@@ -1,0 +1,166 @@
+"""Building and loading row-group indexes (``rowgroup_selector=`` uses them to read only some row groups).
+
+Indexes are stored in ``_common_metadata`` as versioned JSON under :data:`INDEXES_JSON_KEY`. Indexes written by
+Petastorm (a pickle under :data:`ROWGROUPS_INDEX_KEY`) are read through the guarded unpickler.
+
+``build_rowgroup_index(url, spark_context, indexers)`` distributes the work over Spark like Petastorm; pass
+``spark_context=None`` to build the index on this machine with a thread pool instead (no Spark needed).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataError
+from petastorm.etl import RowGroupIndexerBase
+from petastorm.etl.rowgroup_indexers import INDEXERS_BY_KIND, FieldNotNullIndexer, SingleFieldIndexer
+from petastorm.fs import resolve_location
+from petastorm.metadata.keys import ROWGROUPS_INDEX_KEY
+from petastorm.metadata.legacy import legacy_indexes_from_pickle
+from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store, stored_schema
+from petastorm.metadata.write import update_common_metadata
+from petastorm.unischema import UnischemaField
+
+__all__ = ['INDEXES_JSON_KEY', 'PARALLEL_SLICE_NUM', 'ROWGROUPS_INDEX_KEY', 'build_rowgroup_index',
+           'get_row_group_indexes']
+
+#: Our index document: ``{"format_version": 1, "indexes": {name: indexer.to_json()}}``.
+INDEXES_JSON_KEY = b'petastorm.rowgroup_indexes.json'
+INDEXES_FORMAT_VERSION = 1
+#: Most Spark partitions used to build an index.
+PARALLEL_SLICE_NUM = 2000
+
+
+def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_index: int,
+                     fields: Sequence[UnischemaField], indexers: Sequence[RowGroupIndexerBase]) -> list[Any]:
+    """Fresh copies of ``indexers`` holding one row group's values."""
+    from petastorm.read import decode_columns
+
+    with filesystem.open_input_file(piece.path) as handle:
+        table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=[f.name for f in fields])
+    columns = decode_columns(list(fields), table, f'{piece.path} (row group {piece.row_group})')
+    built = []
+    for indexer in indexers:
+        fresh = type(indexer)(indexer.index_name, indexer.column_names[0])
+        built.append(fresh.build_index(columns, piece_index))
+    return built
+
+
+def _merge(left: list[Any], right: list[Any]) -> list[Any]:
+    return [a + b for a, b in zip(left, right, strict=True)]
+
+
+def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequence[RowGroupIndexerBase],
+                         hdfs_driver: str = 'libhdfs3', storage_options: dict | None = None,
+                         filesystem: Any = None) -> dict[str, RowGroupIndexerBase]:
+    """Build the indexes and store them in the dataset's ``_common_metadata`` (call after the dataset is written).
+
+    Args:
+        dataset_url: the dataset directory.
+        spark_context: a ``pyspark.SparkContext`` to distribute the work, or None to build locally with threads.
+        indexers: e.g. ``[SingleFieldIndexer('id_index', 'id'), FieldNotNullIndexer('has_image', 'image')]``.
+        hdfs_driver: accepted for compatibility.
+        storage_options: fsspec options for remote URLs.
+        filesystem: a ready filesystem instead of resolving the URL.
+
+    Returns:
+        ``{index name: indexer}`` as stored.
+
+    Raises:
+        ValueError: no indexers, duplicate index names, or an indexed field that is not in the dataset schema.
+    """
+    indexers = list(indexers)
+    if not indexers:
+        raise ValueError('build_rowgroup_index needs at least one indexer')
+    names = [i.index_name for i in indexers]
+    if len(set(names)) != len(names):
+        raise ValueError(f'index names must be unique, got {names}')
+    store = open_store(resolve_location(dataset_url, storage_options, filesystem))
+    if store.root is None:
+        raise ValueError(f'row-group indexes are stored in a dataset directory; {dataset_url} is a list of files')
+    schema = stored_schema(store)
+    columns = list(dict.fromkeys(c for i in indexers for c in i.column_names))
+    unknown = [c for c in columns if c not in schema.fields]
+    if unknown:
+        raise ValueError(f'indexed fields {unknown} are not fields of the dataset {dataset_url} '
+                         f'({", ".join(schema.fields)})')
+    fields = [schema.fields[c] for c in columns]
+    pieces = load_row_groups(store)
+    fs = store.filesystem
+    if not pieces:
+        raise ValueError(f'Cannot build index with empty decoded_rows: {dataset_url} has no row groups')
+    if spark_context is None:
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix='petastorm-index') as pool:
+            parts = list(pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, indexers), range(len(pieces))))
+        merged = parts[0]
+        for part in parts[1:]:
+            merged = _merge(merged, part)
+    else:
+        slices = min(len(pieces), PARALLEL_SLICE_NUM)
+        merged = spark_context.parallelize(range(len(pieces)), slices) \
+            .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, indexers)) \
+            .reduce(_merge)
+    result = {indexer.index_name: indexer for indexer in merged}
+    document = {'format_version': INDEXES_FORMAT_VERSION,
+                'indexes': {name: indexer.to_json() for name, indexer in result.items()}}
+    try:
+        payload = json.dumps(document, sort_keys=True).encode()
+    except TypeError as err:
+        raise ValueError(f'index values must be numbers, strings or booleans to be stored: {err}') from err
+    update_common_metadata(fs, store.root, {INDEXES_JSON_KEY: payload}, list(store.files))
+    return result
+
+
+def _from_legacy(raw: bytes, where: str) -> dict[str, RowGroupIndexerBase]:
+    indexes: dict[str, RowGroupIndexerBase] = {}
+    for name, description in legacy_indexes_from_pickle(raw, where).items():
+        if description['kind'] == 'SingleFieldIndexer':
+            indexes[name] = SingleFieldIndexer.from_json(
+                {'name': name, 'column': description['column'], 'values': list(description['data'].items())})
+        elif description['kind'] == 'FieldNotNullIndexer':
+            indexes[name] = FieldNotNullIndexer.from_json(
+                {'name': name, 'column': description['column'], 'pieces': description['data']})
+    return indexes
+
+
+def get_row_group_indexes(dataset: Any) -> dict[str, RowGroupIndexerBase]:
+    """``{index name: indexer}`` stored in a dataset (a URL or an opened store).
+
+    Raises:
+        ValueError: the dataset has no ``_common_metadata`` or no row-group indexes in it.
+        PetastormMetadataError: the stored indexes are malformed, from a newer format, or a refused pickle.
+    """
+    store = dataset if isinstance(dataset, ParquetStore) else open_store(resolve_location(dataset))
+    if store.metadata_path is None or posixpath.basename(store.metadata_path) != '_common_metadata':
+        raise ValueError(f'Could not find _common_metadata file in {store.url}: the dataset has no row-group '
+                         f'indexes. Build them with petastorm.etl.rowgroup_indexing.build_rowgroup_index(...)')
+    where = f'{store.metadata_path}'
+    raw = store.metadata_kv.get(INDEXES_JSON_KEY)
+    if raw is not None:
+        try:
+            document = json.loads(raw)
+            version = document['format_version']
+            described = document['indexes']
+        except (ValueError, KeyError, TypeError) as err:
+            raise PetastormMetadataError(f'{where}: malformed row-group indexes ({err})') from err
+        if not isinstance(version, int) or version > INDEXES_FORMAT_VERSION:
+            raise PetastormMetadataError(f'{where}: row-group index format_version {version!r} is newer than this '
+                                         f'petastorm reads (<= {INDEXES_FORMAT_VERSION}); upgrade petastorm.')
+        indexes = {}
+        for name, description in described.items():
+            cls = INDEXERS_BY_KIND.get(description.get('kind'))
+            if cls is None:
+                raise PetastormMetadataError(f'{where}: index {name!r} has unknown kind {description.get("kind")!r}')
+            indexes[name] = cls.from_json(description)
+        return indexes
+    if ROWGROUPS_INDEX_KEY in store.metadata_kv:
+        return _from_legacy(store.metadata_kv[ROWGROUPS_INDEX_KEY], f'{where} (key {ROWGROUPS_INDEX_KEY.decode()})')
+    raise ValueError(f'Could not find row group indexes in the dataset metadata {where}. Build them with '
+                     f'petastorm.etl.rowgroup_indexing.build_rowgroup_index(...)')
