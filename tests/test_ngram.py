@@ -23,8 +23,8 @@ TIMESTAMPS = [0, 1, 2, 3, 10, 11, 12, 13, 14, 30, 31, 32]
 
 
 def _expected_windows(timestamps, length, delta):
-    return [tuple(timestamps[i:i + length]) for i in range(len(timestamps) - length + 1)
-            if all(b - a <= delta for a, b in zip(timestamps[i:i + length], timestamps[i + 1:i + length], strict=False))]
+    windows = [timestamps[i:i + length] for i in range(len(timestamps) - length + 1)]
+    return [tuple(w) for w in windows if all(b - a <= delta for a, b in zip(w, w[1:], strict=False))]
 
 
 @pytest.fixture(scope='module')
