@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q '$(TORCH_PIN)' -e '.[dev]'
 	touch $@
 
 demo: $(STAMP)

@@ -116,6 +116,12 @@ def big_uint8(ctx: Ctx, item: int) -> dict[str, np.ndarray]:
     return {'data': np.full((600, 1000), item % 256, dtype=np.uint8)}
 
 
+def varying_uint8(ctx: Ctx, item: int) -> dict[str, np.ndarray]:
+    """Results of 100 kB to 2.5 MB (so that slots of several sizes are created and reused) filled with the item."""
+    rows = 100 + (item * 37) % 2400
+    return {'data': np.full((rows, 1000), item % 256, dtype=np.uint8), 'item': np.array(item)}
+
+
 def worker_pid(ctx: Ctx, item: int) -> int:
     """The pid of the process running the function."""
     time.sleep(ctx.delay)

@@ -559,3 +559,16 @@ def test_scalar_column_ragged_lists_are_objects():
     assert result[1].tolist() == [3]
     assert result[2] is None
     assert result[3].shape == (0,)
+
+
+def test_numpy_times_are_utc_and_decimals_are_range_checked():
+    import datetime
+    import decimal
+
+    from petastorm.codecs import to_arrow_scalar
+
+    moment = to_arrow_scalar('t', pa.timestamp('us', tz='UTC'), np.datetime64('2021-01-01T00:00:01'))
+    assert moment == datetime.datetime(2021, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc)
+    assert to_arrow_scalar('d', pa.decimal128(10, 9), decimal.Decimal('1.5')) == decimal.Decimal('1.5')
+    with pytest.raises(SchemaError, match="field 'd'.*digits before the decimal point"):
+        to_arrow_scalar('d', pa.decimal128(10, 9), decimal.Decimal('10.1'))

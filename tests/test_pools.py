@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -12,7 +13,6 @@ import textwrap
 import threading
 import time
 import traceback
-from multiprocessing import resource_tracker
 
 import numpy as np
 import psutil
@@ -49,8 +49,7 @@ def _children() -> set[int]:
 
 @pytest.fixture
 def leak_check():
-    """Returns a function asserting that no thread, child process or shared memory block was left behind."""
-    resource_tracker.ensure_running()  # started by the first process pool and kept: part of the baseline
+    """Returns a function asserting that no thread, child process or shared memory name was left behind."""
     threads_before = set(threading.enumerate())
     children_before = _children()
     shm_before = _shm_entries()
@@ -377,11 +376,14 @@ def test_killed_worker_raises_worker_died_error(leak_check):
 
 
 @needs_dev_shm
-def test_shared_memory_is_released(leak_check):
+def test_shared_memory_is_bounded_and_released(leak_check):
     before = _shm_entries()
     with _started('process', 2, pw.big_uint8, pw.Ctx(delay=0.001)) as pool:
-        assert len(list(pool.imap(range(30)))) == 30
-        assert _shm_entries() == before
+        for item, result in enumerate(pool.imap(range(60))):
+            assert result['data'][0, 0] == item % 256
+            del result
+            # Each worker keeps a few slots that are reused once the consumer has dropped their results.
+            assert len(_shm_entries() - before) <= 2 * 6
         results = pool.imap(range(100))
         next(results)
         time.sleep(0.2)  # let results pile up in flight
@@ -389,6 +391,130 @@ def test_shared_memory_is_released(leak_check):
         results = pool.imap(range(100))
         next(results)
     leak_check()
+
+
+@needs_dev_shm
+def test_received_arrays_are_writable_and_outlive_the_pool(leak_check):
+    with _started('process', 2, pw.mixed_columns, pw.Ctx()) as pool:
+        results = list(pool.imap(range(4)))
+    for item, result in enumerate(results):
+        image = result['image']
+        assert image.flags.writeable
+        assert image.flags.c_contiguous
+        assert image.ctypes.data % 64 == 0
+        expected = pw.mixed_columns(pw.Ctx(), item)
+        _assert_same(result, expected)
+        image[0, 0, 0, 0] = 255 - image[0, 0, 0, 0]
+        assert image[0, 0, 0, 0] != expected['image'][0, 0, 0, 0]
+    rows = [result['matrix'][3] for result in results]  # views keep their mapping alive
+    del results
+    gc.collect()
+    for item, row in enumerate(rows):
+        np.testing.assert_array_equal(row, pw.mixed_columns(pw.Ctx(), item)['matrix'][3])
+    del rows
+    leak_check()
+
+
+@needs_dev_shm
+def test_reused_slots_never_overwrite_held_results(leak_check):
+    held = {}
+    with _started('process', 2, pw.varying_uint8, pw.Ctx(), max_in_flight=3) as pool:
+        for item, result in enumerate(pool.imap(range(60))):
+            if item % 7 == 0:
+                held[item] = result['data'][1:]  # a view of a slot that must not be reused while it lives
+            del result
+    for item, view in held.items():
+        np.testing.assert_array_equal(view, pw.varying_uint8(pw.Ctx(), item)['data'][1:])
+    del held, view
+    leak_check()
+
+
+@needs_dev_shm
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs fork')
+def test_a_forked_child_keeps_its_inherited_results(leak_check):
+    with _started('process', 1, pw.big_uint8, pw.Ctx(), max_in_flight=1) as pool:
+        results = pool.imap(range(40))
+        kept = next(results)['data']
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: wait until the parent has dropped its copy and reused slots, then check
+            os.close(write_fd)
+            os.read(read_fd, 1)
+            os._exit(0 if (kept == 0).all() else 1)
+        os.close(read_fd)
+        del kept
+        gc.collect()
+        for item, result in enumerate(results, start=1):
+            assert result['data'][0, 0] == item
+        os.write(write_fd, b'x')
+        os.close(write_fd)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    leak_check()
+
+
+def test_results_are_pickled_when_shared_memory_is_unavailable(caplog):
+    from petastorm.pools._transport import pack_result
+
+    class FullFileSystem:
+        failed = False
+
+        def write(self, size, parts):
+            raise OSError(errno.ENOSPC, 'No space left on device')
+
+    writer = FullFileSystem()
+    result = {'big': np.zeros(100_000)}
+    with caplog.at_level('WARNING', logger='petastorm.pools'):
+        assert pack_result(result, writer) is result
+        assert pack_result(result, writer) is result
+    assert len([r for r in caplog.records if 'pickled through a pipe' in r.getMessage()]) == 1
+
+
+def test_worker_functions_import_with_the_parents_sys_path(tmp_path, monkeypatch):
+    module_dir = tmp_path / 'user_modules'
+    module_dir.mkdir()
+    (module_dir / 'pool_user_module_xyz.py').write_text('def triple(ctx, item):\n    return 3 * item\n')
+    monkeypatch.syspath_prepend(str(module_dir))
+    import pool_user_module_xyz
+
+    with _started('process', 2, pool_user_module_xyz.triple, None) as pool:
+        assert list(pool.imap(range(5))) == [0, 3, 6, 9, 12]
+
+
+_UNGUARDED_SCRIPT = """
+import sys
+from petastorm import make_reader
+from petastorm.pools import make_pool
+import {module}
+
+print('script body ran', flush=True)
+with make_reader({url!r}, reader_pool_type='process', workers_count=2, shuffle_row_groups=False) as reader:
+    print('ids:', [int(row.id) for row in reader], flush=True)
+with make_pool('process', 2) as pool:
+    pool.start({module}.jittered_square, {module}.Ctx())
+    print('squares:', list(pool.imap(range(6))), flush=True)
+"""
+
+
+def test_a_script_without_a_main_guard_can_use_process_pools(tmp_path):
+    import pyarrow as pa
+
+    from petastorm import write_dataset
+    from petastorm.codecs import ScalarCodec
+    from petastorm.unischema import Unischema, UnischemaField
+
+    schema = Unischema('Ids', [UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False)])
+    url = 'file://' + str(tmp_path / 'ids')
+    write_dataset(url, schema, ({'id': i} for i in range(30)), row_group_size_mb=0.0001)
+    script = tmp_path / 'plain_script.py'
+    script.write_text(_UNGUARDED_SCRIPT.format(module=pw.__name__, url=url))
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count('script body ran') == 1  # the workers did not re-run the script
+    assert f'ids: {list(range(30))}' in done.stdout
+    assert f'squares: {[i * i for i in range(6)]}' in done.stdout
+    assert 'Error' not in done.stderr
 
 
 _SCRIPT_PREAMBLE = """
@@ -436,28 +562,32 @@ def test_no_resource_tracker_warnings_in_a_fresh_interpreter():
     assert _shm_entries() == before
 
 
-def test_workers_exit_when_the_parent_is_killed():
+def test_workers_exit_and_clean_up_when_the_parent_is_killed():
     body = """
-    if __name__ == '__main__':
-        pool = make_pool('process', 2)
-        pool.start(pw.worker_pid, pw.Ctx())
-        list(pool.imap(range(4)))  # the workers are up and running
-        print(json.dumps(pool.diagnostics['worker_pids']), flush=True)
-        time.sleep(60)
+    pool = make_pool('process', 2)
+    pool.start(pw.big_uint8, pw.Ctx(delay=0.02))
+    results = pool.imap(range(1000))
+    held = [next(results) for _ in range(4)]  # slots held by the parent, more results in flight
+    print(json.dumps(pool.diagnostics['worker_pids']), flush=True)
+    time.sleep(60)
     """
+    shm_before = _shm_entries()
     child = subprocess.Popen(_python(body), stdout=subprocess.PIPE, text=True)
     try:
         worker_pids = json.loads(child.stdout.readline())
         assert len(worker_pids) == 2
         assert all(psutil.pid_exists(pid) for pid in worker_pids)
+        assert _shm_entries() - shm_before
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=5)
-        deadline = time.monotonic() + 5.0
+        killed = time.monotonic()
         alive = worker_pids
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while alive and time.monotonic() < killed + 5.0:
+            time.sleep(0.05)
             alive = [pid for pid in worker_pids if _is_running(pid)]
         assert alive == []
+        assert time.monotonic() - killed < 3.0
+        assert _shm_entries() - shm_before == set()
     finally:
         child.kill()
         child.wait()

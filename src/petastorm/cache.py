@@ -45,6 +45,7 @@ class CacheBase(ABC):
 
     def cleanup(self) -> None:
         """Release what the cache holds on disk, if it was asked to (nothing by default)."""
+        logger.debug('%s has nothing to clean up', type(self).__name__)
 
 
 class NullCache(CacheBase):
@@ -68,7 +69,12 @@ def file_stamps(filesystem: pafs.FileSystem, paths: Sequence[str]) -> dict[str, 
     if not paths:
         return {}
     infos = filesystem.get_file_info(list(paths))
-    return {path: FileStamp(info.size, info.mtime_ns) for path, info in zip(paths, infos, strict=True)}
+    stamps = {path: FileStamp(info.size, info.mtime_ns) for path, info in zip(paths, infos, strict=True)}
+    if any(stamp.mtime_ns is None for stamp in stamps.values()):
+        # Some fsspec filesystems report no modification time: a rewrite that keeps the size goes unnoticed.
+        logger.info('the filesystem %s reports no modification times; cached row groups are keyed by file size',
+                    filesystem.type_name)
+    return stamps
 
 
 @dataclass(frozen=True)

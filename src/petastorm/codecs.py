@@ -14,6 +14,8 @@ row group, never per row.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import io
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -494,12 +496,29 @@ def to_arrow_scalar(name: str, arrow_type: pa.DataType, value: Any) -> Any:
                 raise TypeError(f'expected bytes, got {type(value).__name__}')
             return bytes(value)
         if pa.types.is_timestamp(arrow_type) and isinstance(value, np.datetime64):
-            return value.astype(f'datetime64[{arrow_type.unit}]').astype(object) if arrow_type.unit in (
-                's', 'ms', 'us') else value
+            if arrow_type.unit not in ('s', 'ms', 'us'):
+                return value
+            moment = value.astype(f'datetime64[{arrow_type.unit}]').astype(object)
+            # numpy times carry no zone and mean UTC; say so, or Spark would read them as local time.
+            return moment.replace(tzinfo=datetime.timezone.utc) if arrow_type.tz else moment
+        if pa.types.is_decimal(arrow_type):
+            return _checked_decimal(value, arrow_type)
         return value
     except (TypeError, ValueError, OverflowError) as err:
         raise SchemaError(f'field {name!r}: value {value!r} does not fit the column type {arrow_type}: {err}') \
             from err
+
+
+def _checked_decimal(value: Any, arrow_type: pa.DataType) -> decimal.Decimal:
+    if not isinstance(value, (decimal.Decimal, int, float, str, np.integer, np.floating)):
+        raise TypeError(f'expected a Decimal, got {type(value).__name__}')
+    number = decimal.Decimal(str(value)) if not isinstance(value, decimal.Decimal) else value
+    if not number.is_finite():
+        raise ValueError('not a finite number')
+    integer_digits = number.adjusted() + 1
+    if integer_digits > arrow_type.precision - arrow_type.scale:
+        raise ValueError(f'more than {arrow_type.precision - arrow_type.scale} digits before the decimal point')
+    return number
 
 
 def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:

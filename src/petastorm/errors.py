@@ -42,3 +42,19 @@ class DatasetWriteError(PetastormError, OSError):
 
 class MissingDependencyError(PetastormError, ImportError):
     """An optional dependency is needed for this feature; the message names the pip extra to install."""
+
+
+class StorageError(PetastormError, OSError):
+    """A storage operation on a dataset URL failed; the message names the URL and never shows credentials."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """The URL names nothing on its storage."""
+
+
+class StorageCredentialsError(StorageError, PermissionError):
+    """The storage refused the credentials (invalid, expired or missing) used for a URL."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The storage denied an operation on a URL to the credentials in use."""

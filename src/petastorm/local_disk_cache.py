@@ -208,7 +208,7 @@ class LocalDiskCache(CacheBase):
     # -- entries ------------------------------------------------------------------------------------------------
 
     def _load(self, entry: str, remove_unreadable: bool = False) -> pa.Table | None:
-        """The entry's table, memory-mapped; None when it is absent (or unreadable)."""
+        """The entry's table, memory-mapped; None when it is absent or unreadable."""
         try:
             source = pa.memory_map(entry, 'r')
         except FileNotFoundError:
@@ -216,9 +216,10 @@ class LocalDiskCache(CacheBase):
         try:
             table = pa.ipc.open_file(source).read_all()
         except (pa.ArrowInvalid, OSError) as err:
-            # Entries appear only by rename, so this is damage from outside (a full disk, an edited file).
-            logger.warning('unreadable local disk cache entry %s (%s); reading the data again', entry, err)
+            # Entries appear only by rename, so this is damage from outside (a full disk, an edited file). Only
+            # the caller holding the key lock may remove it (and says so once).
             if remove_unreadable:
+                logger.warning('unreadable local disk cache entry %s (%s); reading the data again', entry, err)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry)
             return None

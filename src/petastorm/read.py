@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm.cache import RowGroupCache
 from petastorm.codecs import scalar_column_to_numpy, stack_or_objects
 from petastorm.errors import DecodeFieldError
 from petastorm.metadata.store import RowGroupPiece
@@ -53,6 +54,7 @@ class ReadContext:
         filter_columns: columns the filter expression reads.
         partition_names: hive partition columns (not stored in the files).
         ngram: the NGram whose windows to form, or None.
+        cache: caches the raw row-group columns read from the files, or None.
     """
 
     filesystem: pafs.FileSystem
@@ -68,6 +70,7 @@ class ReadContext:
     filter_columns: tuple[str, ...]
     partition_names: tuple[str, ...]
     ngram: Any = None
+    cache: RowGroupCache | None = None
 
     def __reduce__(self) -> tuple:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -97,9 +100,14 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
     file_columns = [n for n in names if n not in ctx.partition_names]
-    with ctx.filesystem.open_input_file(piece.path) as handle:
-        parquet = pq.ParquetFile(handle)
-        table = parquet.read_row_group(piece.row_group, columns=file_columns)
+
+    def read() -> pa.Table:
+        with ctx.filesystem.open_input_file(piece.path) as handle:
+            # pre_buffer: the selected column chunks are fetched in few coalesced ranged requests, not one each.
+            return pq.ParquetFile(handle, pre_buffer=True).read_row_group(piece.row_group, columns=file_columns)
+
+    # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
+    table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, file_columns, read)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
     for name in names:

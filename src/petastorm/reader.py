@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import normalize_dir_url, resolve_location
 from petastorm.metadata.store import (
@@ -90,8 +91,11 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
             with fewer row groups than shards, rows are split into equal contiguous ranges.
         shard_count: number of shards.
         shard_seed: deprecated; use ``seed``.
-        cache_type: ``'null'`` (default) or ``'local-disk'``.
-        cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: local-disk cache settings.
+        cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
+            in a local directory, for later epochs and readers (it survives the reader unless
+            ``cache_extra_settings={'cleanup': True}``).
+        cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: the directory, size limit
+            (bytes), expected entry size and more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`.
         hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (for ``hdfs://`` URLs).
         transform_spec: a :class:`~petastorm.transform.TransformSpec` applied to each decoded row in the workers.
         filters: pyarrow DNF filters (``[('col', '>', 3)]``) applied to rows and used to skip row groups.
@@ -274,6 +278,7 @@ class Reader:
         num_epochs: epochs per pass.
         last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
+        cache: the cache of raw row-group columns (a ``NullCache`` unless ``cache_type='local-disk'``).
     """
 
     def __init__(self, options: ReaderOptions):
@@ -285,6 +290,8 @@ class Reader:
         self.last_row_consumed = False
         self.stopped = False
         self._lock = threading.Lock()
+        self.cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
+                                options.cache_row_size_estimate, options.cache_extra_settings)
         location = resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem)
         self.dataset = open_store(location)
         stored = _load_schema(self.dataset, options.batched_output)
@@ -299,6 +306,7 @@ class Reader:
                                                  min(options.results_queue_size, 2 * options.workers_count)),
                                max_bytes_in_flight=_MAX_BYTES_IN_FLIGHT)
         self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces)))
+        self._columns = self._batches()
         self._output = self._deliver()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
                     len(self._items), options.reader_pool_type, options.workers_count)
@@ -336,7 +344,15 @@ class Reader:
             filter_expression=expression,
             filter_columns=_columns_of_expression(expression, candidates) if expression is not None else (),
             partition_names=partition_names,
-            ngram=self.ngram)
+            ngram=self.ngram,
+            cache=self._row_group_cache())
+
+    def _row_group_cache(self) -> RowGroupCache | None:
+        if isinstance(self.cache, NullCache):
+            return None
+        # Size and modification time of every file go into the keys: a rewritten file is never served stale.
+        return RowGroupCache(self.cache, str(self.dataset.url),
+                             file_stamps(self.dataset.filesystem, self.dataset.files))
 
     def _plan(self, stored: Unischema, pieces: list[RowGroupPiece], context: ReadContext) -> list[WorkItem]:
         options = self._options
@@ -375,7 +391,7 @@ class Reader:
 
     def _deliver_batches(self) -> Iterator[Any]:
         make = self.schema._get_namedtuple()
-        for batch in self._batches():
+        for batch in self._columns:
             yield make(**{name: batch[name] for name in self.schema.fields})
 
     def _deliver_windows(self) -> Iterator[Any]:
@@ -384,7 +400,7 @@ class Reader:
         base = min(self.ngram.fields)
         views = {offset: self.ngram.get_schema_at_timestep(self.schema, offset)
                  for offset in range(base, base + self.ngram.length)}
-        for batch in self._batches():
+        for batch in self._columns:
             starts = batch[NGRAM_STARTS]
             if self.is_batched_reader:
                 yield {offset: view.make_namedtuple(**{name: batch[name][starts + offset - base]
@@ -399,7 +415,7 @@ class Reader:
     def _deliver_rows(self) -> Iterator[Any]:
         make = self.schema._get_namedtuple()._make
         names = list(self.schema.fields)
-        for batch in self._batches():
+        for batch in self._columns:
             if batch[META]['tuple']:
                 width = len(batch) - 1
                 yield from zip(*(batch[str(i)] for i in range(width)), strict=True)
@@ -425,6 +441,47 @@ class Reader:
         """Same as ``next(reader)``."""
         return self.__next__()
 
+    def iter_column_batches(self) -> Iterator[dict[str, Any]]:
+        """Yield the decoded columns of each work item (a row group or part of one), for loaders that batch.
+
+        Each item is a dict ``{field name: numpy column}`` (all columns of the same length, at least one row) plus
+        the key ``'.meta'`` holding ``{'num_rows': n, 'tuple': bool}``; when a ``make_reader`` transform returns
+        tuples, ``'tuple'`` is True and the columns are named ``'0'``, ``'1'``, ... by position. It draws from the
+        same stream as ``next(reader)`` (rows already cut from a column batch by ``next`` are not repeated), ends
+        the pass like ``next`` does (so :meth:`reset` starts another one), and raises ``RuntimeError`` after
+        :meth:`stop`. Arrays may be read-only views of Arrow memory: copy before writing to them.
+        """
+        while True:
+            with self._lock:
+                if self.stopped:
+                    raise RuntimeError(_STOPPED_MESSAGE)
+                try:
+                    batch = next(self._columns)
+                except StopIteration:
+                    self.last_row_consumed = True
+                    return
+            yield batch
+
+    @property
+    def num_rows_per_pass(self) -> int | None:
+        """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
+
+        It is the planned rows per epoch times ``num_epochs``; None with ``num_epochs=None``, a predicate,
+        ``filters``, an NGram, or a ``make_batch_reader`` transform function (which may drop rows).
+        """
+        options = self._options
+        if options.num_epochs is None or options.predicate is not None or options.filters is not None or \
+                self.ngram is not None:
+            return None
+        if options.batched_output and options.transform_spec is not None and options.transform_spec.func is not None:
+            return None
+        return sum(item.num_rows for item in self._items) * options.num_epochs
+
+    @property
+    def seed(self) -> int | None:
+        """The ``seed`` the reader was made with (None when unseeded)."""
+        return self._options.seed
+
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""
         with self._lock:
@@ -434,6 +491,7 @@ class Reader:
             if self.stopped:
                 raise RuntimeError(_STOPPED_MESSAGE)
             self.last_row_consumed = False
+            self._columns = self._batches()
             self._output = self._deliver()
 
     @property
@@ -453,17 +511,18 @@ class Reader:
 
     def join(self) -> None:
         """Wait until every worker has finished (call after :meth:`stop`)."""
-        close = getattr(self._output, 'close', None)
-        if close is not None and self.stopped:
-            try:
-                close()
-            except RuntimeError:  # closing a generator another thread is running
-                logger.debug('reader output was still running when joined')
+        for stream in (self._output, self._columns):
+            close = getattr(stream, 'close', None)
+            if close is not None and self.stopped:
+                try:
+                    close()
+                except RuntimeError:  # closing a generator another thread is running
+                    logger.debug('reader output was still running when joined')
         self._pool.join()
 
     def cleanup_cache(self) -> None:
-        """Remove the reader's local cache (nothing to do without one)."""
-        logger.debug('no local cache to clean up')
+        """Remove the local disk cache if it was created with ``cache_extra_settings={'cleanup': True}``."""
+        self.cache.cleanup()
 
     def __enter__(self) -> Reader:
         return self
@@ -471,4 +530,5 @@ class Reader:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
         self.join()
+        self.cleanup_cache()
 

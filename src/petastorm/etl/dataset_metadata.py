@@ -1,6 +1,6 @@
-"""Dataset metadata, under Petastorm's module path: schema lookup and metadata constants.
+"""Dataset metadata, under Petastorm's module path: schema lookup, metadata constants and ``materialize_dataset``.
 
-Re-exports only; the implementation lives in :mod:`petastorm.metadata`.
+Re-exports only; the implementation lives in :mod:`petastorm.metadata` and :mod:`petastorm.etl.materialize`.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
+from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_location
 from petastorm.metadata.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
 from petastorm.metadata.store import ParquetStore, RowGroupPiece, inferred_schema, open_store, stored_schema
@@ -17,7 +18,7 @@ from petastorm.unischema import Unischema
 __all__ = [
     'PetastormMetadataError', 'PetastormMetadataGenerationError', 'ROW_GROUPS_PER_FILE_KEY', 'ROWGROUPS_INDEX_KEY',
     'UNISCHEMA_KEY', 'get_schema', 'get_schema_from_dataset_url', 'infer_or_load_unischema', 'load_row_groups',
-    'open_dataset',
+    'materialize_dataset', 'open_dataset',
 ]
 
 

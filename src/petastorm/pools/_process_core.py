@@ -6,18 +6,19 @@ object, so a pool dropped without ``join`` can be finalized (its finalizer calls
 Threads of the parent:
 
 * the consumer (inside ``imap``) pickles items and sends each one to the least loaded worker;
-* the collector waits on every result pipe and process sentinel; it copies results out of shared memory
-  (NumPy releases the GIL while copying, so this overlaps with the consumer's work), files them by sequence
-  number and notices dead workers.
+* the collector waits on every result pipe and process sentinel; it maps results' shared memory slots (see
+  :mod:`petastorm.pools._transport`), files results by sequence number and notices dead workers.
+
+Slots whose results the consumer has dropped are handed back to their worker with its next task (see
+:class:`~petastorm.pools._shm.SlotReleases`).
 
 Every item gets a pool-wide sequence number. ``valid_from`` is the first sequence number of the current imap
-call: replies for older items belong to an abandoned iterator and are dropped (their blocks unlinked).
+call: replies for older items belong to an abandoned iterator and are dropped (their slots handed back).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import pickle
 import threading
@@ -26,20 +27,19 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from petastorm.pools._launch import WorkerProcess, WorkerSetup, launch_worker, running
+from petastorm.pools._shm import SlotReleases, slot_name, unlink_name
 from petastorm.pools._transport import (
     PICKLE_PROTOCOL,
     REPLY_CANCELLED,
     REPLY_OK,
-    block_name,
     decode_exception,
     decode_reply_header,
     decode_reply_payload,
-    discard_payload,
     new_block_prefix,
-    unlink_block,
     unpack_result,
 )
-from petastorm.pools._worker import EXIT_PARENT_GONE, WorkerSetup, run_worker
+from petastorm.pools._worker import EXIT_PARENT_GONE
 from petastorm.pools.base import WorkerDiedError
 
 logger = logging.getLogger(__name__)
@@ -51,18 +51,18 @@ _COLLECTOR_POLL_SECONDS = 0.5
 class ProcessCore:
     """Worker processes, pipes, the collector thread and the bookkeeping they share (see the module doc)."""
 
-    def __init__(self, label: str, workers_count: int, start_method: str, worker_fn: Callable[[Any, Any], Any],
-                 context: Any, join_timeout: float) -> None:
+    def __init__(self, label: str, workers_count: int, worker_fn: Callable[[Any, Any], Any], context: Any,
+                 join_timeout: float) -> None:
         self.label = label
         self.join_timeout = join_timeout
         self.cond = threading.Condition(threading.RLock())  # re-entrant: generator finalizers may run anywhere
         self.block_prefix = new_block_prefix()
-        self.procs: list[multiprocessing.process.BaseProcess] = []
-        self.task_conns: list[Connection] = []
-        self.result_conns: list[Connection] = []
+        self.workers: list[WorkerProcess] = []
         self.send_locks = [threading.Lock() for _ in range(workers_count)]
         self.load = [0] * workers_count
         self.alive = [True] * workers_count
+        self.slots_created = [0] * workers_count  # as last announced by each worker
+        self.releases = SlotReleases(workers_count)
         self.outstanding: dict[int, int] = {}  # seq -> index of the worker computing it
         self.done: dict[int, tuple[bool, Any]] = {}  # seq -> (ok, result or exception to raise)
         self.run_id = 0
@@ -73,38 +73,22 @@ class ProcessCore:
         self.joined = False
         self._join_lock = threading.Lock()
         self.collector: threading.Thread | None = None
-        self._start_processes(workers_count, start_method, worker_fn, context)
+        self._start_processes(workers_count, worker_fn, context)
 
-    def _start_processes(self, workers_count: int, start_method: str, worker_fn: Callable[[Any, Any], Any],
-                         context: Any) -> None:
-        ctx = multiprocessing.get_context(start_method)
+    def _start_processes(self, workers_count: int, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        # Pickled before any process exists: an unpicklable function or context fails fast.
+        function_and_context = pickle.dumps((worker_fn, context), protocol=PICKLE_PROTOCOL)
         started = time.perf_counter()
         try:
             for index in range(workers_count):
-                task_reader, task_writer = ctx.Pipe(duplex=False)
-                result_reader, result_writer = ctx.Pipe(duplex=False)
-                setup = WorkerSetup(worker_fn, context, self.block_prefix, index,
-                                    os.getpid() if start_method == 'spawn' else None)
-                proc = ctx.Process(target=run_worker, args=(setup, task_reader, result_writer),
-                                   name=f'petastorm-worker-{index}', daemon=True)
-                try:
-                    proc.start()
-                except BaseException:
-                    task_writer.close()
-                    result_reader.close()
-                    raise
-                finally:
-                    # The parent keeps only its own ends, so a dead worker shows up as end of file.
-                    task_reader.close()
-                    result_writer.close()
-                self.procs.append(proc)
-                self.task_conns.append(task_writer)
-                self.result_conns.append(result_reader)
+                self.workers.append(launch_worker(index))
+            # The interpreters boot in parallel; each reads its setup once it is up.
+            for worker in self.workers:
+                worker.send_setup(WorkerSetup(self.block_prefix, worker.index, os.getpid(), function_and_context))
         except BaseException:
             self.shutdown()
             raise
-        logger.debug('%s: started %d %s workers in %.3f s', self.label, workers_count, start_method,
-                     time.perf_counter() - started)
+        logger.debug('%s: started %d workers in %.3f s', self.label, workers_count, time.perf_counter() - started)
         # A daemon thread: non-daemon threads are joined before atexit hooks run, and the finalizer that stops
         # an un-joined pool at interpreter exit is such a hook. join() still joins the collector.
         self.collector = threading.Thread(target=self._collect, name='petastorm-process-pool-collector',
@@ -153,13 +137,14 @@ class ProcessCore:
                 return None
             seq = self.next_seq
             self.next_seq += 1
-            index = min((i for i in range(len(self.procs)) if self.alive[i]), key=self.load.__getitem__)
+            index = min((i for i in range(len(self.workers)) if self.alive[i]), key=self.load.__getitem__)
             self.load[index] += 1
             self.outstanding[seq] = index
-        message = pickle.dumps(('task', seq, item_bytes), protocol=PICKLE_PROTOCOL)
+            releases = self.releases.take(index)
+        message = pickle.dumps(('task', seq, item_bytes, releases), protocol=PICKLE_PROTOCOL)
         try:
             with self.send_locks[index]:
-                self.task_conns[index].send_bytes(message)
+                self.workers[index].task_conn.send_bytes(message)
         except OSError as exc:
             # The worker is gone; the collector is about to report it with its exit code.
             with self.cond:
@@ -189,12 +174,12 @@ class ProcessCore:
 
     def _broadcast(self, message: tuple[Any, ...]) -> None:
         data = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
-        for index, conn in enumerate(self.task_conns):
+        for index, worker in enumerate(self.workers):
             if not self.alive[index]:
                 continue
             try:
                 with self.send_locks[index]:
-                    conn.send_bytes(data)
+                    worker.task_conn.send_bytes(data)
             except OSError:
                 pass  # a dead worker is reported by the collector
 
@@ -213,19 +198,19 @@ class ProcessCore:
             self.stop()
 
     def _collect_until_all_exited(self) -> None:
-        open_conns = dict(enumerate(self.result_conns))
+        open_conns = {worker.index: worker.result_conn for worker in self.workers}
         index_of = {conn: index for index, conn in open_conns.items()}
-        running = {proc.sentinel: index for index, proc in enumerate(self.procs)}
-        while running or open_conns:
-            ready = wait([*open_conns.values(), *running], timeout=_COLLECTOR_POLL_SECONDS)
+        sentinels = {worker.sentinel: worker.index for worker in self.workers}
+        while sentinels or open_conns:
+            ready = wait([*open_conns.values(), *sentinels], timeout=_COLLECTOR_POLL_SECONDS)
             for obj in ready:
                 if isinstance(obj, Connection):
                     index = index_of[obj]
                     if not self._receive(index):
                         del open_conns[index]
             for obj in ready:
-                if not isinstance(obj, Connection) and obj in running:
-                    index = running.pop(obj)
+                if not isinstance(obj, Connection) and obj in sentinels:
+                    index = sentinels.pop(obj)
                     if index in open_conns:
                         # Replies sent before the exit are still in the pipe.
                         while open_conns[index].poll() and self._receive(index):
@@ -237,20 +222,21 @@ class ProcessCore:
     def _receive(self, index: int) -> bool:
         """Handle one reply from worker ``index``; False at end of file."""
         try:
-            data = self.result_conns[index].recv_bytes()
+            data = self.workers[index].result_conn.recv_bytes()
         except (EOFError, OSError):
             return False
-        kind, seq = decode_reply_header(data)
+        header = decode_reply_header(data)
+        seq, slot = header.seq, header.slot
         with self.cond:
             if self.outstanding.pop(seq, None) is not None:
                 self.load[index] -= 1
+            self.slots_created[index] = max(self.slots_created[index], header.slots_created)
             wanted = seq >= self.valid_from and not self.stopping
-        if kind == REPLY_CANCELLED:
+        if header.kind == REPLY_CANCELLED:
             return True
         try:
             payload = decode_reply_payload(data)
         except BaseException as exc:  # e.g. a class of the result that the parent cannot import
-            unlink_block(block_name(self.block_prefix, seq))
             payload = None
             error: BaseException | None = RuntimeError(
                 f'{self.label}: the result of item {seq} could not be unpickled in the parent: {exc!r}')
@@ -258,17 +244,24 @@ class ProcessCore:
         else:
             error = None
         del data
+        if slot >= 0 and (error is not None or not wanted):
+            self.releases.release_now(index, slot)
         if not wanted:
-            if kind == REPLY_OK:
-                discard_payload(payload)
             return True
         if error is not None:
             entry: tuple[bool, Any] = (False, error)
-        elif kind == REPLY_OK:
+        elif header.kind == REPLY_OK:
+            mapped: list[Any] = []
+
+            def track(mapping: Any) -> None:
+                mapped.append(True)
+                self.releases.track(mapping, index, slot)
+
             try:
-                entry = (True, unpack_result(payload))
-            except BaseException as exc:  # e.g. MemoryError while copying out
-                discard_payload(payload)
+                entry = (True, unpack_result(payload, track))
+            except BaseException as exc:  # e.g. out of address space
+                if slot >= 0 and not mapped:
+                    self.releases.release_now(index, slot, reuse=False)
                 entry = (False, exc)
         else:
             entry = (False, decode_exception(payload))
@@ -279,8 +272,8 @@ class ProcessCore:
         return True
 
     def _on_exit(self, index: int) -> None:
-        proc = self.procs[index]
-        exitcode = _reap(proc)
+        worker = self.workers[index]
+        exitcode = worker.reap()
         with self.cond:
             self.alive[index] = False
             orphans = [seq for seq, owner in self.outstanding.items() if owner == index]
@@ -289,15 +282,20 @@ class ProcessCore:
             self.load[index] = 0
             if not self.stopping and self.failure is None:
                 how = 'noticed that the parent is gone' if exitcode == EXIT_PARENT_GONE else 'died'
-                self.failure = (f'{self.label}: worker process {index} (pid {proc.pid}) {how} with exit code '
+                self.failure = (f'{self.label}: worker process {index} (pid {worker.pid}) {how} with exit code '
                                 f'{exitcode} while {len(orphans)} item(s) were assigned to it (a negative code is '
                                 f'the signal that killed it, e.g. -9 from the out-of-memory killer; see stderr for '
                                 f'a traceback)')
                 logger.error('%s', self.failure)
             self.cond.notify_all()
-        # The worker's pipe is drained, so any block still named after one of its items is an orphan.
-        for seq in orphans:
-            unlink_block(block_name(self.block_prefix, seq))
+        # A worker that dies without noticing cannot remove the names of its slots; mappings stay valid.
+        self._unlink_slot_names(index)
+
+    def _unlink_slot_names(self, index: int) -> None:
+        # Slot ids are handed out in order; the one after the last announced may exist (created for the item that
+        # was in progress).
+        for slot_id in range(self.slots_created[index] + 1):
+            unlink_name(slot_name(self.block_prefix, index, slot_id))
 
     # ------------------------------------------------------------------------------------------- shutdown
 
@@ -322,39 +320,32 @@ class ProcessCore:
         with self._join_lock:
             if self.joined:
                 return
-            # Exit is observed through the sentinels only: reaping is left to the collector, since two threads
-            # calling waitpid on one child race (one of them sees a dead child as alive).
-            if not _wait_exited(self.procs, self.join_timeout):
-                for proc in _running(self.procs):
+            # Exit is observed through the sentinels only: reaping is left to the collector.
+            if not _wait_exited(self.workers, self.join_timeout):
+                for worker in running(self.workers):
                     logger.warning('%s: worker pid %s did not exit within %.1f s; terminating it', self.label,
-                                   proc.pid, self.join_timeout)
-                    proc.terminate()
-                if not _wait_exited(self.procs, 2.0):
-                    for proc in _running(self.procs):
-                        proc.kill()
-                    _wait_exited(self.procs, None)
+                                   worker.pid, self.join_timeout)
+                    worker.popen.terminate()
+                if not _wait_exited(self.workers, 2.0):
+                    for worker in running(self.workers):
+                        worker.popen.kill()
+                    _wait_exited(self.workers, None)
             if self.collector is not None:
                 self.collector.join()
             else:  # start() failed before the collector existed
-                for proc in self.procs:
-                    _reap(proc)
-            for conn in (*self.task_conns, *self.result_conns):
-                conn.close()
+                for worker in self.workers:
+                    worker.reap()
+            for worker in self.workers:
+                worker.close()
             with self.cond:
-                orphans = list(self.outstanding)
                 self.outstanding.clear()
-            for seq in orphans:
-                unlink_block(block_name(self.block_prefix, seq))
-            for proc in self.procs:
-                try:
-                    proc.close()
-                except ValueError:  # not reaped yet by whoever raced us to it; its fds go with the object
-                    logger.debug('%s: worker pid %s not reaped yet', self.label, proc.pid)
+            for worker in self.workers:  # terminated workers could not clean up
+                self._unlink_slot_names(worker.index)
             self.joined = True
 
     def worker_pids(self) -> list[int]:
         """The process ids of the workers (as started; some may have exited)."""
-        return [proc.pid for proc in self.procs if not self.joined and proc.pid is not None]
+        return [worker.pid for worker in self.workers] if not self.joined else []
 
     def workers_alive(self) -> int:
         """How many workers have not exited."""
@@ -362,33 +353,14 @@ class ProcessCore:
             return sum(self.alive) if not self.joined else 0
 
 
-def _running(procs: list[multiprocessing.process.BaseProcess]) -> list[multiprocessing.process.BaseProcess]:
-    ready = set(wait([proc.sentinel for proc in procs], timeout=0))
-    return [proc for proc in procs if proc.sentinel not in ready]
-
-
-def _wait_exited(procs: list[multiprocessing.process.BaseProcess], timeout: float | None) -> bool:
-    """Wait until every process has exited (its sentinel is ready); False on timeout."""
+def _wait_exited(workers: list[WorkerProcess], timeout: float | None) -> bool:
+    """Wait until every worker process has exited (its sentinel is ready); False on timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        running = _running(procs)
-        if not running:
+        still_running = running(workers)
+        if not still_running:
             return True
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             return False
-        wait([proc.sentinel for proc in running], timeout=remaining)
-
-
-def _reap(proc: multiprocessing.process.BaseProcess) -> int | None:
-    """Reap an exited process and return its exit code.
-
-    multiprocessing reaps finished children on its own too (e.g. when any process is started); the thread that
-    wins sets the exit code on the shared Popen object a moment later, so retry briefly.
-    """
-    for _ in range(50):
-        proc.join(timeout=0.1)
-        if proc.exitcode is not None:
-            return proc.exitcode
-        time.sleep(0.01)
-    return proc.exitcode
+        wait([worker.sentinel for worker in still_running], timeout=remaining)

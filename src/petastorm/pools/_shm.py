@@ -1,150 +1,204 @@
-"""POSIX shared memory segments that carry one result each from a worker process to the parent.
+"""POSIX shared memory slots that carry results from a worker process to the parent without copies in the parent.
 
-Life of a segment:
+Each worker owns a few *slots*: named shared memory segments that it keeps mapped. For a result, the worker takes
+a free slot (or creates one), copies the result's arrays into it and sends the slot's name; the parent maps the
+slot and wraps arrays around the mapping. When the consumer no longer references any of those arrays, the
+mapping is garbage collected and the parent tells the worker (with its next task) that the slot is free again, so
+the worker can reuse pages that are already allocated and mapped: copying into them is several times faster than
+writing fresh pages, which the kernel must allocate, zero and map first.
 
-1. the worker creates it under a name the parent can predict (see :func:`segment_name`), writes the arrays of
-   one result into it with ``pwrite`` and closes its descriptor; the worker never maps it;
-2. the parent maps it (:func:`map_segment`) and unlinks the name at once. From then on the mapping is the only
-   reference to the memory: it is private to the parent, and the kernel frees it when the ``mmap`` object is
-   garbage collected (that is, when the last array over it is);
-3. a segment whose reply the parent does not want is just unlinked (:func:`unlink_segment`).
+Safety rules:
 
-Nothing here registers with :mod:`multiprocessing.resource_tracker`: the parent unlinks every name it learns
-about, and a worker whose parent died unlinks the names it created that the parent never opened
-(:class:`SegmentWriter`). The module uses the same private CPython module as
-:mod:`multiprocessing.shared_memory` to open segments by name portably.
+* the worker writes into a slot only while the parent holds no mapping of it (a fresh slot, or one released by
+  the parent);
+* a mapping that existed when the parent process forked may still be in use by the child: such a slot is
+  destroyed instead of reused (:class:`SlotReleases`);
+* names are removed by the worker when it exits for whatever reason it notices (stop, or its parent died), and by
+  the parent for a worker that died (every slot id below the worker's announced count, see
+  :func:`slot_name`). Removing a name never invalidates an existing mapping.
+
+Nothing registers with :mod:`multiprocessing.resource_tracker`. The private CPython module that
+:mod:`multiprocessing.shared_memory` uses is used here too, to open segments by name portably.
 """
 
 from __future__ import annotations
 
-import _posixshmem
-import errno
 import mmap
 import os
 import threading
+import weakref
+from collections import deque
+from collections.abc import Iterable
 from typing import NoReturn
 
 import numpy as np
 
-# Full pages written with pwrite are not zeroed first by the kernel, and the worker never pays for page faults
-# or for unmapping; on platforms where shared memory objects do not support write(), mapping is the fallback.
-_NO_WRITE_SUPPORT = (errno.EINVAL, errno.ESPIPE, errno.ENOTSUP, errno.ENODEV)
+try:
+    import _posixshmem
+except ImportError:  # not a POSIX platform: the process pool refuses to start (see is_supported)
+    _posixshmem = None
+
 # write(2) moves at most about 2 GiB per call on Linux.
 _MAX_WRITE = 1 << 30
+# Slot capacities are rounded up to a power of two (at least this): pages beyond what was written are never
+# allocated, so the headroom costs only address space, and results of varying sizes can share slots.
+_MIN_CAPACITY = 1 << 20
+# Free slots a worker keeps for reuse; more are destroyed (they would only hold memory).
+MAX_FREE_SLOTS = 2
 
 
-def segment_name(prefix: str, seq: int) -> str:
-    """The name of the segment that may hold the result of item ``seq`` of the pool with this prefix."""
-    return f'{prefix}{seq:x}'
+def is_supported() -> bool:
+    """Whether this platform has POSIX shared memory (and the process pool can run)."""
+    return _posixshmem is not None
 
 
-def _path(name: str) -> str:
-    return '/' + name
+def slot_name(prefix: str, worker_index: int, slot_id: int) -> str:
+    """The name of slot ``slot_id`` of worker ``worker_index`` of the pool with this prefix."""
+    return f'{prefix}{worker_index:x}_{slot_id:x}'
 
 
-def _writable_bytes(array: np.ndarray) -> memoryview:
-    """The bytes of ``array`` in C order, without a copy when it is C-contiguous."""
-    flat = np.ascontiguousarray(array).reshape(-1)
-    return memoryview(flat.view(np.uint8))
-
-
-def _write_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        written = os.pwrite(fd, data[:_MAX_WRITE], offset)
-        data = data[written:]
-        offset += written
-
-
-def _write_mapped(fd: int, size: int, parts: list[tuple[int, np.ndarray]]) -> None:
-    mapped = mmap.mmap(fd, size)
+def unlink_name(name: str) -> None:
+    """Remove the name ``name`` if it exists; the memory goes when its last mapping or descriptor does."""
     try:
-        for offset, array in parts:
-            target = np.frombuffer(mapped, np.uint8, array.nbytes, offset)
-            target[...] = _writable_bytes(array)
-            del target  # the mapping cannot be closed while a view of it exists
-    finally:
-        mapped.close()
+        _posixshmem.shm_unlink('/' + name)
+    except FileNotFoundError:
+        pass
 
 
-class SegmentWriter:
-    """Worker side: creates segments and remembers the ones the parent may not have unlinked yet.
+def _as_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of ``array`` in C order, as a flat uint8 array (no copy when it is C-contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
-    The parent unlinks a segment's name as soon as it receives its descriptor, so a name that still exists is
-    one the parent has not handled. When the parent dies, :meth:`remove_all_and_exit` unlinks those.
-    """
 
-    def __init__(self) -> None:
+class _Slot:
+    __slots__ = ('capacity', 'fd', 'mapped', 'name', 'populated')
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fd = -1
+        self.mapped: mmap.mmap | None = None
+        self.capacity = 0
+        self.populated = 0  # bytes from the start that were written at least once (their pages exist)
+
+
+class SlotWriter:
+    """Worker side: the slots of one worker process."""
+
+    def __init__(self, prefix: str, worker_index: int, max_free: int = MAX_FREE_SLOTS) -> None:
+        self._prefix = prefix
+        self._worker_index = worker_index
+        self._max_free = max_free
         self._lock = threading.Lock()
-        self._unacknowledged: list[str] = []
+        self._slots: dict[int, _Slot] = {}
+        self._free: list[int] = []  # oldest first
+        self.created = 0  # slot ids are 0, 1, ... in creation order
+        self.failed = False  # whether writing a slot failed once (reported once)
 
-    def write(self, name: str, size: int, parts: list[tuple[int, np.ndarray]]) -> None:
-        """Create segment ``name`` of ``size`` bytes holding each ``(offset, array)`` of ``parts``."""
-        with self._lock:
-            self._prune()
-            # Remembered before it exists, so that a concurrent exit also removes a half-made segment.
-            self._unacknowledged.append(name)
-            fd = _posixshmem.shm_open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    def write(self, size: int, parts: list[tuple[int, np.ndarray]]) -> tuple[int, str]:
+        """Copy each ``(offset, array)`` of ``parts`` into a slot of at least ``size`` bytes; returns its id and name.
+
+        Raises:
+            OSError: e.g. ENOSPC when the shared memory file system is full (the slot is destroyed).
+        """
+        slot_id, slot = self._acquire(size)
         try:
-            os.ftruncate(fd, size)
-            try:
+            if size <= slot.populated:
+                assert slot.mapped is not None
                 for offset, array in parts:
-                    _write_all(fd, _writable_bytes(array), offset)
-            except OSError as exc:
-                if exc.errno not in _NO_WRITE_SUPPORT:
-                    raise
-                _write_mapped(fd, size, parts)
+                    data = _as_bytes(array)
+                    target = np.frombuffer(slot.mapped, np.uint8, data.size, offset)
+                    target[...] = data
+                    del target  # a mapping with views cannot be closed
+            else:
+                # New pages: write(2) allocates them without zeroing them first and, unlike a store through the
+                # mapping, reports a full file system as an error instead of killing the process with SIGBUS.
+                for offset, array in parts:
+                    data = memoryview(_as_bytes(array))
+                    while len(data):
+                        written = os.pwrite(slot.fd, data[:_MAX_WRITE], offset)
+                        data = data[written:]
+                        offset += written
+                slot.populated = size
         except BaseException:
-            self.discard(name)
+            self.release([(slot_id, False)])
             raise
-        finally:
-            os.close(fd)
+        return slot_id, slot.name
 
-    def discard(self, name: str) -> None:
-        """Unlink segment ``name`` (whose descriptor will never reach the parent) and forget it."""
+    def _acquire(self, size: int) -> tuple[int, _Slot]:
         with self._lock:
-            unlink_segment(name)
-            if name in self._unacknowledged:
-                self._unacknowledged.remove(name)
+            fitting = [slot_id for slot_id in self._free if self._slots[slot_id].capacity >= size]
+            if fitting:
+                slot_id = min(fitting, key=lambda i: self._slots[i].capacity)
+                self._free.remove(slot_id)
+                return slot_id, self._slots[slot_id]
+            if self._free:
+                self._destroy(self._free.pop(0))  # too small: make room for a bigger one
+            slot_id = self.created
+            self.created += 1
+            # Registered before it exists, so that a concurrent exit also removes a half-made slot.
+            slot = self._slots[slot_id] = _Slot(slot_name(self._prefix, self._worker_index, slot_id))
+            try:
+                slot.fd = _posixshmem.shm_open('/' + slot.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                slot.capacity = max(_MIN_CAPACITY, 1 << (size - 1).bit_length())
+                os.ftruncate(slot.fd, slot.capacity)
+                slot.mapped = mmap.mmap(slot.fd, slot.capacity)
+            except BaseException:
+                self._destroy(slot_id)
+                raise
+            return slot_id, slot
+
+    def release(self, releases: Iterable[tuple[int, bool]]) -> None:
+        """Return slots to the free list (``(slot_id, True)``) or destroy them (``(slot_id, False)``)."""
+        with self._lock:
+            for slot_id, reuse in releases:
+                if slot_id not in self._slots or slot_id in self._free:
+                    continue
+                if reuse:
+                    self._free.append(slot_id)
+                else:
+                    self._destroy(slot_id)
+            while len(self._free) > self._max_free:
+                self._destroy(self._free.pop(0))
+
+    def _destroy(self, slot_id: int) -> None:
+        slot = self._slots.pop(slot_id)
+        unlink_name(slot.name)
+        if slot.mapped is not None:
+            try:
+                slot.mapped.close()
+            except BufferError:
+                pass  # a view is still referenced (e.g. by a traceback); the mapping goes away with it
+        if slot.fd >= 0:
+            os.close(slot.fd)
+
+    def remove_all(self) -> None:
+        """Unlink every slot (at exit; mappings the parent holds stay valid)."""
+        with self._lock:
+            for slot_id in list(self._slots):
+                self._destroy(slot_id)
+            self._free.clear()
 
     def remove_all_and_exit(self, exit_code: int) -> NoReturn:
-        """Unlink every segment the parent has not unlinked, then end the process at once.
+        """Unlink every slot's name, then end the process at once.
 
-        The lock is never released: a thread about to create another segment waits until the process is gone.
+        The lock is never released: a thread about to create another slot waits until the process is gone.
         """
         self._lock.acquire()
-        for name in self._unacknowledged:
-            unlink_segment(name)
+        for slot in self._slots.values():
+            unlink_name(slot.name)
         os._exit(exit_code)
 
-    def _prune(self) -> None:
-        # Called with the lock held; the list stays as short as the number of this worker's results in flight.
-        still_there = []
-        for name in self._unacknowledged:
-            try:
-                fd = _posixshmem.shm_open(_path(name), os.O_RDONLY, 0)
-            except FileNotFoundError:
-                continue
-            os.close(fd)
-            still_there.append(name)
-        self._unacknowledged = still_there
 
+def map_slot(name: str, size: int) -> mmap.mmap:
+    """Parent side: map the first ``size`` bytes of slot ``name`` read-write.
 
-def map_segment(name: str, size: int) -> mmap.mmap:
-    """Parent side: map segment ``name`` read-write and unlink its name (whether or not mapping succeeds).
-
-    The returned mapping is shared with nobody (the worker closed its descriptor before sending the name); it is
-    unmapped when the ``mmap`` object is garbage collected.
+    The mapping is unmapped when the ``mmap`` object is garbage collected, that is when the last array over it is.
     """
-    try:
-        fd = _posixshmem.shm_open(_path(name), os.O_RDWR, 0)
-    except BaseException:
-        unlink_segment(name)
-        raise
+    fd = _posixshmem.shm_open('/' + name, os.O_RDWR, 0)
     try:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-        unlink_segment(name)
 
 
 def array_over(mapped: mmap.mmap, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
@@ -153,9 +207,41 @@ def array_over(mapped: mmap.mmap, dtype: np.dtype, shape: tuple[int, ...], offse
     return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
 
 
-def unlink_segment(name: str) -> None:
-    """Remove the name of segment ``name`` if it exists; its memory goes when the last mapping or fd does."""
-    try:
-        _posixshmem.shm_unlink(_path(name))
-    except FileNotFoundError:
-        pass
+def _count_fork(releases: weakref.ref[SlotReleases]) -> None:
+    target = releases()
+    if target is not None:
+        target.forks += 1
+
+
+class SlotReleases:
+    """Parent side: slots whose results nobody references any more, waiting to be handed back to their workers.
+
+    Mappings report their own garbage collection (in whatever thread drops the last array) by appending to a
+    deque, which needs no lock; the consumer thread hands the releases to each worker with its next task.
+    """
+
+    def __init__(self, workers_count: int) -> None:
+        self.forks = 0
+        self._queue: deque[tuple[int, int, int]] = deque()  # (worker index, slot id, forks when mapped)
+        self._pending: list[list[tuple[int, bool]]] = [[] for _ in range(workers_count)]
+        if hasattr(os, 'register_at_fork'):
+            # A child forked while a mapping exists may keep using it: such slots must never be rewritten.
+            ref = weakref.ref(self)
+            os.register_at_fork(after_in_parent=lambda: _count_fork(ref))
+
+    def track(self, mapped: mmap.mmap, worker_index: int, slot_id: int) -> None:
+        """Release slot ``slot_id`` of worker ``worker_index`` when ``mapped`` is garbage collected."""
+        finalizer = weakref.finalize(mapped, self._queue.append, (worker_index, slot_id, self.forks))
+        finalizer.atexit = False
+
+    def release_now(self, worker_index: int, slot_id: int, reuse: bool = True) -> None:
+        """Release a slot that was never mapped (its result was not wanted) or whose mapping failed."""
+        self._queue.append((worker_index, slot_id, self.forks if reuse else -1))
+
+    def take(self, worker_index: int) -> list[tuple[int, bool]]:
+        """The ``(slot_id, reuse)`` releases to send to worker ``worker_index`` (call with the pool's lock)."""
+        while self._queue:
+            index, slot_id, forks = self._queue.popleft()
+            self._pending[index].append((slot_id, forks == self.forks))
+        taken, self._pending[worker_index] = self._pending[worker_index], []
+        return taken

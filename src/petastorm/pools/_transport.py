@@ -1,62 +1,70 @@
 """How results and errors travel from a worker process back to the parent.
 
-A dict result's plain ndarrays (no Python objects inside) are packed into one POSIX shared memory block; the
-worker sends only a small :class:`ShmResult` descriptor. The parent copies every array out of the block with
-one memcpy each and unlinks the block at once, so a block lives only while its result is in transit. All other
-values (object arrays, scalars, None, non-dict results, small results) are pickled as usual.
-
-Block names are derived from a per-pool prefix and the item's sequence number, so the parent knows the name of
-every block a worker may have created and can remove the ones whose descriptor never arrived (a worker killed
-in the middle of an item). The worker's ``SharedMemory`` registers the block with the resource tracker shared by
-the whole process tree and the parent unregisters it when unlinking, which keeps the tracker silent in normal
-operation and lets it remove the blocks if the parent itself is killed.
+A dict result's plain ndarrays (no Python objects inside) are packed into one shared memory slot of the worker
+(see :mod:`petastorm.pools._shm`); the worker sends only a small :class:`ShmResult` descriptor. The parent maps
+the slot and hands out arrays that view the mapping directly (no copy); the slot goes back to the worker when
+the last of those arrays, or of views of them, is garbage collected. All other values (object arrays, scalars,
+None, non-dict results, small results) are pickled as usual, and so is everything when shared memory is not
+available (e.g. a full ``/dev/shm``).
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import os
+import mmap
 import pickle
 import secrets
 import struct
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
+from petastorm.pools._shm import SlotWriter, array_over, map_slot
 from petastorm.pools.base import RemoteTraceback, WorkerFunctionError
 
 logger = logging.getLogger(__name__)
 
 # Results whose shareable arrays hold fewer bytes than this are pickled: the system calls that create, map
-# and unlink a block cost more than copying a few pages through the pipe.
+# and release a slot cost more than copying a few pages through the pipe.
 INLINE_LIMIT_BYTES = 64 * 1024
-# Cache-line alignment keeps every array's copy on the fast path.
+# Cache-line alignment: arrays handed to the consumer are as well aligned as freshly allocated ones.
 _ALIGNMENT = 64
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
-# A reply starts with a fixed header (kind, seq) so that the parent knows which item it is about even when the
-# pickled payload after it cannot be loaded.
+# A reply starts with a fixed header so that the parent knows which item and slot it is about even when the
+# pickled payload after it cannot be loaded: kind, seq, the slot holding the result's arrays (-1: none) and how
+# many slots the worker has created so far (the parent removes the names of a dead worker's slots).
 REPLY_OK, REPLY_ERROR, REPLY_CANCELLED = 0, 1, 2
-_REPLY_HEADER = struct.Struct('<Bq')
+_REPLY_HEADER = struct.Struct('<Bqqq')
 
 
-def encode_reply(kind: int, seq: int, payload: Any = None) -> memoryview:
+@dataclass(frozen=True)
+class ReplyHeader:
+    """The fixed part of a reply."""
+
+    kind: int
+    seq: int
+    slot: int
+    slots_created: int
+
+
+def encode_reply(kind: int, seq: int, slots_created: int, payload: Any = None) -> memoryview:
     """Worker side: the bytes of one reply (header, then the pickled payload, with no extra copy)."""
     buffer = io.BytesIO()
-    buffer.write(_REPLY_HEADER.pack(kind, seq))
+    slot = payload.slot if type(payload) is ShmResult else -1
+    buffer.write(_REPLY_HEADER.pack(kind, seq, slot, slots_created))
     if kind != REPLY_CANCELLED:
         pickle.dump(payload, buffer, protocol=PICKLE_PROTOCOL)
     return buffer.getbuffer()
 
 
-def decode_reply_header(data: bytes) -> tuple[int, int]:
-    """Parent side: ``(kind, seq)`` of a reply."""
-    kind, seq = _REPLY_HEADER.unpack_from(data)
-    return kind, seq
+def decode_reply_header(data: bytes) -> ReplyHeader:
+    """Parent side: the header of a reply."""
+    return ReplyHeader(*_REPLY_HEADER.unpack_from(data))
 
 
 def decode_reply_payload(data: bytes) -> Any:
@@ -66,7 +74,7 @@ def decode_reply_payload(data: bytes) -> Any:
 
 @dataclass(frozen=True)
 class ShmArray:
-    """Where one array of a result lies in its shared memory block."""
+    """Where one array of a result lies in its shared memory slot."""
 
     key: Any
     dtype: np.dtype
@@ -76,30 +84,27 @@ class ShmArray:
 
 @dataclass(frozen=True)
 class ShmResult:
-    """The descriptor of a dict result whose big arrays are in the shared memory block ``name``."""
+    """The descriptor of a dict result whose big arrays are in the first ``size`` bytes of slot ``name``."""
 
+    slot: int
     name: str
+    size: int
     keys: tuple[Any, ...]
     arrays: tuple[ShmArray, ...]
     others: dict[Any, Any]
 
 
 def new_block_prefix() -> str:
-    """A random prefix for the block names of one pool (short: macOS allows 31 characters per name)."""
+    """A random prefix for the slot names of one pool (short: macOS allows 31 characters per name)."""
     return f'psm{secrets.token_hex(5)}_'
-
-
-def block_name(prefix: str, seq: int) -> str:
-    """The name of the block that may hold the result of item ``seq``."""
-    return f'{prefix}{seq:x}'
 
 
 def _shareable(value: Any) -> bool:
     return type(value) is np.ndarray and not value.dtype.hasobject and value.nbytes > 0
 
 
-def pack_result(result: Any, name: str) -> Any:
-    """Worker side: return what to send for ``result``, moving big arrays into a block called ``name``."""
+def pack_result(result: Any, writer: SlotWriter) -> Any:
+    """Worker side: return what to send for ``result``, moving its big arrays into a slot of ``writer``."""
     if type(result) is not dict:
         return result
     layout: list[ShmArray] = []
@@ -110,89 +115,30 @@ def pack_result(result: Any, name: str) -> Any:
             offset += -(-value.nbytes // _ALIGNMENT) * _ALIGNMENT
     if offset < INLINE_LIMIT_BYTES:
         return result
-    block = SharedMemory(name=name, create=True, size=offset)
     try:
-        _copy_into(block, layout, result)
-    except BaseException:
-        release_block(block)
-        raise
-    _close(block)
+        slot, name = writer.write(offset, [(spec.offset, result[spec.key]) for spec in layout])
+    except OSError as exc:
+        if not writer.failed:
+            writer.failed = True
+            logger.warning('petastorm process pool: could not use shared memory (%s); results are pickled through '
+                           'a pipe instead, which is slower (a container may need a bigger /dev/shm)', exc)
+        return result
     placed = {spec.key for spec in layout}
     others = {key: value for key, value in result.items() if key not in placed}
-    return ShmResult(name, tuple(result), tuple(layout), others)
+    return ShmResult(slot, name, offset, tuple(result), tuple(layout), others)
 
 
-def _copy_into(block: SharedMemory, layout: list[ShmArray], result: dict[Any, Any]) -> None:
-    for spec in layout:
-        target = np.ndarray(spec.shape, spec.dtype, buffer=block.buf, offset=spec.offset)
-        target[...] = result[spec.key]
-        del target  # the block cannot be closed while a view of it exists
+def unpack_result(payload: Any, on_mapped: Callable[[mmap.mmap], None]) -> Any:
+    """Parent side: rebuild the result described by ``payload``; its arrays view the slot's mapping.
 
-
-def unpack_result(payload: Any) -> Any:
-    """Parent side: rebuild the result described by ``payload``, copying arrays out of and unlinking its block."""
+    ``on_mapped`` is called with the mapping before any array refers to it (to track its garbage collection).
+    """
     if type(payload) is not ShmResult:
         return payload
-    block = SharedMemory(name=payload.name)
-    try:
-        arrays = {spec.key: _copy_out(block, spec) for spec in payload.arrays}
-    finally:
-        release_block(block)
+    mapped = map_slot(payload.name, payload.size)
+    on_mapped(mapped)
+    arrays = {spec.key: array_over(mapped, spec.dtype, spec.shape, spec.offset) for spec in payload.arrays}
     return {key: arrays[key] if key in arrays else payload.others[key] for key in payload.keys}
-
-
-def _copy_out(block: SharedMemory, spec: ShmArray) -> np.ndarray:
-    source = np.ndarray(spec.shape, spec.dtype, buffer=block.buf, offset=spec.offset)
-    try:
-        return source.copy()
-    finally:
-        del source
-
-
-def discard_payload(payload: Any) -> None:
-    """Parent side: drop a result nobody wants any more, unlinking its block if it has one."""
-    if type(payload) is ShmResult:
-        unlink_block(payload.name)
-
-
-def _close(block: SharedMemory) -> None:
-    try:
-        block.close()
-    except BufferError:
-        # A view is still referenced (e.g. by a traceback frame); the mapping goes away with it.
-        logger.debug('shared memory block %s still has views; leaving its mapping to the garbage collector',
-                     block.name)
-
-
-def release_block(block: SharedMemory) -> None:
-    """Close and unlink ``block`` (unlinking also unregisters it from the resource tracker)."""
-    _close(block)
-    try:
-        block.unlink()
-    except FileNotFoundError:
-        pass
-
-
-def unlink_block(name: str) -> None:
-    """Remove the block called ``name`` if it exists (for blocks whose descriptor never arrived)."""
-    try:
-        block = SharedMemory(name=name)
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError):
-        # A worker killed between creating and sizing a block leaves an empty one that cannot be mapped; no
-        # tracker registration exists yet at that point, so removing the file is enough.
-        _unlink_path(name)
-        return
-    release_block(block)
-
-
-def _unlink_path(name: str) -> None:
-    path = os.path.join('/dev/shm', name.lstrip('/'))
-    try:
-        os.unlink(path)
-    except OSError as exc:
-        logger.warning('could not remove shared memory block %s: %s', name, exc)
 
 
 @dataclass(frozen=True)

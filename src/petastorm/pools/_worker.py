@@ -1,8 +1,10 @@
 """The main function of a worker process of :class:`~petastorm.pools.process_pool.ProcessPool`.
 
-Messages from the parent (pickled tuples on the task pipe):
+The process is started by :func:`petastorm.pools._launch.launch_worker`; its first message is a
+:class:`~petastorm.pools._launch.WorkerSetup`. Then, from the parent (pickled tuples on the task pipe):
 
-* ``('task', seq, item_bytes)``: run the worker function on the pickled item ``seq``;
+* ``('task', seq, item_bytes, releases)``: run the worker function on the pickled item ``seq``; ``releases``
+  lists the slots the parent no longer maps, as ``(slot_id, reusable)``;
 * ``('cancel', below)``: skip queued items whose ``seq`` is below ``below`` (their imap was abandoned);
 * ``('stop',)``: skip everything queued and exit.
 
@@ -11,7 +13,9 @@ error with a ``RemoteException``, or cancelled; exactly one per task, so the par
 outstanding.
 
 A receiver thread reads the task pipe continuously, so the parent can always send without blocking however big
-the result the main thread is writing, and a cancel or stop takes effect while an item is being computed.
+the result the main thread is writing, and a cancel or stop takes effect while an item is being computed. When
+the parent dies (end of file on the task pipe, or a new parent process id) the worker removes the names of its
+shared memory slots and exits at once.
 """
 
 from __future__ import annotations
@@ -20,25 +24,23 @@ import logging
 import os
 import pickle
 import queue
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from petastorm.pools._launch import WorkerSetup
+from petastorm.pools._shm import SlotWriter
 from petastorm.pools._transport import (
     REPLY_CANCELLED,
     REPLY_ERROR,
     REPLY_OK,
     ShmResult,
-    block_name,
     encode_exception,
     encode_reply,
     pack_result,
-    unlink_block,
 )
 
 logger = logging.getLogger(__name__)
@@ -49,105 +51,122 @@ PARENT_POLL_SECONDS = 0.5
 _STOP_ALL = sys.maxsize
 
 
-@dataclass(frozen=True)
-class WorkerSetup:
-    """Everything a worker process gets once, at start-up."""
+class _Worker:
+    """The state of a worker process, shared by its threads (plain attribute writes are atomic)."""
 
-    worker_fn: Callable[[Any, Any], Any]
-    context: Any
-    block_prefix: str
-    index: int
-    # The pool's pid when the worker is its direct child (spawn), None when it is not (forkserver).
-    parent_pid: int | None
-
-
-class _Control:
-    """State the receiver thread shares with the main thread (plain attribute writes are atomic)."""
-
-    def __init__(self) -> None:
+    def __init__(self, setup: WorkerSetup, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        self.setup = setup
+        self.worker_fn = worker_fn
+        self.context = context
+        self.slots = SlotWriter(setup.block_prefix, setup.index)
         self.cancel_below = 0
 
+    def parent_gone(self) -> None:
+        """Remove the names of this worker's slots and end the process."""
+        self.slots.remove_all_and_exit(EXIT_PARENT_GONE)
 
-def run_worker(setup: WorkerSetup, task_conn: Connection, result_conn: Connection) -> None:
-    """Serve tasks until told to stop; exit at once if the parent process goes away."""
-    # Ctrl-C reaches the whole process group; the parent decides how to shut its workers down.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent_pid = os.getppid()
-    if setup.parent_pid is not None and parent_pid != setup.parent_pid:
+
+def main(argv: list[str]) -> None:
+    """Entry point of a worker process: ``argv`` holds the task, result and sentinel file descriptors."""
+    task_fd, result_fd, sentinel_fd = (int(arg) for arg in argv)
+    for fd in (task_fd, result_fd, sentinel_fd):
+        # The sentinel stays open until the process ends; none of the pipes leaks into processes it starts.
+        os.set_inheritable(fd, False)
+    task_conn = Connection(task_fd, writable=False)
+    result_conn = Connection(result_fd, readable=False)
+    try:
+        setup = pickle.loads(task_conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(EXIT_PARENT_GONE)
+    if not isinstance(setup, WorkerSetup):
+        os._exit(0)  # the pool failed to start and stopped before sending the setup
+    if os.getppid() != setup.parent_pid:
         os._exit(EXIT_PARENT_GONE)  # the pool's process died before this worker got going
-    threading.Thread(target=_watch_parent, args=(parent_pid,), name='petastorm-parent-watch', daemon=True).start()
+    try:
+        worker_fn, context = pickle.loads(setup.function_and_context)
+    except BaseException:
+        logger.critical('petastorm worker %d: could not unpickle the worker function and its context (the function '
+                        'must be importable by name in a fresh interpreter)', setup.index)
+        raise
+    run_worker(_Worker(setup, worker_fn, context), task_conn, result_conn)
+
+
+def run_worker(worker: _Worker, task_conn: Connection, result_conn: Connection) -> None:
+    """Serve tasks until told to stop; exit at once if the parent process goes away."""
+    threading.Thread(target=_watch_parent, args=(worker,), name='petastorm-parent-watch', daemon=True).start()
     inbox: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-    control = _Control()
-    threading.Thread(target=_receive, args=(task_conn, inbox, control), name='petastorm-task-receiver',
+    threading.Thread(target=_receive, args=(worker, task_conn, inbox), name='petastorm-task-receiver',
                      daemon=True).start()
     try:
-        _serve(setup, inbox, control, result_conn)
+        _serve(worker, inbox, result_conn)
     finally:
+        worker.slots.remove_all()
         result_conn.close()
 
 
-def _watch_parent(parent_pid: int) -> None:
+def _watch_parent(worker: _Worker) -> None:
     # A parent killed by SIGKILL cannot tell its workers; once it is gone the worker is re-parented, and
     # polling notices that even when a forked grandchild keeps the task pipe open.
     while True:
         time.sleep(PARENT_POLL_SECONDS)
-        if os.getppid() != parent_pid:
-            os._exit(EXIT_PARENT_GONE)
+        if os.getppid() != worker.setup.parent_pid:
+            worker.parent_gone()
 
 
-def _receive(task_conn: Connection, inbox: queue.SimpleQueue, control: _Control) -> None:
+def _receive(worker: _Worker, task_conn: Connection, inbox: queue.SimpleQueue) -> None:
     while True:
         try:
             message = pickle.loads(task_conn.recv_bytes())
         except (EOFError, OSError):
             # The parent closes the task pipe only after sending 'stop'; end of file without it means it died.
-            os._exit(EXIT_PARENT_GONE)
+            worker.parent_gone()
         kind = message[0]
         if kind == 'task':
+            if message[3]:
+                worker.slots.release(message[3])
             inbox.put((message[1], message[2]))
         elif kind == 'cancel':
-            control.cancel_below = max(control.cancel_below, message[1])
+            worker.cancel_below = max(worker.cancel_below, message[1])
         elif kind == 'stop':
-            control.cancel_below = _STOP_ALL
+            worker.cancel_below = _STOP_ALL
             inbox.put(None)
             return
 
 
-def _serve(setup: WorkerSetup, inbox: queue.SimpleQueue, control: _Control, result_conn: Connection) -> None:
+def _serve(worker: _Worker, inbox: queue.SimpleQueue, result_conn: Connection) -> None:
     while True:
         task = inbox.get()
         if task is None:
             return
         seq, item_bytes = task
-        if seq < control.cancel_below:
-            if control.cancel_below != _STOP_ALL:
-                _send(result_conn, encode_reply(REPLY_CANCELLED, seq))
+        if seq < worker.cancel_below:
+            if worker.cancel_below != _STOP_ALL:
+                _send(worker, result_conn, encode_reply(REPLY_CANCELLED, seq, worker.slots.created))
             continue
-        _send(result_conn, _run_one(setup, seq, item_bytes))
+        _send(worker, result_conn, _run_one(worker, seq, item_bytes))
 
 
-def _run_one(setup: WorkerSetup, seq: int, item_bytes: bytes) -> memoryview:
+def _run_one(worker: _Worker, seq: int, item_bytes: bytes) -> memoryview:
     """Run the worker function on one item and return the encoded reply (never raises for item errors)."""
-    name = block_name(setup.block_prefix, seq)
+    slots = worker.slots
     try:
-        result = setup.worker_fn(setup.context, pickle.loads(item_bytes))
-        payload = pack_result(result, name)
+        result = worker.worker_fn(worker.context, pickle.loads(item_bytes))
+        payload = pack_result(result, slots)
         del result
     except BaseException as exc:
-        return encode_reply(REPLY_ERROR, seq, encode_exception(exc))
+        return encode_reply(REPLY_ERROR, seq, slots.created, encode_exception(exc))
     try:
-        return encode_reply(REPLY_OK, seq, payload)
+        return encode_reply(REPLY_OK, seq, slots.created, payload)
     except BaseException as exc:
         if type(payload) is ShmResult:
-            unlink_block(payload.name)
+            slots.release([(payload.slot, True)])
         error = TypeError(f'the result of item {seq} cannot be pickled to the parent process: {exc!r}')
         error.__cause__ = exc
-        return encode_reply(REPLY_ERROR, seq, encode_exception(error))
+        return encode_reply(REPLY_ERROR, seq, slots.created, encode_exception(error))
 
 
-def _send(result_conn: Connection, data: memoryview) -> None:
+def _send(worker: _Worker, result_conn: Connection, data: memoryview) -> None:
     try:
         result_conn.send_bytes(data)
     except OSError:
-        # Broken pipe: the parent is gone. Blocks of unsent results are removed by the resource tracker.
-        os._exit(EXIT_PARENT_GONE)
+        worker.parent_gone()  # broken pipe

@@ -1,13 +1,19 @@
 """A pool of worker processes: true parallelism for Python-heavy decoding, with results moved by shared memory.
 
-Workers are started with ``spawn`` (or ``forkserver``), never ``fork``: forking a process that runs threads
-(Arrow's, the reader's, the framework's) can deadlock the child. The worker function and its context are sent
-once per worker at start-up; items are pickled (they are small); big arrays of dict results come back through
-POSIX shared memory (see :mod:`petastorm.pools._transport`).
+Each worker is a fresh interpreter running petastorm's worker loop (see :mod:`petastorm.pools._launch`), never
+a fork: forking a process that runs threads (Arrow's, the reader's, the framework's) can deadlock the child. The
+user's ``__main__`` module is not re-imported in the workers, so scripts need no ``if __name__ == '__main__':``
+guard. The worker function and its context are sent once per worker at start-up; items are pickled (they are
+small); big arrays of dict results come back through POSIX shared memory without being copied in the parent
+(see :mod:`petastorm.pools._transport`).
 
-Spawning costs a fresh interpreter per worker (imports of NumPy and of the worker function's module), so a
-process pool is worth it for long runs of CPU-bound work; the worker function must be importable by name
-(defined at module level in an importable module, not in ``__main__`` of an interactive session).
+Arrays of results received this way are writable and owned by the consumer alone; each one keeps its shared
+memory mapping alive until it (and every view of it, e.g. a row sliced from a batch column) is garbage collected.
+Holding on to one small row of a batch therefore holds the whole mapping of that batch.
+
+Starting costs a fresh interpreter per worker (imports of NumPy and of the worker function's module), so a
+process pool is worth it for long runs of CPU-bound work; the worker function must be importable by name in a
+fresh interpreter (defined at module level of an importable module: a function of ``__main__`` is not found).
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from petastorm.pools._process_core import ProcessCore
+from petastorm.pools._shm import is_supported
 from petastorm.pools.base import DEFAULT_MAX_BYTES_IN_FLIGHT, PoolBase, PoolOptions, WorkerDiedError
 
 logger = logging.getLogger(__name__)
 
-START_METHODS = ('spawn', 'forkserver')
+# Kept for compatibility: every worker is a fresh interpreter, whatever the name.
+START_METHODS = ('spawn',)
 
 
 class ProcessPool(PoolBase):
@@ -34,7 +42,7 @@ class ProcessPool(PoolBase):
         max_in_flight: items submitted ahead of the consumer (default ``2 * workers_count``); fewer when the
             results seen so far say that so many would hold more than ``max_bytes_in_flight`` bytes.
         max_bytes_in_flight: budget for the results held in flight.
-        start_method: ``'spawn'`` (default) or ``'forkserver'``.
+        start_method: only ``'spawn'`` (a fresh interpreter per worker) is supported.
         join_timeout: seconds ``join`` waits for workers to finish their current item before terminating them.
 
     Errors raised by ``worker_fn`` are re-raised by ``imap`` as the original exception type when it can be
@@ -51,8 +59,8 @@ class ProcessPool(PoolBase):
         super().__init__()
         self._options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
         if start_method not in START_METHODS:
-            raise ValueError(f'start_method must be one of {START_METHODS} (fork is unsafe with threads), '
-                             f'got {start_method!r}')
+            raise ValueError(f'start_method must be one of {START_METHODS} (fork is unsafe with threads; every '
+                             f'worker is a fresh interpreter), got {start_method!r}')
         if not join_timeout >= 0:
             raise ValueError(f'join_timeout must be a non-negative number, got {join_timeout!r}')
         self.workers_count = self._options.workers_count
@@ -64,12 +72,13 @@ class ProcessPool(PoolBase):
         self._in_flight = 0
 
     def start(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
-        """Start the worker processes; ``worker_fn`` and ``context`` must be picklable."""
+        """Start the worker processes; ``worker_fn`` and ``context`` must be picklable (the function by name)."""
         if self._core is not None:
             raise RuntimeError('process pool: start() may be called only once')
+        if not is_supported():
+            raise RuntimeError('process pool: this platform has no POSIX shared memory; use the thread pool')
         label = f'process pool {id(self):#x}'
-        self._core = ProcessCore(label, self.workers_count, self.start_method, worker_fn, context,
-                                 self._join_timeout)
+        self._core = ProcessCore(label, self.workers_count, worker_fn, context, self._join_timeout)
         # Runs at garbage collection or interpreter exit if join() was never called.
         self._finalizer = weakref.finalize(self, self._core.shutdown)
 

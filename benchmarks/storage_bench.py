@@ -1,0 +1,111 @@
+"""Reading a scalar store from an S3-compatible server on loopback vs from local disk, in one run, same data.
+
+The store (plain Parquet, N rows x 10 scalar columns, several files of several row groups) is written once to a
+local directory and once to ``s3://`` on a moto server started here (127.0.0.1, free port). Each case reads it with
+``make_batch_reader`` (thread pool) and is timed as the median of --repeats runs:
+
+  all columns: every column, so the same bytes cross the network as are read from disk;
+  one column:  one of the ten, where ranged requests keep the transfer to about a tenth.
+
+The last line is ``s3 / local time ratio: X.XX`` for the all-columns case.
+
+Usage: python benchmarks/storage_bench.py [--quick] [--rows N] [--repeats R] [--workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from petastorm import make_batch_reader
+from petastorm.fs import path_to_url, resolve_url
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests'))
+from conftest_s3 import BUCKET, MotoServer  # noqa: E402
+
+COLUMNS = 10
+
+
+def make_table(rows: int) -> pa.Table:
+    rng = np.random.default_rng(0)
+    columns = {'id': np.arange(rows, dtype=np.int64)}
+    for i in range(1, COLUMNS):
+        if i % 3 == 0:
+            columns[f'c{i}'] = rng.integers(0, 1000, rows, dtype=np.int32)
+        else:
+            columns[f'c{i}'] = rng.random(rows)
+    return pa.table(columns)
+
+
+def write_store(url: str, table: pa.Table, storage_options: dict | None, files: int) -> None:
+    fs, root = resolve_url(url, storage_options)
+    fs.create_dir(root, recursive=True)
+    per_file = -(-table.num_rows // files)
+    for index in range(files):
+        part = table.slice(index * per_file, per_file)
+        with fs.open_output_stream(posixpath.join(root, f'part-{index:03d}.parquet')) as stream:
+            pq.write_table(part, stream, row_group_size=max(1, per_file // 4))
+
+
+def read_time(url: str, storage_options: dict | None, columns: list[str] | None, workers: int,
+              expected_rows: int) -> float:
+    start = time.perf_counter()
+    with make_batch_reader(url, schema_fields=columns, storage_options=storage_options, reader_pool_type='thread',
+                           workers_count=workers) as reader:
+        rows = sum(len(batch[0]) for batch in reader)
+    elapsed = time.perf_counter() - start
+    if rows != expected_rows:
+        raise RuntimeError(f'read {rows} rows from {url}, expected {expected_rows}')
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true', help='100k rows, 1 repeat (a smoke run)')
+    parser.add_argument('--rows', type=int, default=1_000_000)
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--workers', type=int, default=4)
+    args = parser.parse_args()
+    rows = 100_000 if args.quick else args.rows
+    repeats = 1 if args.quick else args.repeats
+    warnings.simplefilter('ignore', UserWarning)
+
+    table = make_table(rows)
+    with tempfile.TemporaryDirectory() as tmp, MotoServer() as moto:
+        options = moto.storage_options()
+        local_url = path_to_url(os.path.join(tmp, 'store'))
+        s3_url = f's3://{BUCKET}/store'
+        fs, _ = resolve_url(f's3://{BUCKET}', options)
+        fs.create_dir(BUCKET, recursive=True)
+        write_store(local_url, table, None, files=4)
+        write_store(s3_url, table, options, files=4)
+        size_mb = sum(os.path.getsize(os.path.join(tmp, 'store', f)) for f in os.listdir(os.path.join(tmp, 'store')))
+        size_mb /= 1024 * 1024
+
+        print(f'scalar store: {rows:,} rows x {COLUMNS} columns, {size_mb:.1f} MB in 4 Parquet files; '
+              f'make_batch_reader, thread pool, {args.workers} workers; median of {repeats}')
+        print('| case | local s | s3 s | local rows/s | s3 rows/s | s3 / local |')
+        print('|---|---|---|---|---|---|')
+        ratios = {}
+        for case, columns in (('all columns', None), ('one column', ['c1'])):
+            local = statistics.median(read_time(local_url, None, columns, args.workers, rows) for _ in range(repeats))
+            remote = statistics.median(read_time(s3_url, options, columns, args.workers, rows)
+                                       for _ in range(repeats))
+            ratios[case] = remote / local
+            print(f'| {case} | {local:.3f} | {remote:.3f} | {rows / local:,.0f} | {rows / remote:,.0f} | '
+                  f'{remote / local:.2f} |')
+    print(f's3 / local time ratio: {ratios["all columns"]:.2f}')
+
+
+if __name__ == '__main__':
+    main()

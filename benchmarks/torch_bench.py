@@ -1,0 +1,315 @@
+"""PyTorch loader throughput next to its limits, measured in one run on the same data.
+
+Cases (each in its own process, so that peak RSS is the case's own; rates are medians of --repeats runs):
+  hello    DataLoader(make_reader(hello world), batch_size=64) vs make_reader alone (rows/s, peak RSS).
+  mnist    DataLoader(make_reader(28x28 uint8 + label), batch_size=64) vs make_reader alone.
+  scalars  BatchedDataLoader(make_batch_reader(N x 10 scalar columns), batch_size=1024) vs the limit: a raw
+           pyarrow scan -> numpy -> 1024-row slices -> torch.as_tensor loop; and the same loader with
+           shuffling_queue_capacity=100000.
+  inmem    InMemBatchedDataLoader(batch_size=1024, shuffle=True): load time and shuffled epoch rate, on the
+           scalar store (make_batch_reader) and the MNIST-style store (make_reader).
+The last column repeats what the original Petastorm 0.13.1 measured on a 2-core machine of this kind, for
+orientation only: compare ratios measured in one run (see the side-by-side harness for that).
+
+Usage: python benchmarks/torch_bench.py [--quick] [--cases hello,mnist,scalars,inmem] [--data-root DIR]
+With --data-root, stores named hello_world (or hello), mnist_like (or mnist) and scalars are used when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
+from petastorm.unischema import Unischema, UnischemaField
+
+HelloSchema = Unischema('HelloWorldSchema', [
+    UnischemaField('id', np.int32, (), ScalarCodec(pa.int32()), False),
+    UnischemaField('image1', np.uint8, (128, 256, 3), CompressedImageCodec('png'), False),
+    UnischemaField('array_4d', np.uint8, (None, 128, 30, None), NdarrayCodec(), False),
+])
+MnistSchema = Unischema('MnistSchema', [
+    UnischemaField('idx', np.int64, (), ScalarCodec(pa.int64()), False),
+    UnischemaField('digit', np.int64, (), ScalarCodec(pa.int64()), False),
+    UnischemaField('image', np.uint8, (28, 28), NdarrayCodec(), False),
+])
+
+# What Petastorm 0.13.1 measured with the side-by-side harness on a 2-core machine of this kind.
+ORIGINAL = {
+    'hello DataLoader bs64': '872 (3.5 GB)',
+    'mnist DataLoader bs64': '3,453',
+    'scalars BatchedDataLoader bs1024': '4,572,466',
+    'scalars BatchedDataLoader bs1024 shufq100k': '688,691',
+    'scalars InMem load (s)': '1.70',
+    'scalars InMem shuffled epoch': '408,657',
+    'mnist InMem load (s)': '18.58',
+    'mnist InMem shuffled epoch': '208,504',
+}
+
+
+def _hello_rows(n):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        yield {'id': i, 'image1': rng.integers(0, 255, size=(128, 256, 3), dtype=np.uint8),
+               'array_4d': rng.integers(0, 255, size=(4, 128, 30, 3), dtype=np.uint8)}
+
+
+def _mnist_rows(n):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        yield {'idx': i, 'digit': i % 10, 'image': rng.integers(0, 255, size=(28, 28), dtype=np.uint8)}
+
+
+def _existing(root, names):
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path):
+            return path
+    return None
+
+
+def make_data(root, quick):
+    """Paths of the hello, mnist and scalar stores under ``root`` (written when missing)."""
+    paths = {}
+    paths['hello'] = _existing(root, ('hello_world', 'hello')) or os.path.join(root, 'hello')
+    if not os.path.exists(paths['hello']):
+        write_dataset('file://' + paths['hello'], HelloSchema, _hello_rows(200 if quick else 2000),
+                      row_group_size_mb=16)
+    paths['mnist'] = _existing(root, ('mnist_like', 'mnist')) or os.path.join(root, 'mnist')
+    if not os.path.exists(paths['mnist']):
+        write_dataset('file://' + paths['mnist'], MnistSchema, _mnist_rows(10_000 if quick else 60_000),
+                      row_group_size_mb=4)
+    paths['scalars'] = _existing(root, ('scalars',)) or os.path.join(root, 'scalars')
+    if not os.path.exists(paths['scalars']):
+        rng = np.random.default_rng(0)
+        os.makedirs(paths['scalars'])
+        total = 300_000 if quick else 5_000_000
+        chunk = 1_000_000
+        for part, start in enumerate(range(0, total, chunk)):
+            n = min(chunk, total - start)
+            cols = {'id': np.arange(start, start + n, dtype=np.int64)}
+            for c in range(9):
+                cols[f'c{c}'] = rng.random(n).astype(np.float32 if c < 4 else np.float64) if c < 7 else \
+                    rng.integers(0, 1000, n, dtype=np.int32)
+            pq.write_table(pa.table(cols), os.path.join(paths['scalars'], f'part-{part:03d}.parquet'),
+                           row_group_size=160_000)
+    return paths
+
+
+def _rows_in(batch):
+    first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(first)
+
+
+def _stream_rate(open_loader, seconds):
+    """Rows/s of an endless loader after a short warm-up."""
+    with open_loader() as loader:
+        iterator = iter(loader)
+        warm_until = time.perf_counter() + min(1.0, seconds / 2)
+        while time.perf_counter() < warm_until:
+            next(iterator)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            count += _rows_in(next(iterator))
+        return count / (time.perf_counter() - start)
+
+
+def _reader_rate(make, seconds, batched):
+    with make() as reader:
+        warm_until = time.perf_counter() + min(1.0, seconds / 2)
+        while time.perf_counter() < warm_until:
+            next(reader)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            item = next(reader)
+            count += len(item[0]) if batched else 1
+        return count / (time.perf_counter() - start)
+
+
+def _raw_torch_pass(path, batch_size=1024):
+    """The limit of BatchedDataLoader: pyarrow scan -> numpy -> fixed-size slices -> torch.as_tensor."""
+    import torch
+
+    n = 0
+    carry = None
+    names = None
+    for batch in ds.dataset(path, format='parquet').to_batches():
+        names = batch.schema.names
+        cols = [c.to_numpy(zero_copy_only=False) for c in batch.columns]
+        if carry is not None:
+            cols = [np.concatenate([a, b]) for a, b in zip(carry, cols, strict=True)]
+        full = len(cols[0]) - len(cols[0]) % batch_size
+        for s in range(0, full, batch_size):
+            out = {k: torch.as_tensor(c[s:s + batch_size]) for k, c in zip(names, cols, strict=True)}
+            n += len(out[names[0]])
+        carry = [c[full:] for c in cols]
+    if carry is not None and len(carry[0]):
+        n += len({k: torch.as_tensor(c) for k, c in zip(names, carry, strict=True)}[names[0]])
+    return n
+
+
+def _loader_pass(path, shuffle_capacity):
+    from petastorm.pytorch import BatchedDataLoader
+
+    n = 0
+    with BatchedDataLoader(make_batch_reader('file://' + path, num_epochs=1), batch_size=1024,
+                           shuffling_queue_capacity=shuffle_capacity) as loader:
+        for batch in loader:
+            n += len(batch['id'])
+    return n
+
+
+def _timed_passes(fn, repeats):
+    fn()  # warm-up: page cache, imports, thread start-up
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+# -- cases, each run in a fresh process; they return {name: value} plus the process's peak RSS ------------------
+
+def case_hello(path, seconds, repeats):
+    import warnings
+
+    from petastorm.pytorch import DataLoader
+
+    warnings.filterwarnings('ignore', category=UserWarning)
+    url = 'file://' + path
+    loader = statistics.median(_stream_rate(lambda: DataLoader(make_reader(url, num_epochs=None), batch_size=64),
+                                            seconds) for _ in range(repeats))
+    return {'hello DataLoader bs64': loader}
+
+
+def case_hello_reader(path, seconds, repeats):
+    url = 'file://' + path
+    return {'hello make_reader': statistics.median(
+        _reader_rate(lambda: make_reader(url, num_epochs=None), seconds, False) for _ in range(repeats))}
+
+
+def case_mnist(path, seconds, repeats):
+    from petastorm.pytorch import DataLoader
+
+    url = 'file://' + path
+    loader = statistics.median(_stream_rate(lambda: DataLoader(make_reader(url, num_epochs=None), batch_size=64),
+                                            seconds) for _ in range(repeats))
+    reader = statistics.median(_reader_rate(lambda: make_reader(url, num_epochs=None), seconds, False)
+                               for _ in range(repeats))
+    return {'mnist DataLoader bs64': loader, 'mnist make_reader': reader}
+
+
+def case_scalars(path, seconds, repeats):
+    return {'scalars raw pyarrow->torch loop': _timed_passes(lambda: _raw_torch_pass(path), repeats),
+            'scalars BatchedDataLoader bs1024': _timed_passes(lambda: _loader_pass(path, 0), repeats),
+            'scalars BatchedDataLoader bs1024 shufq100k': _timed_passes(lambda: _loader_pass(path, 100_000),
+                                                                        repeats)}
+
+
+def _inmem(path, batched, repeats):
+    import warnings
+
+    from petastorm.pytorch import InMemBatchedDataLoader
+
+    warnings.filterwarnings('ignore', category=UserWarning)
+    rows = sum(pq.read_metadata(os.path.join(root, f)).num_rows
+               for root, _, files in os.walk(path) for f in files if f.endswith('.parquet'))
+    factory = make_batch_reader if batched else make_reader
+    loads, epochs = [], []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        loader = InMemBatchedDataLoader(factory('file://' + path, num_epochs=1), batch_size=1024, num_epochs=2,
+                                        rows_capacity=rows, shuffle=True)
+        loaded = time.perf_counter()
+        seen = sum(_rows_in(batch) for batch in loader)
+        done = time.perf_counter()
+        assert seen == 2 * rows, (seen, rows)
+        loads.append(loaded - start)
+        epochs.append(2 * rows / (done - loaded))
+    return statistics.median(loads[1:]), statistics.median(epochs[1:])
+
+
+def case_inmem(paths, seconds, repeats):
+    scalars_load, scalars_epoch = _inmem(paths['scalars'], True, repeats)
+    mnist_load, mnist_epoch = _inmem(paths['mnist'], False, repeats)
+    return {'scalars InMem load (s)': scalars_load, 'scalars InMem shuffled epoch': scalars_epoch,
+            'mnist InMem load (s)': mnist_load, 'mnist InMem shuffled epoch': mnist_epoch}
+
+
+def _in_process(fn, *args):
+    result = fn(*args)
+    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_isolated(fn, *args):
+    """``(fn(*args), peak RSS MB)`` from a fresh process."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context('spawn')) as pool:
+        return pool.submit(_in_process, fn, *args).result()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true', help='small data, short runs, one repeat (smoke test)')
+    parser.add_argument('--cases', default='hello,mnist,scalars,inmem')
+    parser.add_argument('--data-root', default=None, help='where the stores are (or are written)')
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--seconds', type=float, default=5.0, help='measuring time of a streaming case')
+    args = parser.parse_args(argv)
+    repeats = 1 if args.quick else args.repeats
+    seconds = 0.5 if args.quick else args.seconds
+    root = args.data_root or tempfile.mkdtemp(prefix='petastorm-torch-bench-')
+    paths = make_data(root, args.quick)
+    cases = args.cases.split(',')
+    values, rss = {}, {}
+    if 'hello' in cases:
+        for fn in (case_hello, case_hello_reader):
+            result, peak = run_isolated(fn, paths['hello'], seconds, repeats)
+            values.update(result)
+            rss.update(dict.fromkeys(result, peak))
+    if 'mnist' in cases:
+        result, peak = run_isolated(case_mnist, paths['mnist'], seconds, repeats)
+        values.update(result)
+    if 'scalars' in cases:
+        result, peak = run_isolated(case_scalars, paths['scalars'], seconds, repeats)
+        values.update(result)
+    if 'inmem' in cases:
+        result, peak = run_isolated(case_inmem, paths, seconds, repeats)
+        values.update(result)
+    references = {
+        'hello DataLoader bs64': 'hello make_reader',
+        'mnist DataLoader bs64': 'mnist make_reader',
+        'scalars BatchedDataLoader bs1024': 'scalars raw pyarrow->torch loop',
+        'scalars BatchedDataLoader bs1024 shufq100k': 'scalars raw pyarrow->torch loop',
+    }
+    print(f'| case | ours | peak RSS MB | compared with | its value | ours / it | original 0.13.1 |  '
+          f'(python {sys.version.split()[0]}, {os.cpu_count()} cores, median of {repeats})')
+    print('|---|---:|---:|---|---:|---:|---:|')
+    for name, value in values.items():
+        if name in references.values():
+            continue
+        reference = references.get(name)
+        ref_value = values.get(reference) if reference else None
+        ratio = f'{value / ref_value:.2f}' if ref_value else ''
+        shown = f'{value:.2f}' if name.endswith('(s)') else f'{value:,.0f}'
+        ref_shown = f'{ref_value:,.0f}' if ref_value else ''
+        peak = f'{rss[name]:,.0f}' if name in rss else ''
+        print(f'| {name} | {shown} | {peak} | {reference or ""} | {ref_shown} | {ratio} | '
+              f'{ORIGINAL.get(name, "")} |')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,209 @@
+"""Add or repair the Petastorm metadata of an existing Parquet store (``petastorm-generate-metadata.py``).
+
+The schema is the one already stored in the dataset (our JSON, or the pickle written by Petastorm) unless a
+Unischema is named explicitly; the row-group map is rebuilt from the file footers. Keys that are still valid
+(row-group indexes, Spark's schema) are kept. Nothing here needs Spark: the footers are read in parallel
+threads, so the command works without a JVM and takes seconds for thousands of files.
+
+Example::
+
+    petastorm-generate-metadata.py --dataset_url hdfs://namenode:8020/path/to/dataset
+    petastorm-generate-metadata.py --dataset_url file:///tmp/ds --unischema_class my_project.schemas.MySchema
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import posixpath
+import pydoc
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
+from petastorm.etl.dataset_metadata import get_schema, open_dataset
+from petastorm.etl.materialize import write_petastorm_metadata
+from petastorm.fs import resolve_url
+from petastorm.metadata.store import SUMMARY_METADATA, list_data_files
+from petastorm.unischema import Unischema
+
+__all__ = ['generate_petastorm_metadata', 'main']
+
+logger = logging.getLogger(__name__)
+
+PROG = 'petastorm-generate-metadata.py'
+_FOOTER_THREADS = 16
+_PROGRESS_INTERVAL_S = 5.0
+
+
+def load_unischema(dotted_name: str) -> Unischema:
+    """The Unischema instance at ``module.attribute`` (e.g. ``'examples.mnist.schema.MnistSchema'``).
+
+    Raises:
+        ValueError: nothing importable has that name, or it is not a Unischema.
+    """
+    found = pydoc.locate(dotted_name)
+    if found is None:
+        raise ValueError(f'unischema class {dotted_name!r} was not found: give the full dotted path '
+                         f'module.attribute of a Unischema instance, importable from this Python')
+    if not isinstance(found, Unischema):
+        raise ValueError(f'{dotted_name!r} is a {type(found).__name__}, not a Unischema instance')
+    return found
+
+
+def _read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
+    """Every file's Parquet footer, read in parallel threads, with progress logged for long runs."""
+
+    def read(path: str) -> pq.FileMetaData:
+        try:
+            with filesystem.open_input_file(path) as f:
+                return pq.read_metadata(f)
+        except (OSError, pa.ArrowException) as err:
+            raise PetastormMetadataGenerationError(f'{path} is not a readable Parquet file: {err}') from err
+
+    footers: dict[str, pq.FileMetaData] = {}
+    last_report = time.monotonic()
+    with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, max(1, len(paths))),
+                            thread_name_prefix='petastorm-footers') as pool:
+        futures = {pool.submit(read, path): path for path in paths}
+        for future in as_completed(futures):
+            footers[futures[future]] = future.result()
+            if time.monotonic() - last_report >= _PROGRESS_INTERVAL_S:
+                last_report = time.monotonic()
+                logger.info('read the footers of %d/%d files', len(footers), len(paths))
+    return footers
+
+
+def _replace_file(filesystem: pafs.FileSystem, target: str, write: Any) -> None:
+    """Write ``target`` through a temporary sibling renamed into place, then drop Hadoop's stale checksum."""
+    directory, name = posixpath.split(target)
+    temporary = posixpath.join(directory, f'.{name}.{uuid.uuid4().hex}.tmp')
+    try:
+        with filesystem.open_output_stream(temporary) as out:
+            write(out)
+        filesystem.move(temporary, target)
+    finally:
+        if filesystem.get_file_info(temporary).type == pafs.FileType.File:
+            filesystem.delete_file(temporary)
+    crc = posixpath.join(directory, f'.{name}.crc')
+    if filesystem.get_file_info(crc).type == pafs.FileType.File:
+        filesystem.delete_file(crc)
+
+
+def _write_summary_metadata(filesystem: pafs.FileSystem, root: str,
+                            footers: dict[str, pq.FileMetaData]) -> None:
+    """Write ``root/_metadata``: every file's row groups, each tagged with the file's path relative to ``root``."""
+    summary: pq.FileMetaData | None = None
+    for path in sorted(footers):
+        footer = footers[path]
+        footer.set_file_path(posixpath.relpath(path, root))
+        if summary is None:
+            summary = footer
+            continue
+        try:
+            summary.append_row_groups(footer)
+        except (RuntimeError, pa.ArrowException) as err:
+            raise PetastormMetadataGenerationError(
+                f'cannot write a _metadata summary for {root}: {path} has a different Parquet schema than the '
+                f'files before it ({err}). Run without --use-summary-metadata.') from err
+    if summary is not None:
+        _replace_file(filesystem, posixpath.join(root, SUMMARY_METADATA), summary.write_metadata_file)
+
+
+def _stored_schema(dataset_url: str) -> Unischema:
+    try:
+        return get_schema(open_dataset(dataset_url))
+    except PetastormMetadataError as err:
+        raise PetastormMetadataError(
+            f'{dataset_url} has no stored schema to reuse ({err}). Name the dataset\'s Unischema with '
+            f'--unischema_class module.attribute (unischema_class=... in Python).') from err
+
+
+def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: str | None = None,
+                                use_summary_metadata: bool = False, hdfs_driver: str = 'libhdfs3') -> None:
+    """Write (or rewrite) the Petastorm metadata of the Parquet store at ``dataset_url``.
+
+    Args:
+        spark: accepted for compatibility and may be None: the footers are read on this machine, with threads.
+        dataset_url: the dataset directory.
+        unischema_class: dotted path of a Unischema instance to store; when None the schema already stored in
+            the dataset (ours or Petastorm's) is reused.
+        use_summary_metadata: also write a Parquet ``_metadata`` summary of every row group.
+        hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
+
+    Raises:
+        ValueError: ``unischema_class`` does not name a Unischema, or the URL is malformed.
+        PetastormMetadataError: no ``unischema_class`` and no schema stored in the dataset.
+        PetastormMetadataGenerationError: the directory holds no Parquet data files, or one is unreadable.
+        FileNotFoundError: nothing exists at ``dataset_url``.
+    """
+    schema = load_unischema(unischema_class) if unischema_class else _stored_schema(dataset_url)
+    filesystem, root = resolve_url(dataset_url)
+    paths = list_data_files(filesystem, root, dataset_url)
+    if not paths:
+        raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
+    logger.info('reading the footers of %d files of %s', len(paths), dataset_url)
+    footers = _read_footers(filesystem, paths)
+    row_groups = {posixpath.relpath(path, root): [footer.row_group(i).num_rows
+                                                  for i in range(footer.num_row_groups)]
+                  for path, footer in sorted(footers.items())}
+    if use_summary_metadata:
+        logger.info('writing the _metadata summary of %d files', len(paths))
+        _write_summary_metadata(filesystem, root, footers)
+    write_petastorm_metadata(filesystem, root, schema, dataset_url, row_groups)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description='Add or regenerate the Petastorm metadata (_common_metadata) of an existing Parquet store.\n'
+                    'The schema already stored in the dataset is reused unless --unischema_class names one.\n'
+                    'No Spark job is needed: file footers are read in parallel threads. Progress goes to stderr.',
+        epilog=f'examples:\n  {PROG} --dataset_url file:///tmp/hello_world_dataset\n'
+               f'  {PROG} --dataset_url hdfs://namenode:8020/path/to/dataset '
+               f'--unischema_class examples.hello_world.generate_hello_world_dataset.HelloWorldSchema\n'
+               f'  spark-submit $(which {PROG}) --dataset_url hdfs:///path/to/dataset',
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--dataset_url', '--dataset-url', dest='dataset_url', required=True,
+                        help='URL of the dataset directory, e.g. hdfs:///path/to/dataset or file:///tmp/dataset')
+    parser.add_argument('--unischema_class', '--unischema-class', dest='unischema_class',
+                        help='fully qualified module.attribute of the Unischema to store; default: the schema '
+                             'already stored in the dataset')
+    parser.add_argument('--use-summary-metadata', action='store_true',
+                        help='also write a Parquet _metadata summary file listing every row group')
+    parser.add_argument('--master', help='accepted for compatibility; no Spark job is needed')
+    parser.add_argument('--spark-driver-memory', default='4g', help='accepted for compatibility; not used')
+    parser.add_argument('--hdfs-driver', default='libhdfs3', help='accepted for compatibility; not used')
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``petastorm-generate-metadata.py``."""
+    from petastorm.tools import _cli
+
+    args = _parser().parse_args(argv)
+
+    def work() -> None:
+        _cli.existing_directory(args.dataset_url, 'dataset')
+        if args.unischema_class:
+            try:
+                load_unischema(args.unischema_class)
+            except ValueError as err:
+                raise _cli.UsageError(str(err)) from err
+        generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
+                                    args.hdfs_driver)
+
+    _cli.configure_progress_logging()
+    _cli.run(PROG, work)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,0 +1,230 @@
+"""What a storage error means (not found, credentials, permission, transient), told with the URL and no secrets.
+
+Every cloud library raises its own exceptions: s3fs turns botocore ``ClientError`` into builtin ``OSError``
+subclasses with the response attached to ``__cause__``, gcsfs raises ``HttpError`` with a ``code``, adlfs raises
+azure-core errors with a ``status_code``. :func:`classify` reads all of them, :func:`translate` turns them into
+petastorm's storage errors, and :func:`redact` removes credentials from any text we show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+from petastorm.errors import (
+    PetastormError,
+    StorageCredentialsError,
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+)
+
+Kind = Literal['not_found', 'credentials', 'permission', 'transient', 'other']
+
+#: storage_options keys whose values are never shown (matched as substrings of the lower-cased key).
+SENSITIVE_KEY_PARTS = ('secret', 'password', 'passwd', 'token', 'credential', 'key', 'sas', 'signature',
+                       'connection_string', 'auth')
+
+_NOT_FOUND_CODES = {'NoSuchKey', 'NoSuchBucket', 'NotFound', 'NoSuchUpload', 'BlobNotFound', 'ContainerNotFound',
+                    'PathNotFound', 'FilesystemNotFound', 'ResourceNotFound'}
+_CREDENTIAL_CODES = {'InvalidAccessKeyId', 'SignatureDoesNotMatch', 'ExpiredToken', 'InvalidToken',
+                     'TokenRefreshRequired', 'InvalidClientTokenId', 'UnrecognizedClientException', 'AuthFailure',
+                     'AuthorizationHeaderMalformed', 'MissingSecurityHeader', 'InvalidSecurity',
+                     'InvalidAuthenticationInfo', 'AuthenticationFailed', 'ExpiredTokenException'}
+_CREDENTIAL_CLASSES = {'NoCredentialsError', 'PartialCredentialsError', 'CredentialRetrievalError',
+                       'ClientAuthenticationError', 'RefreshError', 'DefaultCredentialsError', 'NoAuthTokenError',
+                       'UnauthorizedSSOTokenError', 'TokenRetrievalError', 'SSOTokenLoadError'}
+_CREDENTIAL_TEXT = ('Access Key Id you provided', 'signature we calculated', 'security token included',
+                    'Unable to locate credentials', 'credentials', 'Unauthorized', 'Anonymous caller')
+_PERMISSION_CODES = {'AccessDenied', 'AllAccessDisabled', 'AccountProblem', 'AuthorizationPermissionMismatch',
+                     'AuthorizationFailure', 'InsufficientAccountPermissions', 'Forbidden', '403'}
+_TRANSIENT_CODES = {'SlowDown', 'Throttling', 'ThrottlingException', 'ThrottledException', 'RequestThrottled',
+                    'RequestThrottledException', 'TooManyRequestsException', 'RequestLimitExceeded',
+                    'ProvisionedThroughputExceededException', 'RequestTimeout', 'RequestTimeoutException',
+                    'InternalError', 'InternalFailure', 'ServiceUnavailable', 'ServerBusy', 'OperationTimedOut',
+                    'PriorRequestNotComplete', 'BandwidthLimitExceeded', 'EC2ThrottledException',
+                    '500', '502', '503', '504'}
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+_TRANSIENT_CLASSES = {'ClientPayloadError', 'ServerDisconnectedError', 'ClientConnectionError', 'ClientOSError',
+                      'ServerTimeoutError', 'ClientConnectorError', 'EndpointConnectionError',
+                      'ConnectionClosedError', 'ReadTimeoutError', 'ConnectTimeoutError', 'IncompleteRead',
+                      'ResponseStreamingError', 'FSTimeoutError', 'ProtocolError', 'HTTPClientError',
+                      'IncompleteReadError', 'RemoteDisconnected', 'ChunkedEncodingError', 'ServiceRequestError',
+                      'ServiceResponseError', 'TransientStorageError', 'ShortReadError'}
+_TRANSIENT_TEXT = ('reduce your request rate', 'SlowDown', 'Service Unavailable', 'ServiceUnavailable',
+                   'InternalError', 'Internal Server Error', 'Bad Gateway', 'Gateway Timeout', 'Too Many Requests',
+                   'Throttl', 'timed out', 'Timeout', 'Connection reset', 'Server disconnected',
+                   'Connection closed', 'Connection aborted', 'Response payload is not completed', 'Broken pipe')
+
+_URL_PASSWORD = re.compile(r'(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@/\s]+@')
+
+
+class ShortReadError(OSError):
+    """A ranged read returned fewer bytes than asked (a connection dropped mid-body); it is retried."""
+
+
+def secrets_of(options: Any) -> list[str]:
+    """Every string value under a sensitive key of ``options`` (nested dicts and lists included), longest first."""
+    found: set[str] = set()
+
+    def walk(value: Any, sensitive: bool) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                lowered = str(key).lower()
+                walk(item, sensitive or any(part in lowered for part in SENSITIVE_KEY_PARTS))
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                walk(item, sensitive)
+        elif sensitive and isinstance(value, (str, bytes)):
+            text = value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
+            if len(text) >= 4:
+                found.add(text)
+
+    walk(options, False)
+    return sorted(found, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with each secret and every password in a URL's user-info replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, '***')
+    return _URL_PASSWORD.sub(r'\g<head>:***@', text)
+
+
+def display_url(url: str) -> str:
+    """A URL as we show it in messages: any password in its user-info hidden."""
+    return redact(url)
+
+
+def safe_cause(err: BaseException, secrets: Iterable[str]) -> BaseException | None:
+    """``err``, to chain as the cause of the error we raise, or None when its text would show a secret."""
+    secrets = [s for s in secrets if s]
+    for item in _chain(err):
+        text = f'{item!s} {item!r}'
+        if any(secret in text for secret in secrets):
+            return None
+    return err
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _codes(err: BaseException) -> tuple[set[str], set[int]]:
+    codes: set[str] = set()
+    statuses: set[int] = set()
+    response = getattr(err, 'response', None)
+    if isinstance(response, Mapping):
+        error = response.get('Error') or {}
+        if error.get('Code'):
+            codes.add(str(error['Code']))
+        status = (response.get('ResponseMetadata') or {}).get('HTTPStatusCode')
+        if isinstance(status, int):
+            statuses.add(status)
+    for attribute in ('code', 'status', 'status_code', 'error_code'):
+        value = getattr(err, attribute, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            statuses.add(value)
+        elif isinstance(value, str) and value:
+            codes.add(value)
+    return codes, statuses
+
+
+def classify(err: BaseException) -> Kind:
+    """What a storage exception means, from its type, error code, HTTP status and text (whole chain read)."""
+    chain = list(_chain(err))
+    codes: set[str] = set()
+    statuses: set[int] = set()
+    for item in chain:
+        more_codes, more_statuses = _codes(item)
+        codes |= more_codes
+        statuses |= more_statuses
+    names = {type(item).__name__ for item in chain}
+    text = ' '.join(str(item) for item in chain)
+    if isinstance(err, FileNotFoundError) or codes & _NOT_FOUND_CODES or 404 in statuses:
+        return 'not_found'
+    if (codes & _CREDENTIAL_CODES or names & _CREDENTIAL_CLASSES or 401 in statuses
+            or (isinstance(err, PermissionError) and any(marker in text for marker in _CREDENTIAL_TEXT))):
+        return 'credentials'
+    if isinstance(err, PermissionError) or codes & _PERMISSION_CODES or 403 in statuses:
+        return 'permission'
+    if is_transient(err):
+        return 'transient'
+    return 'other'
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for errors worth retrying: timeouts, dropped connections, throttling and 5xx answers."""
+    if isinstance(err, (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError,
+                        NotADirectoryError, PetastormError)):
+        return False
+    for item in _chain(err):
+        if isinstance(item, (TimeoutError, ConnectionError, ShortReadError)):
+            return True
+        if type(item).__name__ in _TRANSIENT_CLASSES:
+            return True
+        codes, statuses = _codes(item)
+        if codes & _TRANSIENT_CODES or statuses & _TRANSIENT_STATUS:
+            return True
+    text = str(err)
+    return any(marker in text for marker in _TRANSIENT_TEXT)
+
+
+def is_ambiguous_refusal(err: BaseException) -> bool:
+    """A bare HTTP 403 (an answer to HEAD has no body): bad credentials and missing permission look alike."""
+    if classify(err) != 'permission':
+        return False
+    codes: set[str] = set()
+    for item in _chain(err):
+        codes |= _codes(item)[0]
+    return codes <= {'403', 'Forbidden'}
+
+
+def describe(err: BaseException, secrets: Iterable[str] = ()) -> str:
+    """``Type: message`` of an exception (plus the error code of its cause when the message lacks it), redacted."""
+    text = f'{type(err).__name__}: {err}'
+    for item in _chain(err):
+        codes, _ = _codes(item)
+        missing = sorted(code for code in codes if code not in text)
+        if missing:
+            text += f' [{", ".join(missing)}]'
+            break
+    return redact(text, secrets)
+
+
+def translate(err: BaseException, operation: str, url: str, secrets: Iterable[str] = (),
+              attempts: int = 1) -> BaseException:
+    """The petastorm error to raise (chained ``from err``) for ``err`` raised by ``operation`` on ``url``.
+
+    Petastorm's own errors and the ``OSError`` kinds that callers branch on (exists, is/not a directory) are
+    returned unchanged.
+    """
+    if isinstance(err, (PetastormError, FileExistsError, IsADirectoryError, NotADirectoryError)):
+        return err
+    if not isinstance(err, Exception):
+        return err
+    secrets = list(secrets)
+    shown = display_url(url)
+    detail = describe(err, secrets)
+    kind = classify(err)
+    if kind == 'not_found':
+        return StorageNotFoundError(f'{shown} does not exist ({operation}: {detail})')
+    if kind == 'credentials':
+        return StorageCredentialsError(
+            f'the storage refused the credentials used for {shown} ({operation}: {detail}). Check the '
+            f'credentials passed in storage_options (for S3: key/secret/token or profile) or found in the '
+            f'environment, and that they have not expired.')
+    if kind == 'permission':
+        return StoragePermissionError(
+            f'permission denied: {operation} on {shown} ({detail}). The credentials in use (from storage_options '
+            f'or the environment) were refused or are not allowed to do this.')
+    if kind == 'transient' and attempts > 1:
+        return StorageError(f'{operation} on {shown} still failed after {attempts} attempts with transient errors '
+                            f'({detail}); the storage is unreachable, overloaded or throttling. Try again later.')
+    return StorageError(f'{operation} on {shown} failed: {detail}')

@@ -1,0 +1,313 @@
+"""``pyarrow.fs`` access to any fsspec filesystem, with clear errors, retries and exact ranged reads.
+
+:class:`StorageHandler` is pyarrow's ``FSSpecHandler`` plus three things remote storage needs:
+
+* errors name the URL and say what went wrong (not found, credentials refused, permission denied, storage
+  unavailable) without showing a credential;
+* idempotent calls (listing, metadata, reads) are retried on transient errors with backoff;
+* files opened for reading fetch exactly the byte ranges pyarrow asks for (``cat_file(path, start, end)``, a
+  ranged GET on object stores), so projecting columns or reading one row group never downloads a whole file.
+  The tail of each file (where the Parquet footer lives) is kept in a small cache, so the footer is fetched
+  once per file and process, not once per row group.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from petastorm.fs._errors import ShortReadError, classify, is_ambiguous_refusal, safe_cause, secrets_of, translate
+from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
+
+T = TypeVar('T')
+
+#: bytes kept from the end of each file read: pyarrow reads a Parquet footer with one 64 KiB tail read.
+TAIL_BYTES = 64 * 1024
+#: bytes fetched per request by streams opened for sequential reading.
+STREAM_CHUNK_BYTES = 4 * 1024 * 1024
+_TAIL_CACHE_BYTES = 32 * 1024 * 1024
+_SIZE_CACHE_ENTRIES = 100_000
+#: schemes whose directories are only key prefixes (they vanish with their last object).
+OBJECT_STORE_SCHEMES = frozenset({'s3', 's3a', 'gs', 'gcs', 'abfs', 'abfss', 'az', 'oss', 'oci', 'cos', 'r2'})
+
+
+class _LruBytes:
+    """Thread-safe LRU of ``path -> (offset, bytes)`` bounded by total bytes."""
+
+    def __init__(self, capacity: int):
+        self._capacity = capacity
+        self._size = 0
+        self._items: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> tuple[int, bytes] | None:
+        with self._lock:
+            item = self._items.get(path)
+            if item is not None:
+                self._items.move_to_end(path)
+            return item
+
+    def put(self, path: str, offset: int, data: bytes) -> None:
+        with self._lock:
+            old = self._items.pop(path, None)
+            if old is not None:
+                self._size -= len(old[1])
+            self._items[path] = (offset, data)
+            self._size += len(data)
+            while self._size > self._capacity and self._items:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._size -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
+
+class StorageHandler(pafs.FSSpecHandler):
+    """A ``pyarrow.fs.FileSystemHandler`` over an fsspec filesystem; wrap it with ``pyarrow.fs.PyFileSystem``.
+
+    Args:
+        fs: the fsspec filesystem.
+        scheme: the URL scheme it serves (``'s3'``, ``'gs'``, ``'memory'``...), used to show URLs in messages.
+        retry: how transient errors are retried.
+    """
+
+    def __init__(self, fs: Any, scheme: str, retry: RetryPolicy = DEFAULT_RETRY):
+        super().__init__(fs)
+        self.scheme = scheme
+        self.retry = retry
+        self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._sizes_lock = threading.Lock()
+        self._tails = _LruBytes(_TAIL_CACHE_BYTES)
+        self._secrets: list[str] | None = None
+
+    def __reduce__(self) -> tuple:
+        return StorageHandler, (self.fs, self.scheme, self.retry)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StorageHandler):
+            return self.fs == other.fs and self.scheme == other.scheme
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+
+    def url_of(self, path: str) -> str:
+        """The URL a path on this filesystem stands for (for messages)."""
+        return f'{self.scheme}://{path}'
+
+    def _run(self, operation: str, path: str, func: Callable[[], T], retry: bool = True) -> T:
+        """``func()`` with transient errors retried (when ``retry``) and failures translated."""
+        try:
+            return self.retry.call(func, f'{operation} {self.url_of(path)}') if retry else func()
+        except RetriesExhausted as exhausted:
+            error, attempts = exhausted.error, exhausted.attempts
+        except Exception as err:
+            error, attempts = err, 1
+        secrets = self._secrets_shown_nowhere()
+        if is_ambiguous_refusal(error):
+            error = self._diagnose_refusal(path, error)
+        translated = translate(error, operation, self.url_of(path), secrets, attempts)
+        if translated is error:
+            raise error
+        raise translated from safe_cause(error, secrets)
+
+    def _diagnose_refusal(self, path: str, error: BaseException) -> BaseException:
+        """For a bare 403, list the bucket once: its error says whether the credentials themselves were refused."""
+        bucket = path.strip('/').split('/')[0]
+        if self.scheme not in OBJECT_STORE_SCHEMES or not bucket:
+            return error
+        try:
+            self.fs.ls(bucket, refresh=True)
+        except Exception as probe:
+            if classify(probe) == 'credentials':
+                return probe
+        return error
+
+    def _secrets_shown_nowhere(self) -> list[str]:
+        if self._secrets is None:
+            self._secrets = secrets_of(getattr(self.fs, 'storage_options', None) or {})
+        return self._secrets
+
+    def _remember(self, infos: list[pafs.FileInfo]) -> None:
+        with self._sizes_lock:
+            for info in infos:
+                if info.type == pafs.FileType.File and info.size is not None:
+                    self._sizes[info.path.rstrip('/')] = info.size
+            while len(self._sizes) > _SIZE_CACHE_ENTRIES:
+                self._sizes.popitem(last=False)
+
+    def _forget(self) -> None:
+        with self._sizes_lock:
+            self._sizes.clear()
+        self._tails.clear()
+
+    def _size_of(self, path: str) -> int:
+        with self._sizes_lock:
+            size = self._sizes.get(path.rstrip('/'))
+        if size is not None:
+            return size
+        info = self._run('open', path, lambda: self.fs.info(path))
+        if info.get('type') != 'file':
+            raise IsADirectoryError(f'{self.url_of(path)} is a directory, not a file')
+        size = int(info['size'])
+        self._remember([pafs.FileInfo(path, pafs.FileType.File, size=size)])
+        return size
+
+    def read_range(self, path: str, start: int, end: int, size: int) -> bytes:
+        """Bytes ``[start, end)`` of ``path`` (of ``size`` bytes): one ranged request, or the cached tail."""
+        if start >= end:
+            return b''
+        cached = self._tails.get(path)
+        if cached is not None and cached[0] <= start and end <= cached[0] + len(cached[1]):
+            return cached[1][start - cached[0]:end - cached[0]]
+        if end == size and end - start <= TAIL_BYTES:
+            tail_start = max(0, size - TAIL_BYTES)
+            tail = self._fetch(path, tail_start, size)
+            self._tails.put(path, tail_start, tail)
+            return tail[start - tail_start:]
+        return self._fetch(path, start, end)
+
+    def _fetch(self, path: str, start: int, end: int) -> bytes:
+        def fetch() -> bytes:
+            data = self.fs.cat_file(path, start=start, end=end)
+            if len(data) != end - start:
+                raise ShortReadError(f'asked for bytes {start}-{end} and got {len(data)} bytes')
+            return data
+
+        return self._run(f'reading bytes {start}-{end} of', path, fetch)
+
+    # -- FileSystemHandler --------------------------------------------------------------------------------------
+
+    def _info_of(self, path: str) -> pafs.FileInfo:
+        return self._run('get_file_info', path, lambda: pafs.FSSpecHandler.get_file_info(self, [path])[0])
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        infos = [self._info_of(path) for path in paths]
+        self._remember(infos)
+        return infos
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        infos = self._run('listing', selector.base_dir,
+                          lambda: super(StorageHandler, self).get_file_info_selector(selector))
+        self._remember(infos)
+        return infos
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self._run('create_dir', path, lambda: super(StorageHandler, self).create_dir(path, recursive), retry=False)
+
+    def delete_dir(self, path: str) -> None:
+        self._forget()
+        try:
+            self._run('delete_dir', path, lambda: super(StorageHandler, self).delete_dir(path), retry=False)
+        except FileNotFoundError:
+            # Object stores have no directories: a prefix whose objects were all moved away is gone already.
+            if self.scheme not in OBJECT_STORE_SCHEMES:
+                raise
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._forget()
+        self._run('delete_dir_contents', path,
+                  lambda: super(StorageHandler, self).delete_dir_contents(path, missing_dir_ok), retry=False)
+
+    def delete_root_dir_contents(self) -> None:
+        self._forget()
+        self._run('delete_root_dir_contents', '', lambda: super(StorageHandler, self).delete_root_dir_contents(),
+                  retry=False)
+
+    def delete_file(self, path: str) -> None:
+        self._forget()
+        self._run('delete_file', path, lambda: super(StorageHandler, self).delete_file(path), retry=False)
+
+    def move(self, src: str, dest: str) -> None:
+        self._forget()
+        self._run(f'move to {self.url_of(dest)} of', src, lambda: super(StorageHandler, self).move(src, dest),
+                  retry=False)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self._forget()
+        self._run(f'copy to {self.url_of(dest)} of', src, lambda: super(StorageHandler, self).copy_file(src, dest),
+                  retry=False)
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        # Sequential readers ask for small pieces: fetch STREAM_CHUNK_BYTES per request instead.
+        raw = pa.PythonFile(_RangedFile(self, path, self._size_of(path)), mode='r')
+        return pa.BufferedInputStream(raw, STREAM_CHUNK_BYTES)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        return pa.PythonFile(_RangedFile(self, path, self._size_of(path)), mode='r')
+
+    def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        self._forget()
+        return self._run('open for writing', path,
+                         lambda: super(StorageHandler, self).open_output_stream(path, metadata), retry=False)
+
+    def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
+        self._forget()
+        return self._run('open for appending', path,
+                         lambda: super(StorageHandler, self).open_append_stream(path, metadata), retry=False)
+
+
+class _RangedFile(io.RawIOBase):
+    """A read-only, seekable file whose every read is one ranged fetch through the handler."""
+
+    def __init__(self, handler: StorageHandler, path: str, size: int):
+        super().__init__()
+        self._handler = handler
+        self._path = path
+        self._size = size
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            position = offset
+        elif whence == io.SEEK_CUR:
+            position = self._position + offset
+        elif whence == io.SEEK_END:
+            position = self._size + offset
+        else:
+            raise ValueError(f'{whence=} should be 0, 1 or 2')
+        if position < 0:
+            raise ValueError(f'cannot seek to {position} in {self._handler.url_of(self._path)}')
+        self._position = position
+        return position
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.closed:
+            raise ValueError('I/O operation on closed file')
+        end = self._size if size is None or size < 0 else min(self._size, self._position + size)
+        data = self._handler.read_range(self._path, self._position, end, self._size)
+        self._position += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(memoryview(buffer)))
+        memoryview(buffer).cast('B')[:len(data)] = data
+        return len(data)

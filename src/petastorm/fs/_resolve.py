@@ -1,0 +1,214 @@
+"""Dataset URLs to a ``pyarrow.fs`` filesystem and path(s): the one place that knows URL schemes.
+
+========================================  ==================================================================
+scheme                                    filesystem
+========================================  ==================================================================
+``file://``                               ``pyarrow.fs.LocalFileSystem``
+``hdfs://``                               ``pyarrow.fs.HadoopFileSystem``, namenode from the URL or the Hadoop
+                                          configuration (see :mod:`petastorm.fs.hadoop`)
+``s3://``, ``s3a://``                     s3fs (``pip install 'petastorm[s3]'``)
+``gs://``, ``gcs://``                     gcsfs (``pip install 'petastorm[gcs]'``)
+``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
+``memory://``                             fsspec's in-memory filesystem (one per process; for tests)
+anything else                             the fsspec implementation registered for the scheme
+========================================  ==================================================================
+
+fsspec filesystems are wrapped as ``PyFileSystem(StorageHandler(fs))`` (:mod:`petastorm.fs._handler`): errors
+name the URL, transient failures are retried, and reads are exact ranged requests. ``storage_options`` are the
+keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...); for S3 we add
+botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``) unless
+the options set retries themselves. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
+filesystem) is used as it is and only the path is taken from the URL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from petastorm._optional import import_optional
+from petastorm.errors import MissingDependencyError, StorageError
+from petastorm.fs._errors import describe, display_url, safe_cause, secrets_of
+from petastorm.fs._handler import StorageHandler
+from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
+
+#: schemes fsspec does not register under that name, and the one it does.
+_SCHEME_ALIASES = {'abfss': 'abfs'}
+_HDFS_SCHEMES = ('hdfs', 'viewfs')
+_S3_SCHEMES = ('s3', 's3a')
+S3_DEFAULT_RETRIES = {'max_attempts': 5, 'mode': 'standard'}
+
+
+@dataclass(frozen=True)
+class ResolvedLocation:
+    """A filesystem plus the path(s) on it that a dataset URL names."""
+
+    filesystem: pafs.FileSystem
+    path: str | list[str]
+    url: str | list[str]
+
+    @property
+    def is_file_list(self) -> bool:
+        return isinstance(self.path, list)
+
+
+def normalize_dir_url(dataset_url: Any) -> str:
+    """Check a dataset URL and strip one trailing ``/``.
+
+    Raises:
+        ValueError: the URL is not a string, or has no scheme.
+    """
+    if not isinstance(dataset_url, str):
+        raise ValueError(f'directory url must be a string, got {dataset_url!r}')
+    url = dataset_url[:-1] if dataset_url.endswith('/') and len(dataset_url) > 1 else dataset_url
+    if not urlparse(url).scheme:
+        raise ValueError(f'A scheme-less dataset url ({dataset_url!r}) is no longer supported. Please prepend '
+                         f'"file://" for local filesystem.')
+    return url
+
+
+def _local_path(parsed: Any, url: str) -> str:
+    if parsed.netloc and parsed.netloc != 'localhost':
+        raise ValueError(f'file URL {display_url(url)!r} names host {parsed.netloc!r}; use file:///absolute/path')
+    return parsed.path or '/'
+
+
+def fsspec_class(scheme: str, url: str) -> Any:
+    """The fsspec filesystem class for ``scheme``.
+
+    Raises:
+        ValueError: no filesystem is known for the scheme.
+        MissingDependencyError: the package implementing it is not installed (the message names the pip extra).
+    """
+    import fsspec
+    from fsspec.registry import known_implementations
+
+    protocol = _SCHEME_ALIASES.get(scheme, scheme)
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except ValueError as err:
+        raise ValueError(
+            f'cannot open {display_url(url)}: unknown URL scheme {scheme!r}. Use file://, hdfs://, s3://, gs://, '
+            f'abfs://, memory:// or another scheme with an fsspec implementation ({err})') from err
+    except ImportError as err:
+        module = known_implementations.get(protocol, {}).get('class', protocol).split('.')[0]
+        import_optional(module, f'opening {display_url(url)}')  # raises, naming the pip extra
+        raise MissingDependencyError(f'opening {display_url(url)} needs {module!r}: {err}') from err
+
+
+def _options_for(scheme: str, storage_options: dict | None) -> dict:
+    options = dict(storage_options or {})
+    if scheme in _S3_SCHEMES:
+        config = dict(options.get('config_kwargs') or {})
+        config.setdefault('retries', dict(S3_DEFAULT_RETRIES))
+        options['config_kwargs'] = config
+    return options
+
+
+def fsspec_filesystem(scheme: str, url: str, storage_options: dict | None = None) -> Any:
+    """The fsspec filesystem (unwrapped) for a URL: options parsed from the URL, updated with ``storage_options``."""
+    cls = fsspec_class(scheme, url)
+    options = dict(cls._get_kwargs_from_urls(url))
+    options.update(_options_for(scheme, storage_options))
+    try:
+        return cls(**options)
+    except (TypeError, ValueError, OSError) as err:
+        secrets = secrets_of(storage_options)
+        raise StorageError(f'cannot create the {scheme}:// filesystem for {display_url(url)} with the given '
+                           f'storage_options: {describe(err, secrets)}') from safe_cause(err, secrets)
+
+
+def as_arrow_filesystem(filesystem: Any, scheme: str) -> pafs.FileSystem:
+    """A ``pyarrow.fs.FileSystem`` for a filesystem given by the caller (pyarrow or fsspec)."""
+    if isinstance(filesystem, pafs.FileSystem):
+        return filesystem
+    from fsspec import AbstractFileSystem
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    if isinstance(filesystem, ArrowFSWrapper):
+        return filesystem.fs
+    if isinstance(filesystem, AbstractFileSystem):
+        return pafs.PyFileSystem(StorageHandler(filesystem, scheme))
+    raise TypeError(f'filesystem must be a pyarrow.fs.FileSystem or an fsspec filesystem, got '
+                    f'{type(filesystem).__name__}')
+
+
+def path_in(url: str, filesystem: Any = None) -> str:
+    """The path a URL names on its filesystem (``bucket/key`` on object stores, ``/a/b`` on local and HDFS)."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme
+    if scheme == 'file':
+        return _local_path(parsed, url)
+    if scheme in _HDFS_SCHEMES:
+        return parsed.path or '/'
+    from fsspec import AbstractFileSystem
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    if isinstance(filesystem, AbstractFileSystem) and not isinstance(filesystem, ArrowFSWrapper):
+        return filesystem._strip_protocol(url)
+    try:
+        return fsspec_class(scheme, url)._strip_protocol(url)
+    except (ValueError, ImportError):
+        return (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
+
+
+def resolve_url(dataset_url: str, storage_options: dict | None = None, filesystem: Any = None, *,
+                hdfs_driver: str = 'libhdfs3', hadoop_configuration: Any = None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path for one URL.
+
+    Args:
+        dataset_url: ``file:///...``, ``hdfs://...``, ``s3://bucket/...``, ``gs://...``, ``abfs://...``,
+            ``memory://...`` or any fsspec URL.
+        storage_options: keyword arguments of the fsspec filesystem (credentials, endpoint, ...), or of
+            ``pyarrow.fs.HadoopFileSystem`` for ``hdfs://``.
+        filesystem: a ready ``pyarrow.fs.FileSystem`` or fsspec filesystem; overrides resolution.
+        hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (Petastorm's choice; both use pyarrow's JNI client).
+        hadoop_configuration: Hadoop properties for ``hdfs://`` (default: the XML files under ``$HADOOP_HOME``...).
+
+    Raises:
+        ValueError: not a string, no scheme, or an unknown scheme.
+        MissingDependencyError: the scheme's package is not installed.
+        StorageError: the filesystem could not be created or connected.
+    """
+    url = normalize_dir_url(dataset_url)
+    check_hdfs_driver(hdfs_driver)
+    scheme = urlparse(url).scheme.lower()
+    if filesystem is not None:
+        return as_arrow_filesystem(filesystem, scheme), path_in(url, filesystem)
+    if scheme == 'file':
+        return pafs.LocalFileSystem(), path_in(url)
+    if scheme in _HDFS_SCHEMES:
+        return hdfs_filesystem(url, storage_options, hdfs_driver, hadoop_configuration), path_in(url)
+    fs = fsspec_filesystem(scheme, url, storage_options)
+    return pafs.PyFileSystem(StorageHandler(fs, scheme)), fs._strip_protocol(url)
+
+
+def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: dict | None = None,
+                     filesystem: Any = None, *, hdfs_driver: str = 'libhdfs3',
+                     hadoop_configuration: Any = None) -> ResolvedLocation:
+    """Resolve one directory URL, or a non-empty list of file URLs sharing scheme and host (see :func:`resolve_url`)."""
+    if isinstance(dataset_url_or_urls, (list, tuple)):
+        urls = list(dataset_url_or_urls)
+        if not urls:
+            raise ValueError('dataset url list must be non-empty.')
+        urls = [normalize_dir_url(u) for u in urls]
+        origins = {(urlparse(u).scheme, urlparse(u).netloc) for u in urls}
+        if len(origins) != 1:
+            raise ValueError('The dataset url list must contain url with the same scheme and netloc.')
+        fs, first = resolve_url(urls[0], storage_options, filesystem, hdfs_driver=hdfs_driver,
+                                hadoop_configuration=hadoop_configuration)
+        paths = [first] + [path_in(u, filesystem) for u in urls[1:]]
+        return ResolvedLocation(fs, paths, urls)
+    fs, path = resolve_url(cast(str, dataset_url_or_urls), storage_options, filesystem, hdfs_driver=hdfs_driver,
+                           hadoop_configuration=hadoop_configuration)
+    return ResolvedLocation(fs, path, normalize_dir_url(dataset_url_or_urls))
+
+
+def path_to_url(path: str) -> str:
+    """A ``file://`` URL for a local path."""
+    return 'file://' + os.path.abspath(path)

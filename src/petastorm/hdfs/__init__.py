@@ -1,0 +1,1 @@
+"""Petastorm's ``petastorm.hdfs`` package path. See :mod:`petastorm.fs.hadoop`."""

@@ -1,0 +1,378 @@
+"""Columnar row buffers: cut batches from column chunks, and shuffle rows by permuting index arrays.
+
+A *table* here is a dict ``{column name: array}`` whose arrays all have the same first dimension (the rows).
+The buffers never look at single rows: a batch is a slice (a view) of one chunk or a concatenation of slices of
+a few chunks, and the shuffling buffer moves rows with vectorized gathers driven by random index arrays.
+
+The same code buffers numpy arrays (:class:`NumpyOps`, used by ``DataLoader``) and torch tensors (``TorchOps``
+in :mod:`petastorm.pytorch._tensors`, used by ``BatchedDataLoader``); an *ops* object supplies the few array
+operations that differ between the two.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+Table = dict[str, Any]
+
+
+class ArrayOps(Protocol):
+    """The array operations a buffer needs; ``index`` arguments are int64 numpy arrays of row positions."""
+
+    def concat(self, name: str, parts: list[Any]) -> Any:
+        """Rows of ``parts`` one after the other (a new array)."""
+        ...
+
+    def take(self, array: Any, index: np.ndarray) -> Any:
+        """A new array of the rows at ``index``, in that order."""
+        ...
+
+    def move(self, array: Any, source: np.ndarray, target: np.ndarray) -> None:
+        """In place: row ``target[i]`` becomes row ``source[i]`` (the two index sets are disjoint)."""
+        ...
+
+    def storage(self, name: str, like: Any, rows: int, old: Any | None, used: int) -> Any:
+        """An array of ``rows`` rows able to hold rows like ``like``, starting with ``old[:used]`` copied in."""
+        ...
+
+    def write(self, name: str, storage: Any, start: int, values: Any) -> Any:
+        """Write ``values`` at rows ``start...``; returns the storage (a new one if it had to change type)."""
+        ...
+
+
+def num_rows(table: Table) -> int:
+    """Rows of a table (0 for a table without columns)."""
+    for array in table.values():
+        return len(array)
+    return 0
+
+
+def slice_rows(table: Table, start: int, stop: int) -> Table:
+    """Rows ``[start, stop)`` of every column (views where the array type allows)."""
+    return {name: array[start:stop] for name, array in table.items()}
+
+
+class Batcher:
+    """First in, first out: cuts tables into batches of ``batch_size`` rows, whatever the chunk sizes."""
+
+    def __init__(self, batch_size: int, ops: ArrayOps) -> None:
+        self._batch_size = batch_size
+        self._ops = ops
+        self._chunks: deque[Table] = deque()
+        self._offset = 0  # rows of the first chunk already handed out
+        self._rows = 0  # rows waiting
+
+    def add(self, table: Table) -> Iterator[Table]:
+        """Queue the rows of ``table``; yield every full batch that can now be made."""
+        rows = num_rows(table)
+        if rows:
+            self._chunks.append(table)
+            self._rows += rows
+        while self._rows >= self._batch_size:
+            yield self._take(self._batch_size)
+
+    def flush(self) -> Iterator[Table]:
+        """Yield the rows still waiting as one last, smaller batch (nothing when none wait)."""
+        if self._rows:
+            yield self._take(self._rows)
+
+    def _take(self, count: int) -> Table:
+        parts: list[Table] = []
+        needed = count
+        while needed:
+            chunk = self._chunks[0]
+            available = num_rows(chunk) - self._offset
+            taken = min(available, needed)
+            parts.append(slice_rows(chunk, self._offset, self._offset + taken))
+            needed -= taken
+            if taken == available:
+                self._chunks.popleft()
+                self._offset = 0
+            else:
+                self._offset += taken
+        self._rows -= count
+        if len(parts) == 1:
+            return parts[0]
+        return {name: self._ops.concat(name, [part[name] for part in parts]) for name in parts[0]}
+
+
+class Store(Protocol):
+    """Preallocated room for the rows of a shuffling buffer."""
+
+    def fits(self, table: Table, rows: int) -> bool:
+        """True when rows like ``table``'s can be written at ``rows`` (room and layout)."""
+        ...
+
+    def grown(self, table: Table, rows: int, used: int) -> Store:
+        """A store with room for ``rows`` rows like ``table``'s, holding this store's first ``used`` rows."""
+        ...
+
+    def write(self, start: int, table: Table) -> None:
+        """Write the rows of ``table`` at ``start...``."""
+        ...
+
+    def take(self, index: np.ndarray) -> Table:
+        """New columns of the rows at ``index``, in that order."""
+        ...
+
+    def move(self, source: np.ndarray, target: np.ndarray) -> None:
+        """Row ``target[i]`` becomes row ``source[i]`` (disjoint index sets)."""
+        ...
+
+
+class ColumnStore:
+    """One array per column, through an :class:`ArrayOps` (which decides what a change of layout does)."""
+
+    def __init__(self, ops: ArrayOps, columns: Table | None = None, allocated: int = 0) -> None:
+        self._ops = ops
+        self._columns: Table = columns or {}
+        self._allocated = allocated
+
+    def fits(self, table: Table, rows: int) -> bool:
+        return rows <= self._allocated and set(table) == set(self._columns)
+
+    def grown(self, table: Table, rows: int, used: int) -> ColumnStore:
+        columns = {name: self._ops.storage(name, values, rows, self._columns.get(name), used)
+                   for name, values in table.items()}
+        return ColumnStore(self._ops, columns, rows)
+
+    def write(self, start: int, table: Table) -> None:
+        for name, values in table.items():
+            self._columns[name] = self._ops.write(name, self._columns[name], start, values)
+
+    def take(self, index: np.ndarray) -> Table:
+        return {name: self._ops.take(array, index) for name, array in self._columns.items()}
+
+    def move(self, source: np.ndarray, target: np.ndarray) -> None:
+        for array in self._columns.values():
+            self._ops.move(array, source, target)
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class PackedColumns:
+    """numpy columns of a fixed layout, kept so that the scalar values of one row sit together in memory.
+
+    Columns holding one number per row are grouped by item size into the columns of a 2-d matrix of raw bits,
+    so gathering a row reads one place in memory instead of one per column (random gathers are bound by memory
+    latency). Columns holding an array per row keep their own array (each row is contiguous already). Gathers
+    use ``np.take(..., axis=0)``, much faster than fancy indexing on 2-d arrays.
+    """
+
+    def __init__(self, like: Table, rows: int) -> None:
+        self.names = list(like)
+        self.rows = rows
+        self._dtypes = {name: array.dtype for name, array in like.items()}
+        self._row_shapes = {name: array.shape[1:] for name, array in like.items()}
+        groups: dict[int, list[str]] = {}
+        self._others: dict[str, np.ndarray] = {}
+        for name, array in like.items():
+            if array.ndim == 1 and array.dtype.kind in 'biuf' and array.dtype.itemsize in _BITS:
+                groups.setdefault(array.dtype.itemsize, []).append(name)
+            else:
+                self._others[name] = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+        self._groups = {size: (names, np.empty((rows, len(names)), dtype=_BITS[size]))
+                        for size, names in groups.items()}
+        self._where = {name: (size, j) for size, (names, _) in self._groups.items() for j, name in enumerate(names)}
+
+    @staticmethod
+    def can_hold(table: Table) -> bool:
+        """True when every column is a numpy array of a fixed-size, non-object dtype."""
+        return all(isinstance(a, np.ndarray) and a.dtype != object for a in table.values())
+
+    def matches(self, table: Table) -> bool:
+        return list(table) == self.names and all(
+            table[n].dtype == self._dtypes[n] and table[n].shape[1:] == self._row_shapes[n] for n in self.names)
+
+    def fits(self, table: Table, rows: int) -> bool:
+        return rows <= self.rows and self.matches(table)
+
+    def grown(self, table: Table, rows: int, used: int) -> PackedColumns:
+        if not self.matches(table):
+            before = [(n, str(self._dtypes[n]), self._row_shapes[n]) for n in self.names]
+            after = [(n, str(a.dtype), a.shape[1:]) for n, a in table.items()]
+            raise TypeError(f'columns changed between row groups: {after} after {before}; batched loaders need one '
+                            f'fixed dtype and shape per column')
+        new = PackedColumns(table, rows)
+        if used:
+            new.write(0, self.slice(0, used))
+        return new
+
+    def write(self, start: int, table: Table) -> None:
+        stop = start + num_rows(table)
+        for name, values in table.items():
+            where = self._where.get(name)
+            if where is None:
+                self._others[name][start:stop] = values
+            else:
+                size, j = where
+                self._groups[size][1][start:stop, j] = values.view(_BITS[size])
+
+    def _columns(self, gathered: dict[int, np.ndarray], others: Table) -> Table:
+        out = {}
+        for name in self.names:
+            where = self._where.get(name)
+            if where is None:
+                out[name] = others[name]
+            else:
+                size, j = where
+                out[name] = gathered[size][j].view(self._dtypes[name])
+        return out
+
+    def take(self, index: np.ndarray) -> Table:
+        # Gather rows, then transpose each group once so that every column comes out contiguous.
+        gathered = {size: np.ascontiguousarray(np.take(matrix, index, axis=0).T)
+                    for size, (_, matrix) in self._groups.items()}
+        return self._columns(gathered, {n: np.take(a, index, axis=0) for n, a in self._others.items()})
+
+    def slice(self, start: int, stop: int) -> Table:
+        gathered = {size: np.array(matrix[start:stop].T, order='C') for size, (_, matrix) in self._groups.items()}
+        return self._columns(gathered, {n: a[start:stop].copy() for n, a in self._others.items()})
+
+    def move(self, source: np.ndarray, target: np.ndarray) -> None:
+        for _, matrix in self._groups.values():
+            records = matrix.view(np.dtype((np.void, matrix.strides[0]))).reshape(-1)  # one record per row
+            np.put(records, target, np.take(records, source))
+        for array in self._others.values():
+            array[target] = np.take(array, source, axis=0)
+
+
+class ShufflingBuffer:
+    """Holds rows and hands out uniformly random ones, keeping at least ``capacity - 1`` rows while data comes.
+
+    This is the columnar form of a classic random shuffling queue: rows are added a chunk at a time; after each
+    chunk every row beyond ``capacity - 1`` is drawn, uniformly at random without replacement, from all rows
+    held; at the end :meth:`drain` hands out the rest in random order. Rows are kept in preallocated storage;
+    drawing gathers the chosen rows and fills their holes with rows from the end of the storage, so every step
+    costs in proportion to the rows drawn, not to the rows held.
+
+    Args:
+        capacity: rows to keep (at least ``capacity - 1``) while data comes.
+        rng: the source of randomness.
+        ops: array operations for the default per-column storage.
+        packed: keep fixed-layout numpy columns in :class:`PackedColumns` (faster gathers).
+    """
+
+    def __init__(self, capacity: int, rng: np.random.Generator, ops: ArrayOps, packed: bool = False) -> None:
+        self._capacity = capacity
+        self._rng = rng
+        self._ops = ops
+        self._packed = packed
+        self._store: Store | None = None
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, table: Table) -> Table | None:
+        """Add the rows of ``table``; return the rows drawn because the buffer went over capacity (or None)."""
+        rows = num_rows(table)
+        if not rows:
+            return None
+        self._append(table, rows)
+        surplus = self._size - (self._capacity - 1)
+        return self._draw(surplus) if surplus > 0 else None
+
+    def drain(self) -> Table | None:
+        """Return every row still held, in random order (None when empty)."""
+        return self._draw(self._size) if self._size else None
+
+    def _append(self, table: Table, rows: int) -> None:
+        needed = self._size + rows
+        if self._store is None or not self._store.fits(table, needed):
+            allocated = max(needed, 2 * (self._store_rows()), self._capacity + rows)
+            if self._store is None:
+                self._store = PackedColumns(table, 0) if self._packed and PackedColumns.can_hold(table) else \
+                    ColumnStore(self._ops)
+            self._store = self._store.grown(table, allocated, self._size)
+        self._store.write(self._size, table)
+        self._size = needed
+
+    def _store_rows(self) -> int:
+        if isinstance(self._store, PackedColumns):
+            return self._store.rows
+        if isinstance(self._store, ColumnStore):
+            return self._store._allocated
+        return 0
+
+    def _draw(self, count: int) -> Table:
+        assert self._store is not None
+        size = self._size
+        # An ordered random sample: the same as drawing one row at a time without putting it back.
+        chosen = self._rng.permutation(size) if count >= size else self._rng.choice(size, count, replace=False)
+        drawn = self._store.take(chosen)
+        keep = size - count
+        holes = chosen[chosen < keep]
+        if len(holes):
+            # Rows of the tail [keep, size) that were not drawn fill the holes the drawn rows left below keep.
+            still_held = np.ones(count, dtype=bool)
+            still_held[chosen[chosen >= keep] - keep] = False
+            movers = keep + np.flatnonzero(still_held)
+            self._store.move(movers, holes)
+        self._size = keep
+        return drawn
+
+
+class NumpyOps:
+    """Buffer operations on numpy columns; columns whose chunks disagree in type or row shape become lists.
+
+    Chunks of one column normally share a dtype and a row shape. When they do not (strings of different widths,
+    arrays whose shape varies between row groups, a transform returning different types), the column is turned
+    into an object array holding each row's value, which the collation step handles value by value.
+    """
+
+    def concat(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
+        first = parts[0]
+        if all(_same_layout(first, part) for part in parts):
+            return np.concatenate(parts)
+        if all(part.dtype.kind in 'US' for part in parts) and all(part.ndim == first.ndim for part in parts):
+            return np.concatenate(parts)  # numpy widens the string type
+        return np.concatenate([as_row_objects(part) for part in parts])
+
+    def take(self, array: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return np.take(array, index, axis=0)
+
+    def move(self, array: np.ndarray, source: np.ndarray, target: np.ndarray) -> None:
+        array[target] = np.take(array, source, axis=0)
+
+    def storage(self, name: str, like: np.ndarray, rows: int, old: np.ndarray | None, used: int) -> np.ndarray:
+        if old is not None and not _same_layout(old, like):
+            old = as_row_objects(old[:used])
+            like = as_row_objects(like[:0])
+        new = np.empty((rows, *like.shape[1:]), dtype=like.dtype)
+        if old is not None and used:
+            new[:used] = old[:used]
+        return new
+
+    def write(self, name: str, storage: np.ndarray, start: int, values: np.ndarray) -> np.ndarray:
+        if not _same_layout(storage, values):
+            if storage.dtype.kind in 'US' and values.dtype.kind in 'US' and storage.ndim == values.ndim:
+                storage = storage.astype(np.result_type(storage.dtype, values.dtype))
+            else:
+                if storage.dtype != object or storage.ndim != 1:
+                    storage = as_row_objects(storage)
+                values = as_row_objects(values)
+        storage[start:start + len(values)] = values
+        return storage
+
+
+def _same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape[1:] == b.shape[1:]
+
+
+def as_row_objects(array: np.ndarray) -> np.ndarray:
+    """A 1-d object array holding each row of ``array`` as the value a row reader would give (scalar or array)."""
+    if array.dtype == object and array.ndim == 1:
+        return array
+    out = np.empty(len(array), dtype=object)
+    if array.ndim == 1:
+        out[:] = list(array)  # numpy scalars stay numpy scalars
+    else:
+        for i in range(len(array)):
+            out[i] = array[i]
+    return out

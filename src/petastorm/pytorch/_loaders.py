@@ -1,0 +1,546 @@
+"""The three loaders: ``DataLoader``, ``BatchedDataLoader`` and ``InMemBatchedDataLoader``.
+
+All of them take the reader's decoded columns a row group at a time (:meth:`Reader.iter_column_batches`) and
+build batches by slicing, concatenating and gathering whole columns; no per-row object is made unless the user
+asks for rows (a custom ``collate_fn``) or a column holds values torch has no tensor for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from petastorm.pytorch._buffers import Batcher, NumpyOps, PackedColumns, ShufflingBuffer, Table, num_rows
+from petastorm.pytorch._collate import (
+    MASK_SUFFIX,
+    VariableLength,
+    collate_columns,
+    decimal_friendly_collate,
+    prepare_columns,
+    rows_of,
+)
+from petastorm.pytorch._tensors import (
+    TensorOps,
+    TorchTypeError,
+    accelerator_available,
+    as_numpy_view,
+    batch_tensor,
+    check_no_none,
+    pin,
+    stack_values,
+    to_tensor,
+    torch,
+)
+
+logger = logging.getLogger(__name__)
+
+_META = '.meta'
+# Mixed into shuffling seeds so that the loader's random stream differs from the reader's own streams.
+_LOADER_STREAM = 0x5EED_10AD
+_FALLBACK_CHUNK_ROWS = 1024
+
+
+class _ReaderDataset(torch.utils.data.IterableDataset):
+    """The dataset torch's DataLoader machinery sees; iteration goes through the loader itself."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError('iterate the petastorm loader itself, not its .dataset')
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
+    return int(batch_size)
+
+
+def _check_capacity(shuffling_queue_capacity: Any) -> int:
+    if isinstance(shuffling_queue_capacity, bool) or not isinstance(shuffling_queue_capacity, (int, np.integer)) \
+            or shuffling_queue_capacity < 0:
+        raise ValueError(f'shuffling_queue_capacity must be an integer >= 0, got {shuffling_queue_capacity!r}')
+    return int(shuffling_queue_capacity)
+
+
+@contextlib.contextmanager
+def _stop_reader_on_error(reader: Any) -> Iterator[None]:
+    """A loader owns its reader: when the loader cannot be made, stop and join the reader before raising."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            reader.stop()
+            reader.join()
+        raise
+
+
+def _column_chunks(reader: Any) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
+    """``(columns, rows_are_tuples)`` per chunk of the reader's next pass."""
+    if getattr(reader, 'ngram', None) is not None:
+        raise NotImplementedError('petastorm.pytorch loaders do not read NGram windows; iterate the reader itself')
+    iter_columns = getattr(reader, 'iter_column_batches', None)
+    if iter_columns is not None:
+        for batch in iter_columns():
+            meta = batch.get(_META, {})
+            yield {name: values for name, values in batch.items() if name != _META}, bool(meta.get('tuple'))
+        return
+    yield from _chunks_from_items(reader)
+
+
+def _chunks_from_items(reader: Any) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
+    """Columns from a reader-like object that only yields items (rows, or namedtuples of columns)."""
+    from petastorm.read import column_from_values
+
+    if getattr(reader, 'is_batched_reader', False):
+        for item in reader:
+            yield {name: np.asarray(values) for name, values in item._asdict().items()}, False
+        return
+    rows: list[Any] = []
+    for row in reader:
+        rows.append(row)
+        if len(rows) == _FALLBACK_CHUNK_ROWS:
+            yield _rows_to_columns(rows, column_from_values)
+            rows = []
+    if rows:
+        yield _rows_to_columns(rows, column_from_values)
+
+
+def _rows_to_columns(rows: list[Any], column_from_values: Callable) -> tuple[dict[str, np.ndarray], bool]:
+    first = rows[0]
+    if isinstance(first, dict) or hasattr(first, '_asdict'):
+        dicts = [r if isinstance(r, dict) else r._asdict() for r in rows]
+        return {name: column_from_values([d[name] for d in dicts]) for name in dicts[0]}, False
+    return {str(i): column_from_values([r[i] for r in rows]) for i in range(len(first))}, True
+
+
+class _LoaderBase(torch.utils.data.DataLoader):
+    """Iteration rules shared by the loaders that stream from a reader.
+
+    One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). Starting a new iteration after
+    a finished pass resets the reader; starting one while a pass is unfinished, or after a pass failed, raises
+    ``RuntimeError``.
+    """
+
+    def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
+                 pin_memory: bool = False) -> None:
+        batch_size = _check_batch_size(batch_size)
+        super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
+                         pin_memory=bool(pin_memory))
+        self.reader = reader
+        self._pin = bool(pin_memory) and accelerator_available()
+        if pin_memory and not self._pin:
+            warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
+                          'memory', UserWarning, stacklevel=3)
+        self._in_progress = False
+        self._error: BaseException | None = None
+        self._passes_done = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._error is not None:
+            raise RuntimeError(f'Cannot start a new iteration because last time iteration failed with error '
+                               f'{self._error!r}.')
+        if self._in_progress:
+            raise RuntimeError('You must finish a full pass of Petastorm DataLoader before making another pass from '
+                               'the beginning. If you do not need the rest of the data, stop the loader '
+                               '(leave its with-block) and make a new reader and loader.')
+        if self._passes_done:
+            logger.info('starting pass %d of the petastorm loader: resetting the reader', self._passes_done + 1)
+            self.reader.reset()
+        self._in_progress = True
+        try:
+            yield from self._batches(self._passes_done)
+        except GeneratorExit:
+            raise  # abandoned in the middle: the pass stays unfinished
+        except BaseException as err:
+            self._error = err
+            raise
+        self._in_progress = False
+        self._passes_done += 1
+
+    def _batches(self, pass_index: int) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _rng(self, pass_index: int) -> np.random.Generator:
+        seed = getattr(self.reader, 'seed', None)
+        if seed is None:
+            return np.random.default_rng()
+        return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
+
+    def __len__(self) -> int:
+        rows = getattr(self.reader, 'num_rows_per_pass', None)
+        if rows is None:
+            raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
+                            f'(num_epochs set, no predicate, no filters); this one has no len()')
+        return math.ceil(rows / self.batch_size)
+
+    def __enter__(self) -> _LoaderBase:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.reader.stop()
+        self.reader.join()
+
+
+class DataLoader(_LoaderBase):
+    """Batches of rows from a ``make_reader`` or ``make_batch_reader`` reader, for PyTorch training loops.
+
+    A batch is what ``collate_fn`` makes of ``batch_size`` rows: with the default
+    :func:`decimal_friendly_collate`, a dict ``{field: tensor}`` (rows of a ``TransformSpec`` function returning
+    tuples give a list of tensors by position); numbers and arrays become tensors (uint16 -> int32,
+    uint32 -> int64, bool -> uint8), while Decimals and strings become lists. The last batch of a pass may be
+    smaller. The default collation works on whole columns and gives the same result as collating the rows.
+
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``. The reader does
+    the parallel reading, so ``num_workers``, ``sampler``, ``shuffle`` and the like do not exist here; shuffle with
+    the reader (``shuffle_row_groups``, ``shuffle_rows``) and ``shuffling_queue_capacity``.
+
+    Args:
+        reader: a reader from ``make_reader`` or ``make_batch_reader``; the loader owns it (leaving the loader's
+            with-block stops and joins it).
+        batch_size: rows per batch.
+        collate_fn: makes a batch from a list of rows (dicts, or tuples for tuple rows). Leave the default for
+            the columnar fast path; any other function receives the rows, made only for its batch.
+        shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a buffer
+            holding at least this many rows (minus one) while data keeps coming. Seeded from the reader's
+            ``seed``: the same seed gives the same batches.
+        variable_length: what a batch of arrays with different shapes becomes: ``'list'`` (default) a list of
+            per-row tensors (a batch whose shapes agree is stacked, as torch would); ``'pad'`` a tensor
+            zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real elements under the
+            key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in every batch) or,
+            for tuple rows, a ``(padded, mask)`` pair in place of the value.
+        padding_value: the value ``'pad'`` fills in.
+        pin_memory: copy batches to pinned memory (when an accelerator is available).
+
+    Example:
+        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64) as loader:
+        ...     for batch in loader:
+        ...         train_step(batch['image'], batch['label'])
+
+    A second ``iter()`` after a finished pass resets the reader and reads it again; ``iter()`` in the middle of a
+    pass raises ``RuntimeError``. ``len(loader)`` is the number of batches of a pass when the reader knows its
+    row count, else ``TypeError``.
+    """
+
+    def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
+                 shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
+                 padding_value: Any = 0, pin_memory: bool = False) -> None:
+        with _stop_reader_on_error(reader):
+            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory)
+            self._configure(shuffling_queue_capacity, variable_length, padding_value)
+
+    def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any) -> None:
+        reader = self.reader
+        if variable_length not in ('list', 'pad'):
+            raise ValueError(f"variable_length must be 'list' or 'pad', got {variable_length!r}")
+        self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
+        self.variable_length = variable_length
+        self.padding_value = padding_value
+        schema = getattr(reader, 'schema', None)
+        fields = getattr(schema, 'fields', {}) or {}
+        self._variable_fields = frozenset(name for name, field in fields.items()
+                                          if field.shape is not None and None in tuple(field.shape))
+        if variable_length == 'pad':
+            clashes = sorted(n for n in self._variable_fields if n + MASK_SUFFIX in fields)
+            if clashes:
+                raise ValueError(f"variable_length='pad' adds '<field>{MASK_SUFFIX}' keys, but the schema already "
+                                 f"has {[n + MASK_SUFFIX for n in clashes]}")
+
+    def _batches(self, pass_index: int) -> Iterator[Any]:
+        ops = NumpyOps()
+        batcher = Batcher(self.batch_size, ops)
+        shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops) \
+            if self.shuffling_queue_capacity else None
+        as_tuple = False
+        for columns, as_tuple in _column_chunks(self.reader):
+            table = prepare_columns(columns)
+            if shuffler is not None:
+                table = shuffler.add(table)
+                if table is None:
+                    continue
+            for batch in batcher.add(table):
+                yield self._collate(batch, as_tuple)
+        if shuffler is not None:
+            rest = shuffler.drain()
+            if rest is not None:
+                for batch in batcher.add(rest):
+                    yield self._collate(batch, as_tuple)
+        for batch in batcher.flush():
+            yield self._collate(batch, as_tuple)
+
+    def _collate(self, columns: Table, as_tuple: bool) -> Any:
+        if self.collate_fn is decimal_friendly_collate:
+            batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
+                                    self.padding_value)
+        else:
+            batch = self.collate_fn(rows_of(columns, as_tuple))
+        return pin(batch) if self._pin else batch
+
+
+class BatchedDataLoader(_LoaderBase):
+    """Large batches of tensors, buffered and shuffled as tensors: the fast loader for numeric columns.
+
+    Built for ``make_batch_reader`` (works with ``make_reader`` too). Each column of each row group becomes one
+    tensor (``transform_fn``); batches are slices of those tensors, or gathers from a tensor shuffling buffer. A
+    batch is a dict ``{field: tensor}`` (a list by position for rows of a transform returning tuples); the last
+    batch of a pass may be smaller. Strings, Decimals, None values and arrays whose shape varies are not
+    supported (use :class:`DataLoader`); the error names the fields.
+
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
+
+    Args:
+        reader: a reader from ``make_batch_reader`` or ``make_reader`` (stopped and joined on exit).
+        batch_size: rows per batch.
+        transform_fn: makes a tensor of one column of a row group (a writable numpy array, rows first);
+            default: ``torch.from_numpy`` (zero-copy when the reader's array is writable).
+        shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a tensor
+            buffer holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
+            ``seed``.
+        device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
+            moved once, and slicing and shuffling happen on the device.
+        pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
+    """
+
+    def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
+                 shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False) -> None:
+        with _stop_reader_on_error(reader):
+            super().__init__(reader, batch_size, pin_memory=pin_memory)
+            self.transform_fn = transform_fn
+            self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
+            self.device = torch.device('cpu') if device is None else torch.device(device)
+            _check_tensor_fields(type(self).__name__, reader)
+
+    def _batches(self, pass_index: int) -> Iterator[Any]:
+        ops = TensorOps(self.device)
+        batcher = Batcher(self.batch_size, ops)
+        shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops,
+                                   packed=self.device.type == 'cpu') if self.shuffling_queue_capacity else None
+        as_tuple = False
+        for columns, as_tuple in _column_chunks(self.reader):
+            table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
+            if shuffler is not None:
+                table = shuffler.add(table)
+                if table is None:
+                    continue
+            for batch in batcher.add(table):
+                yield self._finish(batch, as_tuple)
+        if shuffler is not None:
+            rest = shuffler.drain()
+            if rest is not None:
+                for batch in batcher.add(rest):
+                    yield self._finish(batch, as_tuple)
+        for batch in batcher.flush():
+            yield self._finish(batch, as_tuple)
+
+    def _finish(self, batch: Table, as_tuple: bool) -> Any:
+        tensors = {name: batch_tensor(values) for name, values in batch.items()}
+        out: Any = list(tensors.values()) if as_tuple else tensors
+        return pin(out) if self._pin else out
+
+
+class InMemBatchedDataLoader(_LoaderBase):
+    """Reads the whole dataset once into tensors, then serves ``num_epochs`` epochs of batches from memory.
+
+    The constructor reads the reader to its end (at most ``rows_capacity`` rows: more are dropped with a
+    warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
+    ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
+    random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
+    may be smaller. Batches are copies: changing one in place does not change the cached data. The loader can
+    be iterated once; give the number of epochs to the constructor. Field types as for
+    :class:`BatchedDataLoader`.
+
+    Args:
+        reader: a reader from ``make_batch_reader`` or ``make_reader`` (usually with ``num_epochs=1``).
+        batch_size: rows per batch.
+        transform_fn: makes a tensor of one column of a row group, as in :class:`BatchedDataLoader`.
+        num_epochs: epochs one iteration serves.
+        seed: seeds the per-epoch shuffles.
+        rows_capacity: the most rows kept in memory.
+        shuffle: shuffle the rows every epoch.
+    """
+
+    def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
+                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False) -> None:
+        with _stop_reader_on_error(reader):
+            super().__init__(reader, batch_size)
+            if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
+                raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
+            if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
+                    rows_capacity < 1:
+                raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
+            _check_tensor_fields(type(self).__name__, reader)
+        self.transform_fn = transform_fn
+        self.num_epochs = int(num_epochs)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.rows_capacity = int(rows_capacity)
+        try:
+            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(reader, transform_fn,
+                                                                                    self.rows_capacity)
+        finally:
+            reader.stop()
+            reader.join()
+        self._iterated = False
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterated:
+            raise RuntimeError("InMemBatchedDataLoader couldn't be used multiple times, please specify total number "
+                               'of epochs using num_epochs in constructor.')
+        self._iterated = True
+        return self._epochs()
+
+    def _epochs(self) -> Iterator[Any]:
+        n = self._num_rows
+        for epoch in range(self.num_epochs):
+            order = None
+            if self.shuffle:
+                generator = torch.Generator().manual_seed(self.seed + epoch)
+                order = torch.randperm(n, generator=generator).numpy()
+            for start in range(0, n, self.batch_size):
+                stop = min(start + self.batch_size, n)
+                table = self._store.slice(start, stop) if order is None else self._store.take(order[start:stop])
+                values = [batch_tensor(table[key]) for key in self._keys]
+                yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
+
+    def __len__(self) -> int:
+        return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        """Nothing to release: the reader was stopped once the data was in memory."""
+
+
+def _check_tensor_fields(loader: str, reader: Any) -> None:
+    """Refuse, before reading, fields whose schema type has no tensor (strings, Decimals, objects)."""
+    import decimal
+
+    schema = getattr(reader, 'schema', None)
+    fields = getattr(schema, 'fields', {}) or {}
+    bad = []
+    for name, field in fields.items():
+        dtype = field.numpy_dtype
+        if dtype in (np.str_, np.bytes_, str, bytes, decimal.Decimal, object) or (
+                isinstance(dtype, type) and issubclass(dtype, (np.str_, np.bytes_, decimal.Decimal))):
+            bad.append(f'{name} ({getattr(dtype, "__name__", dtype)})')
+    if bad:
+        raise TorchTypeError(f'{loader} makes tensors of every field and does not support string or Decimal fields: '
+                             f'{", ".join(bad)}. Leave them out (schema_fields=... or TransformSpec('
+                             f'removed_fields=...)) or use petastorm.pytorch.DataLoader, which collates them as '
+                             f'lists.')
+
+
+def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Callable | None,
+                   device: Any) -> Table:
+    """The columns of a chunk made ready for a batched loader.
+
+    Dtypes are promoted as the original loaders did and ``transform_fn`` (if any) makes a tensor of each column.
+    On the CPU the result keeps numpy arrays (the reader's, or views of the tensors ``transform_fn`` made): the
+    buffers work on them and tensors are made per batch. On another device every column becomes a tensor there.
+    """
+    out: Table = {}
+    for name, column in prepare_columns(columns).items():
+        if column.dtype == object:
+            check_no_none(name, column)
+            stacked = stack_values(list(column))
+            if stacked is None:
+                kinds = sorted({type(v).__name__ for v in column})
+                raise TorchTypeError(f'{loader} cannot make a tensor of field {name!r}: its values are '
+                                     f'{", ".join(kinds)} of different shapes or types (strings, Decimals and '
+                                     f'variable-shape arrays need petastorm.pytorch.DataLoader)')
+            column = as_numpy_view(stacked)
+        elif column.dtype.kind in 'USMmV':
+            raise TorchTypeError(f'{loader} cannot make a tensor of field {name!r} ({column.dtype}); '
+                                 f'use petastorm.pytorch.DataLoader, which collates such fields as lists')
+        value: Any = column
+        if transform_fn is not None:
+            if isinstance(column, np.ndarray) and not column.flags.writeable:
+                column = np.array(column)  # so that a zero-copy transform gets memory torch may write
+            value = transform_fn(column)
+            if not isinstance(value, torch.Tensor):
+                raise TorchTypeError(f'transform_fn must return a tensor, got {type(value).__name__} for field '
+                                     f'{name!r}')
+        if device.type == 'cpu':
+            out[name] = as_numpy_view(value.cpu() if isinstance(value, torch.Tensor) else value)
+        else:
+            out[name] = (to_tensor(value) if isinstance(value, np.ndarray) else value).to(device)
+    return out
+
+
+class _ColumnsInMemory:
+    """Loaded columns some of which are tensors (dtypes numpy lacks): gathered column by column."""
+
+    def __init__(self, columns: Table) -> None:
+        self._columns = columns
+
+    def take(self, index: np.ndarray) -> Table:
+        out = {}
+        for name, column in self._columns.items():
+            if isinstance(column, np.ndarray):
+                out[name] = np.take(column, index, axis=0)
+            else:
+                out[name] = column.index_select(0, torch.from_numpy(index).to(column.device))
+        return out
+
+    def slice(self, start: int, stop: int) -> Table:
+        return {name: column[start:stop].copy() if isinstance(column, np.ndarray) else column[start:stop].clone()
+                for name, column in self._columns.items()}
+
+
+def _load_columns(reader: Any, transform_fn: Callable | None,
+                  rows_capacity: int) -> tuple[list[str], Any, int, bool]:
+    """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
+
+    numpy columns go into :class:`PackedColumns` of the announced row count as they arrive (while the reader's
+    workers go on reading); the storage's ``take``/``slice`` give the columns of a batch.
+    """
+    known = getattr(reader, 'num_rows_per_pass', None)
+    store: PackedColumns | None = None
+    parts: list[Table] = []
+    keys: list[str] = []
+    loaded = 0
+    as_tuple = False
+    dropped = 0
+    for columns, chunk_is_tuple in _column_chunks(reader):
+        as_tuple = chunk_is_tuple
+        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'))
+        rows = num_rows(table)
+        take = min(rows, rows_capacity - loaded)
+        dropped += rows - take
+        if take <= 0:
+            continue
+        table = {name: values[:take] for name, values in table.items()}
+        if not keys:
+            keys = list(table)
+            if known is not None and PackedColumns.can_hold(table):
+                store = PackedColumns(table, min(rows_capacity, known))
+        if store is not None:
+            if not store.fits(table, loaded + take):
+                store = store.grown(table, max(2 * store.rows, loaded + take), loaded)
+            store.write(loaded, table)
+        else:
+            parts.append(table)
+        loaded += take
+    if dropped:
+        warnings.warn(f'InMemBatchedDataLoader kept the first {rows_capacity} rows (rows_capacity) and dropped '
+                      f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning, stacklevel=3)
+    if store is not None:
+        return keys, store, loaded, as_tuple
+    ops = TensorOps()
+    columns = {name: ops.concat(name, [part[name] for part in parts]) for name in keys} if parts else {}
+    if parts and PackedColumns.can_hold(columns):
+        packed = PackedColumns(columns, loaded)
+        packed.write(0, columns)
+        return keys, packed, loaded, as_tuple
+    return keys, _ColumnsInMemory(columns), loaded, as_tuple
+
+
+def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
+    """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
+    keys, store, rows, _ = _load_columns(reader, transform_fn, rows_capacity)
+    columns = store.slice(0, rows) if keys else {}
+    return keys, [batch_tensor(columns[key]) for key in keys]

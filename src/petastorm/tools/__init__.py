@@ -1,0 +1,1 @@
+"""Command-line tools and the helpers they share (Spark session options, dataset copying)."""

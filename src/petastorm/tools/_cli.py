@@ -1,0 +1,90 @@
+"""What the command-line tools share: progress on stderr, one-line errors and exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from petastorm.fs import resolve_url
+
+#: Exit codes: 1 when the work failed, 2 when the command line is wrong (argparse uses 2 as well).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+_PROGRESS_HANDLER = '_petastorm_progress'
+
+
+class UsageError(Exception):
+    """A command-line argument is wrong (reported with exit code 2)."""
+
+
+def configure_progress_logging() -> None:
+    """Show petastorm's progress messages on stderr (Spark shows its own stage progress there too)."""
+    root = logging.getLogger('petastorm')
+    if any(getattr(h, _PROGRESS_HANDLER, False) for h in root.handlers):
+        return  # a second call in the same process (tests, wrappers) must not duplicate every line
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter('%(asctime)s %(message)s', datefmt='%H:%M:%S'))
+    setattr(handler, _PROGRESS_HANDLER, True)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def one_line(err: BaseException) -> str:
+    """The error's message on one line, without the JVM stack trace pyspark may append."""
+    message = str(err).split('JVM stacktrace:')[0]
+    return ' '.join(message.split()) or type(err).__name__
+
+
+def fail(prog: str, message: str, code: int) -> NoReturn:
+    """Print ``prog: error: message`` on stderr and exit with ``code``."""
+    print(f'{prog}: error: {message}', file=sys.stderr)
+    raise SystemExit(code)
+
+
+def existing_directory(url: str, what: str) -> None:
+    """Check that ``url`` parses and names an existing directory, before any Spark work starts.
+
+    Raises:
+        UsageError: the URL has no scheme or unknown scheme, or nothing exists there.
+    """
+    try:
+        filesystem, path = resolve_url(url)
+        info = filesystem.get_file_info(path)
+    except (ValueError, OSError) as err:
+        raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
+    if info.type.name == 'NotFound':
+        raise UsageError(f'{what} {url} does not exist')
+    if info.type.name != 'Directory':
+        raise UsageError(f'{what} {url} is not a directory')
+
+
+def check_target(url: str, overwrite: bool) -> None:
+    """Check that ``url`` parses and, unless ``overwrite``, that nothing is there yet.
+
+    Raises:
+        UsageError: the URL is malformed, or the target exists and ``overwrite`` is False.
+    """
+    try:
+        filesystem, path = resolve_url(url)
+        info = filesystem.get_file_info(path)
+    except (ValueError, OSError) as err:
+        raise UsageError(f'target {url!r}: {one_line(err)}') from err
+    if info.type.name != 'NotFound' and not overwrite:
+        raise UsageError(f'target {url} already exists; pass --overwrite-output to replace it')
+
+
+def run(prog: str, work: Callable[[], None]) -> None:
+    """Run a tool's work; turn failures into a one-line message and a non-zero exit code."""
+    started = time.monotonic()
+    try:
+        work()
+    except UsageError as err:
+        fail(prog, str(err), EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail(prog, 'interrupted', 130)
+    except Exception as err:  # the tools' contract: any failure becomes one line and exit code 1
+        fail(prog, f'{one_line(err)} ({type(err).__name__})', EXIT_FAILED)
+    logging.getLogger('petastorm.tools').info('done in %.1f s', time.monotonic() - started)

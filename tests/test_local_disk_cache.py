@@ -1,0 +1,581 @@
+"""The local disk cache: hits and misses, stale files, eviction, sharing between processes, reader integration."""
+
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
+from petastorm.codecs import NdarrayCodec, ScalarCodec
+from petastorm.local_disk_cache import CacheLocationError, LocalDiskCache
+from petastorm.ngram import NGram
+from petastorm.predicates import in_lambda
+from petastorm.unischema import Unischema, UnischemaField
+
+ROWS = 120
+LIMIT = 100 << 20
+POOLS = ['dummy', 'thread', 'process']
+READERS = {'rows': make_reader, 'batches': make_batch_reader}
+BENCH = Path(__file__).resolve().parent.parent / 'benchmarks' / 'cache_bench.py'
+Schema = Unischema('CacheSchema', [
+    UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+    UnischemaField('name', np.str_, (), ScalarCodec(pa.string()), False),
+    UnischemaField('vec', np.float32, (4,), NdarrayCodec(), False),
+])
+# make_batch_reader on a Petastorm dataset warns as Petastorm does.
+pytestmark = pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')
+
+
+def _row(i):
+    return {'id': i, 'name': f'row{i}', 'vec': np.full(4, i, dtype=np.float32)}
+
+
+def _write(path, rows=ROWS):
+    url = 'file://' + str(path)
+    write_dataset(url, Schema, (_row(i) for i in range(rows)), row_group_size_mb=0.001, file_size_mb=0.004)
+    return url
+
+
+def _row_group_count(url):
+    root = Path(url[len('file://'):])
+    return sum(pq.ParquetFile(p).num_row_groups for p in root.rglob('*.parquet'))
+
+
+@pytest.fixture(scope='module')
+def url(tmp_path_factory):
+    target = _write(tmp_path_factory.mktemp('cache') / 'ds')
+    assert _row_group_count(target) >= 10, 'these tests need many row groups'
+    return target
+
+
+@pytest.fixture
+def row_group_reads(monkeypatch):
+    """Counts row-group reads from Parquet files in this process (dummy and thread pools)."""
+    calls = []
+    original = pq.ParquetFile.read_row_group
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, 'read_row_group', counting)
+    return calls
+
+
+def _cache_args(location, **extra):
+    return {'cache_type': 'local-disk', 'cache_location': str(location), 'cache_size_limit': LIMIT,
+            'cache_row_size_estimate': 1000, **extra}
+
+
+def _ids(reader):
+    with reader:
+        if reader.batched_output:
+            return [int(i) for batch in reader for i in batch.id]
+        return [int(row.id) for row in reader]
+
+
+def _table(value, size=200):
+    return pa.table({'value': [value] * size, 'payload': [b'x' * 8] * size})
+
+
+# -- the cache on its own ---------------------------------------------------------------------------------------
+
+
+def test_null_cache_always_fills_and_cache_base_is_abstract():
+    fills = []
+    cache = NullCache()
+    assert cache.get('k', lambda: fills.append(1) or 'v') == 'v'
+    assert cache.get('k', lambda: fills.append(1) or 'v') == 'v'
+    assert len(fills) == 2
+    cache.cleanup()
+    with pytest.raises(TypeError):
+        CacheBase()
+    assert isinstance(make_cache('null', None, None, None), NullCache)
+    assert isinstance(make_cache(None, None, None, None), NullCache)
+    with pytest.raises(ValueError, match='Unknown cache_type'):
+        make_cache('memory', None, None, None)
+
+
+def test_miss_fills_once_then_hits_from_an_arrow_ipc_file(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, 1000)
+    fills = []
+
+    def fill():
+        fills.append(1)
+        return _table(1)
+
+    first = cache.get('key', fill)
+    second = cache.get('key', fill)
+    assert len(fills) == 1
+    assert second.equals(first)
+    assert second.equals(_table(1))
+    entries = list((tmp_path / 'c' / 'entries').rglob('*.arrow'))
+    assert len(entries) == 1
+    assert entries[0].read_bytes()[:6] == b'ARROW1'  # the Arrow IPC file format, not a pickle
+    assert cache.volume() == entries[0].stat().st_size
+    assert cache.get('other key', lambda: _table(2)).equals(_table(2))
+    assert len(list((tmp_path / 'c' / 'entries').rglob('*.arrow'))) == 2
+
+
+def test_cache_pickles_as_its_settings_and_works_in_the_copy(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, 1000, shards=3, eviction_policy='least-recently-stored')
+    cache.get('key', lambda: _table(1))
+    copy = pickle.loads(pickle.dumps(cache))
+    assert repr(copy) == repr(cache)
+    assert copy.get('key', lambda: pytest.fail('should hit')).equals(_table(1))
+
+
+def test_fill_must_return_a_table(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    with pytest.raises(TypeError, match='stores pyarrow Tables; fill_cache_func returned list'):
+        cache.get('key', lambda: [1, 2])
+
+
+def test_an_unreadable_entry_is_read_again(tmp_path, caplog):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    cache.get('key', lambda: _table(1))
+    [entry] = (tmp_path / 'c' / 'entries').rglob('*.arrow')
+    entry.write_bytes(b'not arrow')
+    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+        assert cache.get('key', lambda: _table(2)).equals(_table(2))
+    assert 'unreadable local disk cache entry' in caplog.text
+    assert cache.get('key', lambda: pytest.fail('should hit')).equals(_table(2))
+
+
+def test_constructor_validation(tmp_path, caplog):
+    with pytest.raises(ValueError, match=r"^Condition 'size_limit_bytes / shards < 5 \* expected_row_size_bytes' "
+                                         r'needs to hold'):
+        LocalDiskCache(tmp_path / 'c', 6000, 1000, shards=6)
+    LocalDiskCache(tmp_path / 'c', 6000, 1000, shards=6, eviction_policy='none')  # the condition is for eviction
+    with pytest.raises(ValueError, match='size_limit_bytes'):
+        LocalDiskCache(tmp_path / 'c', None, 1000)
+    with pytest.raises(ValueError, match='expected_row_size_bytes'):
+        LocalDiskCache(tmp_path / 'c', LIMIT, -1)
+    with pytest.raises(ValueError, match='eviction_policy'):
+        LocalDiskCache(tmp_path / 'c', LIMIT, 1000, eviction_policy='random')
+    with pytest.raises(ValueError, match='cache_location'):
+        LocalDiskCache(None, LIMIT, 1000)
+    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+        LocalDiskCache(tmp_path / 'c', LIMIT, 1000, timeout=60)
+    assert "ignores the settings ['timeout']" in caplog.text
+
+
+def test_eviction_removes_least_recently_used_entries(tmp_path):
+    probe = LocalDiskCache(tmp_path / 'probe', LIMIT, None)
+    probe.get('k', lambda: _table(0))
+    entry_size = probe.volume()
+    limit = entry_size * 8 + entry_size // 2  # room for 8 entries
+    cache = LocalDiskCache(tmp_path / 'c', limit, None, shards=2)
+    for i in range(8):
+        cache.get(f'k{i}', lambda i=i: _table(i))
+        time.sleep(0.002)  # distinct modification times on coarse clocks
+    assert cache.volume() == 8 * entry_size
+    cache.get('k0', lambda: pytest.fail('k0 should be cached'))  # a hit makes k0 the most recently used
+    time.sleep(0.002)
+    for i in range(8, 12):
+        cache.get(f'k{i}', lambda i=i: _table(i))
+        time.sleep(0.002)
+    assert cache.volume() <= limit
+    fills = []
+    cache.get('k0', lambda: fills.append('k0') or _table(0))
+    cache.get('k1', lambda: fills.append('k1') or _table(1))
+    assert fills == ['k1']  # k1 was the least recently used; k0 survived thanks to its hit
+    lock_files = list((tmp_path / 'c' / 'locks').iterdir())
+    assert len(lock_files) <= len(list((tmp_path / 'c' / 'entries').rglob('*.arrow'))) + 1
+
+
+def test_least_recently_stored_ignores_hits(tmp_path):
+    probe = LocalDiskCache(tmp_path / 'probe', LIMIT, None)
+    probe.get('k', lambda: _table(0))
+    entry_size = probe.volume()
+    cache = LocalDiskCache(tmp_path / 'c', entry_size * 4 + 10, None, eviction_policy='least-recently-stored')
+    for i in range(4):
+        cache.get(f'k{i}', lambda i=i: _table(i))
+        time.sleep(0.002)
+    cache.get('k0', lambda: pytest.fail('k0 should be cached'))
+    cache.get('k4', lambda: _table(4))
+    fills = []
+    cache.get('k0', lambda: fills.append('k0') or _table(0))
+    assert fills == ['k0']
+
+
+def test_policy_none_stores_until_full_and_never_evicts(tmp_path):
+    probe = LocalDiskCache(tmp_path / 'probe', LIMIT, None)
+    probe.get('k', lambda: _table(0))
+    entry_size = probe.volume()
+    cache = LocalDiskCache(tmp_path / 'c', entry_size * 3 + 10, None, eviction_policy='none')
+    for i in range(6):
+        assert cache.get(f'k{i}', lambda i=i: _table(i)).equals(_table(i))
+    assert cache.volume() == 3 * entry_size
+    for i in range(3):
+        cache.get(f'k{i}', lambda: pytest.fail('the first entries stay'))
+
+
+def test_threads_filling_one_key_fill_it_once(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    fills = []
+
+    def fill():
+        fills.append(1)
+        time.sleep(0.1)
+        return _table(7)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get('key', fill))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fills) == 1
+    assert len(results) == 4
+    assert all(result.equals(_table(7)) for result in results)
+
+
+def _fill_keys_in_process(cache_dir, counter_path, keys, go):
+    cache = LocalDiskCache(cache_dir, LIMIT, None)
+    go.wait(30)
+    for key in keys:
+        def fill(key=key):
+            with open(counter_path, 'a') as counter:
+                counter.write(key + '\n')
+            time.sleep(0.02)
+            return pa.table({'key': [key] * 10})
+
+        table = cache.get(key, fill)
+        if table.column('key')[0].as_py() != key:
+            raise AssertionError(f'{key}: got {table.column("key")[0]}')
+
+
+def test_processes_sharing_a_directory_fill_each_entry_once(tmp_path):
+    counter = tmp_path / 'fills.txt'
+    keys = [f'key{i}' for i in range(30)]
+    context = mp.get_context('spawn')
+    go = context.Event()
+    orders = [keys, keys[::-1], keys[10:] + keys[:10]]
+    processes = [context.Process(target=_fill_keys_in_process, args=(str(tmp_path / 'c'), str(counter), order, go))
+                 for order in orders]
+    for process in processes:
+        process.start()
+    go.set()
+    for process in processes:
+        process.join(60)
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    filled = counter.read_text().split()
+    assert sorted(filled) == sorted(keys)  # each key filled by exactly one process
+
+
+# -- the cache in the reader ------------------------------------------------------------------------------------
+
+
+def test_options_validation(url, tmp_path):
+    with pytest.raises(ValueError, match='needs cache_location'):
+        make_reader(url, cache_type='local-disk', cache_size_limit=LIMIT)
+    with pytest.raises(ValueError, match='cache_size_limit must be a positive integer'):
+        make_reader(url, cache_type='local-disk', cache_location=str(tmp_path))
+    with pytest.raises(ValueError, match='cache_row_size_estimate'):
+        make_reader(url, **_cache_args(tmp_path, cache_row_size_estimate=0))
+    with pytest.raises(ValueError, match='cache_extra_settings must be a dict'):
+        make_reader(url, **_cache_args(tmp_path, cache_extra_settings=['cleanup']))
+    with pytest.raises(ValueError, match='Unknown cache_type'):
+        make_reader(url, cache_type='memory')
+
+
+def test_unwritable_location_fails_at_construction_naming_the_path(url, tmp_path):
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('not a directory')
+    location = blocker / 'cache'
+    with pytest.raises(CacheLocationError, match=f'{location}.*cannot be created or written to') as raised:
+        make_reader(url, **_cache_args(location))
+    assert isinstance(raised.value, OSError)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root may write to read-only directories')
+def test_read_only_location_fails_at_construction(url, tmp_path):
+    location = tmp_path / 'ro'
+    location.mkdir()
+    location.chmod(0o500)
+    try:
+        with pytest.raises(CacheLocationError, match=str(location)):
+            make_batch_reader(url, **_cache_args(location))
+    finally:
+        location.chmod(0o700)
+
+
+@pytest.mark.parametrize('reader_kind', list(READERS))
+def test_second_reader_reads_nothing_from_the_files(url, tmp_path, row_group_reads, reader_kind):
+    make = READERS[reader_kind]
+    plain = _ids(make(url, reader_pool_type='dummy', shuffle_row_groups=False))
+    row_group_reads.clear()
+    first = _ids(make(url, reader_pool_type='dummy', shuffle_row_groups=False, **_cache_args(tmp_path / 'c')))
+    assert len(row_group_reads) == _row_group_count(url)
+    row_group_reads.clear()
+    second = _ids(make(url, reader_pool_type='thread', workers_count=3, shuffle_row_groups=False,
+                       **_cache_args(tmp_path / 'c')))
+    assert row_group_reads == []
+    assert first == second == plain
+    assert sorted(plain) == list(range(ROWS))
+
+
+def test_epochs_of_one_reader_hit_the_cache(url, tmp_path, row_group_reads):
+    ids = _ids(make_reader(url, reader_pool_type='dummy', num_epochs=3, **_cache_args(tmp_path / 'c')))
+    assert sorted(ids) == sorted(list(range(ROWS)) * 3)
+    assert len(row_group_reads) == _row_group_count(url)
+
+
+def test_a_rewritten_file_is_read_again(tmp_path, row_group_reads):
+    url = _write(tmp_path / 'ds')
+    args = _cache_args(tmp_path / 'c')
+    assert sorted(_ids(make_reader(url, reader_pool_type='dummy', **args))) == list(range(ROWS))
+    path = sorted((tmp_path / 'ds').rglob('*.parquet'))[0]
+    parquet = pq.ParquetFile(path)
+    changed = parquet.read_row_groups(range(parquet.num_row_groups))
+    changed_ids = set(changed.column('id').to_pylist())
+    rewritten_groups = parquet.num_row_groups
+    stat = path.stat()
+    with pq.ParquetWriter(str(path) + '.new', parquet.schema_arrow) as writer:
+        for i in range(parquet.num_row_groups):
+            group = parquet.read_row_group(i)
+            ids = pc.add(group.column('id'), 1000)
+            writer.write_table(group.set_column(group.schema.get_field_index('id'), group.schema.field('id'), ids))
+    os.replace(str(path) + '.new', path)
+    # Same size or not, a rewrite moves the modification time; make it visible on coarse-clock filesystems too.
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+    row_group_reads.clear()
+    ids = set(_ids(make_reader(url, reader_pool_type='dummy', **args)))
+    assert ids == (set(range(ROWS)) - changed_ids) | {i + 1000 for i in changed_ids}
+    assert len(row_group_reads) == rewritten_groups  # only the changed file was read again
+
+
+def test_cache_with_a_worker_predicate(url, tmp_path, row_group_reads):
+    predicate = in_lambda(['id'], lambda i: i % 3 == 0)
+    plain = _ids(make_reader(url, reader_pool_type='dummy', predicate=predicate, shuffle_row_groups=False))
+    args = _cache_args(tmp_path / 'c')
+    cold = _ids(make_reader(url, reader_pool_type='dummy', predicate=predicate, shuffle_row_groups=False, **args))
+    row_group_reads.clear()
+    warm = _ids(make_reader(url, reader_pool_type='thread', predicate=predicate, shuffle_row_groups=False, **args))
+    assert row_group_reads == []
+    assert plain == cold == warm == [i for i in range(ROWS) if i % 3 == 0]
+    batches = _ids(make_batch_reader(url, reader_pool_type='dummy', predicate=predicate, shuffle_row_groups=False,
+                                     **args))
+    assert batches == plain
+
+
+@pytest.mark.parametrize('reader_kind', list(READERS))
+def test_cache_with_drop_partitions(url, tmp_path, row_group_reads, reader_kind):
+    make = READERS[reader_kind]
+    options = {'shuffle_row_drop_partitions': 3, 'seed': 5, 'shuffle_rows': True}
+    plain = _ids(make(url, reader_pool_type='dummy', **options))
+    row_group_reads.clear()
+    cold = _ids(make(url, reader_pool_type='dummy', **options, **_cache_args(tmp_path / 'c')))
+    # Three work items per row group, one read: the cache holds whole row groups.
+    assert len(row_group_reads) == _row_group_count(url)
+    warm = _ids(make(url, reader_pool_type='thread', workers_count=3, **options, **_cache_args(tmp_path / 'c')))
+    assert plain == cold == warm
+    assert sorted(plain) == list(range(ROWS))
+
+
+def test_cache_with_ngram_windows(url, tmp_path, row_group_reads):
+    def windows(**extra):
+        ngram = NGram({0: ['id', 'name'], 1: ['id']}, delta_threshold=1, timestamp_field='id')
+        with make_reader(url, schema_fields=ngram, reader_pool_type='dummy', shuffle_row_groups=False,
+                         **extra) as reader:
+            return [(int(w[0].id), w[0].name, int(w[1].id)) for w in reader]
+
+    plain = windows()
+    assert windows(**_cache_args(tmp_path / 'c')) == plain
+    row_group_reads.clear()
+    assert windows(**_cache_args(tmp_path / 'c')) == plain
+    assert row_group_reads == []
+    assert plain
+
+
+@pytest.mark.parametrize('pool', POOLS)
+@pytest.mark.parametrize('reader_kind', list(READERS))
+def test_every_pool_kind_delivers_the_same_items_with_and_without_cache(url, tmp_path, pool, reader_kind):
+    make = READERS[reader_kind]
+    options = {'reader_pool_type': pool, 'workers_count': 2, 'seed': 11, 'shuffle_rows': True}
+
+    def items(**extra):
+        with make(url, **options, **extra) as reader:
+            return [tuple(np.asarray(value).tolist() for value in item) for item in reader]
+
+    plain = items()
+    cold = items(**_cache_args(tmp_path / 'c'))
+    warm = items(**_cache_args(tmp_path / 'c'))
+    assert plain == cold == warm
+    assert len(list((tmp_path / 'c' / 'entries').rglob('*.arrow'))) == _row_group_count(url)
+
+
+def test_reader_eviction_keeps_the_size_limit(url, tmp_path):
+    limit = 6000
+    ids = _ids(make_reader(url, reader_pool_type='dummy', **_cache_args(tmp_path / 'c', cache_size_limit=limit,
+                                                                       cache_row_size_estimate=None)))
+    assert sorted(ids) == list(range(ROWS))
+    assert LocalDiskCache(tmp_path / 'c', limit, None).volume() <= limit
+
+
+def test_cache_survives_the_reader_unless_cleanup_is_asked(url, tmp_path, caplog):
+    kept = tmp_path / 'kept'
+    _ids(make_reader(url, reader_pool_type='dummy', **_cache_args(kept)))
+    assert list((kept / 'entries').rglob('*.arrow'))
+    removed = tmp_path / 'removed'
+    removed.mkdir()
+    (removed / 'user_file.txt').write_text('not ours')
+    reader = make_reader(url, reader_pool_type='dummy', **_cache_args(removed, cache_extra_settings={'cleanup': True}))
+    assert isinstance(reader.cache, LocalDiskCache)
+    with caplog.at_level(logging.INFO, logger='petastorm.local_disk_cache'):
+        _ids(reader)
+    assert sorted(p.name for p in removed.iterdir()) == ['user_file.txt']  # only what the cache made is removed
+    assert 'removed the local disk cache' in caplog.text
+    reader.cleanup_cache()  # again: nothing left, no error
+    (removed / 'user_file.txt').unlink()
+    reader = make_reader(url, reader_pool_type='dummy', **_cache_args(removed, cache_extra_settings={'cleanup': True}))
+    _ids(reader)
+    assert not removed.exists()
+
+
+def test_row_group_cache_keys_identify_the_file_content():
+    cache = RowGroupCache(NullCache(), 'file:///ds', {'/ds/a.parquet': FileStamp(10, 1)})
+    key = cache.key('/ds/a.parquet', 0, ['b', 'a'])
+    assert key == cache.key('/ds/a.parquet', 0, ['a', 'b'])  # the column order does not matter
+    assert key != cache.key('/ds/a.parquet', 1, ['a', 'b'])
+    assert key != cache.key('/ds/a.parquet', 0, ['a'])
+    changed = RowGroupCache(NullCache(), 'file:///ds', {'/ds/a.parquet': FileStamp(10, 2)})
+    assert key != changed.key('/ds/a.parquet', 0, ['a', 'b'])
+    other = RowGroupCache(NullCache(), 'file:///other', {'/ds/a.parquet': FileStamp(10, 1)})
+    assert key != other.key('/ds/a.parquet', 0, ['a', 'b'])
+    table = cache.read('/ds/a.parquet', 0, ['b', 'a'], lambda: pa.table({'a': [1], 'b': [2]}))
+    assert table.column_names == ['b', 'a']
+
+
+def _read_in_process(url, cache_dir, counter_path, seed, go):
+    original = pq.ParquetFile.read_row_group
+
+    def counting(self, *args, **kwargs):
+        with open(counter_path, 'a') as counter:
+            counter.write('read\n')
+        time.sleep(0.02)
+        return original(self, *args, **kwargs)
+
+    pq.ParquetFile.read_row_group = counting
+    go.wait(30)
+    ids = _ids(make_reader(url, reader_pool_type='thread', workers_count=2, seed=seed, **_cache_args(cache_dir)))
+    if sorted(ids) != list(range(ROWS)):
+        raise AssertionError(f'wrong rows: {sorted(ids)}')
+
+
+def test_ranks_of_one_node_read_each_row_group_once(url, tmp_path):
+    counter = tmp_path / 'reads.txt'
+    context = mp.get_context('spawn')
+    go = context.Event()
+    processes = [context.Process(target=_read_in_process, args=(url, str(tmp_path / 'c'), str(counter), seed, go))
+                 for seed in (1, 2)]
+    for process in processes:
+        process.start()
+    go.set()
+    for process in processes:
+        process.join(120)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert len(counter.read_text().split()) == _row_group_count(url)
+
+
+# -- a slow filesystem ------------------------------------------------------------------------------------------
+
+
+class SlowLocalHandler(pafs.FileSystemHandler):
+    """The local filesystem with a fixed latency on every file opened for reading (like an object store)."""
+
+    def __init__(self, latency):
+        self._fs = pafs.LocalFileSystem()
+        self._latency = latency
+
+    def __eq__(self, other):
+        return isinstance(other, SlowLocalHandler) and other._latency == self._latency
+
+    def __ne__(self, other):
+        return not self == other
+
+    def get_type_name(self):
+        return 'slow-local'
+
+    def normalize_path(self, path):
+        return path
+
+    def get_file_info(self, paths):
+        return self._fs.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        return self._fs.get_file_info(selector)
+
+    def create_dir(self, path, recursive):
+        self._fs.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path):
+        self._fs.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        self._fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self):
+        raise OSError('refusing to delete the root directory')
+
+    def delete_file(self, path):
+        self._fs.delete_file(path)
+
+    def move(self, src, dest):
+        self._fs.move(src, dest)
+
+    def copy_file(self, src, dest):
+        self._fs.copy_file(src, dest)
+
+    def open_input_stream(self, path):
+        time.sleep(self._latency)
+        return self._fs.open_input_stream(path)
+
+    def open_input_file(self, path):
+        time.sleep(self._latency)
+        return self._fs.open_input_file(path)
+
+    def open_output_stream(self, path, metadata):
+        return self._fs.open_output_stream(path, metadata=metadata)
+
+    def open_append_stream(self, path, metadata):
+        return self._fs.open_append_stream(path, metadata=metadata)
+
+
+def test_second_epoch_on_a_slow_filesystem_reads_at_local_speed(url, tmp_path):
+    slow = pafs.PyFileSystem(SlowLocalHandler(0.05))
+
+    def timed_epoch():
+        with make_reader(url, filesystem=slow, reader_pool_type='thread', workers_count=2,
+                         **_cache_args(tmp_path / 'c')) as reader:
+            start = time.perf_counter()
+            ids = [int(row.id) for row in reader]
+            elapsed = time.perf_counter() - start
+        assert sorted(ids) == list(range(ROWS))
+        return elapsed
+
+    cold = timed_epoch()
+    warm = timed_epoch()
+    assert cold >= 0.05 * _row_group_count(url) / 2  # sanity: the latency was paid once per row group
+    assert warm < cold / 3, (cold, warm)
+
+
+def test_cache_benchmark_runs(tmp_path):
+    completed = subprocess.run([sys.executable, str(BENCH), '--quick', '--data', str(tmp_path)], capture_output=True,
+                               text=True, timeout=240, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert 'epoch 2 / epoch 1' in completed.stdout

@@ -1,0 +1,539 @@
+"""petastorm.pytorch: the three loaders over both reader kinds, collation, shuffling, iteration rules, the example."""
+
+import decimal
+import importlib.util
+import math
+import pathlib
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip('torch')
+
+from petastorm import TransformSpec, make_batch_reader, make_reader, write_dataset  # noqa: E402
+from petastorm.codecs import NdarrayCodec, ScalarCodec  # noqa: E402
+from petastorm.predicates import in_lambda  # noqa: E402
+from petastorm.pytorch import (  # noqa: E402
+    BatchedDataLoader,
+    DataLoader,
+    InMemBatchedDataLoader,
+    _sanitize_pytorch_types,
+    decimal_friendly_collate,
+)
+from petastorm.pytorch._buffers import Batcher, NumpyOps, PackedColumns, ShufflingBuffer  # noqa: E402
+from petastorm.unischema import Unischema, UnischemaField  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')]
+
+ROWS = 50
+Schema = Unischema('TorchSchema', [
+    UnischemaField('id', np.int32, (), ScalarCodec(pa.int32()), False),
+    UnischemaField('small', np.uint16, (), ScalarCodec(pa.uint16()), False),
+    UnischemaField('flag', np.bool_, (), ScalarCodec(pa.bool_()), False),
+    UnischemaField('weight', np.float64, (), ScalarCodec(pa.float64()), False),
+    UnischemaField('name', np.str_, (), ScalarCodec(pa.string()), False),
+    UnischemaField('price', decimal.Decimal, (), ScalarCodec(pa.decimal128(10, 2)), False),
+    UnischemaField('matrix', np.float32, (2, 3), NdarrayCodec(), False),
+    UnischemaField('seq', np.int64, (None,), NdarrayCodec(), False),
+])
+NUMERIC = ['id', 'small', 'flag', 'weight', 'matrix']
+
+
+def _row(i):
+    return {'id': i, 'small': 1000 + i, 'flag': i % 3 == 0, 'weight': i / 4, 'name': f'row{i}',
+            'price': decimal.Decimal(f'{i}.25'), 'matrix': np.full((2, 3), i, dtype=np.float32),
+            'seq': np.arange(i % 4 + 1, dtype=np.int64)}
+
+
+@pytest.fixture(scope='module')
+def url(tmp_path_factory):
+    target = 'file://' + str(tmp_path_factory.mktemp('torch') / 'ds')
+    write_dataset(target, Schema, (_row(i) for i in range(ROWS)), row_group_size_mb=0.002)
+    return target
+
+
+@pytest.fixture(scope='module')
+def plain_url(tmp_path_factory):
+    """A plain Parquet store (no petastorm metadata) of 300 rows in 6 row groups."""
+    root = tmp_path_factory.mktemp('plain')
+    n = 300
+    table = pa.table({'id': np.arange(n, dtype=np.int64), 'x': np.arange(n, dtype=np.float32) / 2,
+                      'u': np.arange(n, dtype=np.uint32), 'label': [f'l{i % 7}' for i in range(n)]})
+    pq.write_table(table, str(root / 'part0.parquet'), row_group_size=50)
+    return 'file://' + str(root)
+
+
+def _reader(url, **kwargs):
+    kwargs.setdefault('reader_pool_type', 'dummy')
+    kwargs.setdefault('shuffle_row_groups', False)
+    return make_reader(url, **kwargs)
+
+
+def _batch_reader(url, **kwargs):
+    kwargs.setdefault('reader_pool_type', 'dummy')
+    kwargs.setdefault('shuffle_row_groups', False)
+    return make_batch_reader(url, **kwargs)
+
+
+def _ids(batches, key='id'):
+    return [int(v) for batch in batches for v in batch[key]]
+
+
+def _assert_same_batch(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert a.dtype == b.dtype
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            _assert_same_batch(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same_batch(x, y)
+    else:
+        assert type(a) is type(b)
+        assert a == b
+
+
+# -- DataLoader ---------------------------------------------------------------------------------------------------
+
+def test_dataloader_rows_values_dtypes_and_shapes(url):
+    with DataLoader(_reader(url), batch_size=8) as loader:
+        batches = list(loader)
+    assert [len(b['id']) for b in batches] == [8] * 6 + [2]
+    assert _ids(batches) == list(range(ROWS))
+    first = batches[0]
+    assert list(first) == list(Schema.fields)
+    assert first['id'].dtype == torch.int32
+    assert first['small'].dtype == torch.int32
+    assert first['small'].tolist() == list(range(1000, 1008))
+    assert first['flag'].dtype == torch.uint8
+    assert first['flag'].tolist() == [1, 0, 0, 1, 0, 0, 1, 0]
+    assert first['weight'].dtype == torch.float64
+    assert first['matrix'].shape == (8, 2, 3)
+    assert first['matrix'].dtype == torch.float32
+    assert first['name'] == [f'row{i}' for i in range(8)]
+    assert first['price'] == [decimal.Decimal(f'{i}.25') for i in range(8)]
+    assert [t.tolist() for t in first['seq']] == [list(range(i % 4 + 1)) for i in range(8)]
+
+
+def test_columnar_batches_equal_collating_the_rows(url):
+    """The fast path gives what decimal_friendly_collate gives on the reader's rows, batch for batch."""
+    with DataLoader(_reader(url), batch_size=7) as fast:
+        fast_batches = list(fast)
+    with DataLoader(_reader(url), batch_size=7, collate_fn=lambda rows: decimal_friendly_collate(rows)) as slow:
+        slow_batches = list(slow)
+    with _reader(url) as reader:
+        rows = [row._asdict() for row in reader]
+    for row in rows:
+        _sanitize_pytorch_types({k: v for k, v in row.items() if k not in ('name', 'price')})
+    reference = [decimal_friendly_collate(rows[i:i + 7]) for i in range(0, ROWS, 7)]
+    assert len(fast_batches) == len(slow_batches) == len(reference) == math.ceil(ROWS / 7)
+    for a, b in zip(fast_batches, slow_batches, strict=True):
+        _assert_same_batch(a, b)
+    for a, b in zip(fast_batches, reference, strict=True):
+        for key in ('id', 'weight', 'matrix', 'name', 'price'):
+            _assert_same_batch(a[key], b[key])
+
+
+def test_dataloader_batch_reader_and_strings(plain_url):
+    with DataLoader(_batch_reader(plain_url), batch_size=64) as loader:
+        batches = list(loader)
+    assert [len(b['id']) for b in batches] == [64] * 4 + [44]
+    assert _ids(batches) == list(range(300))
+    assert batches[0]['x'].dtype == torch.float32
+    assert batches[0]['id'].dtype == torch.int64
+    assert batches[0]['u'].dtype == torch.int64  # uint32 -> int64
+    assert batches[0]['label'][:3] == ['l0', 'l1', 'l2']
+
+
+def test_custom_collate_receives_row_dicts(url):
+    seen = []
+
+    def collate(rows):
+        seen.append(rows)
+        return len(rows)
+
+    with DataLoader(_reader(url, schema_fields=['id', 'small']), batch_size=20, collate_fn=collate) as loader:
+        assert list(loader) == [20, 20, 10]
+    assert set(seen[0][0]) == {'id', 'small'}
+    assert seen[0][0]['small'].dtype == np.int32
+
+
+def test_tuple_transform_gives_positional_batches(url):
+    def to_tuple(row):
+        return torch.as_tensor(row['matrix']).unsqueeze(0), row['id']
+
+    spec = TransformSpec(to_tuple, removed_fields=[n for n in Schema.fields if n not in ('id', 'matrix')])
+    with DataLoader(_reader(url, transform_spec=spec), batch_size=16) as loader:
+        batches = list(loader)
+    images, ids = batches[0]
+    assert isinstance(batches[0], list)
+    assert images.shape == (16, 1, 2, 3)
+    assert images.dtype == torch.float32
+    assert ids.dtype == torch.int32
+    assert ids.tolist() == list(range(16))
+    with BatchedDataLoader(_reader(url, transform_spec=spec), batch_size=16) as loader:
+        images, ids = next(iter(loader))
+    assert images.shape == (16, 1, 2, 3)
+    assert ids.tolist() == list(range(16))
+    loader = InMemBatchedDataLoader(_reader(url, transform_spec=spec), batch_size=25, rows_capacity=100)
+    assert [len(ids) for _, ids in loader] == [25, 25]
+
+
+def test_variable_length_pad_policy(url):
+    with DataLoader(_reader(url, schema_fields=['id', 'seq']), batch_size=5, variable_length='pad',
+                    padding_value=-1) as loader:
+        batches = list(loader)
+    for batch in batches:
+        lengths = [int(i) % 4 + 1 for i in batch['id']]
+        padded, mask = batch['seq'], batch['seq_mask']
+        assert padded.shape == (len(lengths), max(lengths))
+        assert mask.dtype == torch.bool
+        assert mask.sum(dim=1).tolist() == lengths
+        assert (padded[~mask] == -1).all()
+        assert padded[0, :lengths[0]].tolist() == list(range(lengths[0]))
+    with pytest.raises(ValueError, match='variable_length'):
+        DataLoader(_reader(url), variable_length='stack')
+
+
+def test_decimal_friendly_collate():
+    assert decimal_friendly_collate([dict()]) == {}
+    batch = decimal_friendly_collate([{'d': decimal.Decimal('1.5'), 's': 'a', 'n': np.int16(1), 't': (1, 2.0)},
+                                      {'d': decimal.Decimal('2'), 's': 'b', 'n': np.int16(2), 't': (3, 4.0)}])
+    assert batch['d'] == [decimal.Decimal('1.5'), decimal.Decimal('2')]
+    assert batch['s'] == ['a', 'b']
+    assert batch['n'].dtype == torch.int16
+    assert batch['n'].tolist() == [1, 2]
+    assert batch['t'][0].tolist() == [1, 3]
+    assert batch['t'][1].dtype == torch.float64
+    ragged = decimal_friendly_collate([np.zeros(2), np.zeros(3)])
+    assert [t.shape for t in ragged] == [(2,), (3,)]
+    assert decimal_friendly_collate([np.array(['a', 'b']), np.array(['c', 'd'])])[1].tolist() == ['c', 'd']
+    assert decimal_friendly_collate([b'x', b'y']) == [b'x', b'y']
+
+
+def test_sanitize_refuses_strings_and_none():
+    row = {'a': np.array([1], dtype=np.uint16), 'b': np.bool_(True)}
+    _sanitize_pytorch_types(row)
+    assert row['a'].dtype == np.int32
+    assert row['b'].dtype == np.uint8
+    with pytest.raises(TypeError, match='Pytorch does not support arrays of string or object classes. Found in '
+                                        'field s.'):
+        _sanitize_pytorch_types({'s': np.array(['x'])})
+    with pytest.raises(TypeError, match='Pytorch does not support nullable fields. Found None in n'):
+        _sanitize_pytorch_types({'n': None})
+
+
+def test_none_values_raise_naming_the_field(tmp_path):
+    schema = Unischema('Nullable', [UnischemaField('id', np.int32, (), ScalarCodec(pa.int32()), False),
+                                    UnischemaField('maybe', np.float32, (), ScalarCodec(pa.float32()), True)])
+    target = 'file://' + str(tmp_path / 'n')
+    write_dataset(target, schema, ({'id': i, 'maybe': None if i == 3 else 1.0} for i in range(6)))
+    with DataLoader(_reader(target), batch_size=6) as loader, \
+            pytest.raises(TypeError, match='Pytorch does not support nullable fields. Found None in maybe'):
+        next(iter(loader))
+
+
+def test_shuffling_buffer_keeps_rows_and_is_reproducible(url):
+    def run(seed):
+        reader = _reader(url, schema_fields=['id', 'matrix', 'name'], seed=seed)
+        with DataLoader(reader, batch_size=10, shuffling_queue_capacity=20) as loader:
+            batches = list(loader)
+        for batch in batches:
+            assert batch['matrix'][:, 0, 0].long().tolist() == batch['id'].tolist()
+            assert batch['name'] == [f'row{i}' for i in batch['id'].tolist()]
+        return _ids(batches)
+
+    first, again, other = run(7), run(7), run(8)
+    assert sorted(first) == list(range(ROWS))
+    assert first != list(range(ROWS))
+    assert first == again
+    assert first != other
+
+
+@pytest.mark.parametrize('packed', [False, True])
+def test_shuffling_buffer_laws(packed):
+    ops = NumpyOps()
+    for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20])]:
+        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, packed=packed)
+        out, start = [], 0
+        for size in chunks:
+            ids = np.arange(start, start + size)
+            drawn = buffer.add({'i': ids, 'f': ids.astype(np.float32) / 2, 'b': (ids % 256).astype(np.uint8),
+                                'm': np.stack([ids, -ids], axis=1)})
+            start += size
+            assert len(buffer) == min(start, capacity - 1)
+            if drawn is not None:
+                assert (drawn['m'][:, 0] == drawn['i']).all()
+                assert (drawn['m'][:, 1] == -drawn['i']).all()
+                assert (drawn['f'] == drawn['i'] / 2).all()
+                assert (drawn['b'] == drawn['i'] % 256).all()
+                out.append(drawn['i'])
+        rest = buffer.drain()
+        if rest is not None:
+            out.append(rest['i'])
+        everything = np.concatenate(out)
+        assert sorted(everything.tolist()) == list(range(start))
+    batcher = Batcher(4, ops)
+    got = [b['x'].tolist() for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]) for b in batcher.add(
+        {'x': np.array(chunk)})] + [b['x'].tolist() for b in batcher.flush()]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_packed_columns_keep_values_and_own_their_output():
+    rng = np.random.default_rng(1)
+    table = {'a': np.arange(10, dtype=np.int64), 'b': rng.random(10).astype(np.float32),
+             'c': np.arange(10, dtype=np.int32) * 3, 'img': rng.integers(0, 255, (10, 2, 2), dtype=np.uint8)}
+    packed = PackedColumns(table, 10)
+    packed.write(0, table)
+    index = np.array([7, 0, 3])
+    taken = packed.take(index)
+    for name, column in table.items():
+        np.testing.assert_array_equal(taken[name], column[index])
+        assert taken[name].dtype == column.dtype
+        assert taken[name].flags.c_contiguous
+    sliced = packed.slice(2, 5)
+    sliced['a'][:] = -1
+    np.testing.assert_array_equal(packed.slice(2, 5)['a'], [2, 3, 4])
+    packed.move(np.array([9, 8]), np.array([0, 1]))
+    np.testing.assert_array_equal(packed.slice(0, 2)['c'], [27, 24])
+    np.testing.assert_array_equal(packed.slice(0, 2)['img'], table['img'][[9, 8]])
+    with pytest.raises(TypeError, match='columns changed between row groups'):
+        packed.grown({**table, 'c': table['c'].astype(np.int64)}, 20, 10)
+
+
+def test_reiteration_rules(url):
+    loader = DataLoader(_reader(url, schema_fields=['id']), batch_size=16)
+    with loader:
+        assert sorted(_ids(loader)) == list(range(ROWS))
+        assert sorted(_ids(loader)) == list(range(ROWS))  # a finished pass: the reader is reset
+        iterator = iter(loader)
+        next(iterator)
+        with pytest.raises(RuntimeError, match='You must finish a full pass of Petastorm DataLoader'):
+            next(iter(loader))
+
+    calls = []
+
+    def failing(rows):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError('collate failed')
+        return rows
+
+    with DataLoader(_reader(url, schema_fields=['id']), batch_size=8, collate_fn=failing) as loader:
+        with pytest.raises(ValueError, match='collate failed'):
+            list(loader)
+        with pytest.raises(RuntimeError, match='Cannot start a new iteration because last time iteration failed'):
+            next(iter(loader))
+
+
+def test_len_and_isinstance(url):
+    reader = _reader(url, num_epochs=3)
+    assert reader.num_rows_per_pass == 3 * ROWS
+    with DataLoader(reader, batch_size=8) as loader:
+        assert isinstance(loader, torch.utils.data.DataLoader)
+        assert len(loader) == math.ceil(3 * ROWS / 8) == len(list(loader))
+        assert loader.batch_size == 8
+    with DataLoader(_reader(url, num_epochs=None), batch_size=8) as loader, pytest.raises(TypeError):
+        len(loader)
+    predicate = in_lambda(['id'], lambda i: i < 10)
+    with DataLoader(_reader(url, predicate=predicate), batch_size=8) as loader, pytest.raises(TypeError):
+        len(loader)
+    with BatchedDataLoader(_reader(url, schema_fields=NUMERIC), batch_size=16) as loader:
+        assert isinstance(loader, torch.utils.data.DataLoader)
+        assert len(loader) == 4
+    loader = InMemBatchedDataLoader(_reader(url, schema_fields=['id']), batch_size=16, num_epochs=2, rows_capacity=99)
+    assert isinstance(loader, torch.utils.data.DataLoader)
+    assert len(loader) == 8 == len(list(loader))
+
+
+def test_context_manager_stops_reader_without_leaking_threads(url):
+    before = set(threading.enumerate())
+    reader = make_reader(url, reader_pool_type='thread', workers_count=3, schema_fields=['id'])
+    with DataLoader(reader, batch_size=4) as loader:
+        next(iter(loader))
+    assert reader.stopped
+    assert set(threading.enumerate()) <= before
+    with pytest.raises(RuntimeError):
+        next(reader)
+
+
+def test_process_pool_reader(url):
+    reader = make_reader(url, reader_pool_type='process', workers_count=1, schema_fields=['id', 'matrix'],
+                         shuffle_row_groups=False)
+    with DataLoader(reader, batch_size=25) as loader:
+        batches = list(loader)
+    assert _ids(batches) == list(range(ROWS))
+    batches[0]['matrix'] += 1  # batches own writable memory
+
+
+def test_pin_memory_without_accelerator_warns(url):
+    if torch.cuda.is_available():
+        pytest.skip('an accelerator is available')
+    with pytest.warns(UserWarning, match='pin_memory=True needs an accelerator'):
+        loader = DataLoader(_reader(url, schema_fields=['id']), batch_size=8, pin_memory=True)
+    with loader:
+        assert len(list(loader)) == 7
+
+
+# -- BatchedDataLoader --------------------------------------------------------------------------------------------
+
+def test_batched_loader_batch_reader(plain_url):
+    reader = _batch_reader(plain_url, schema_fields=['id', 'x', 'u'])
+    with BatchedDataLoader(reader, batch_size=64) as loader:
+        batches = list(loader)
+    assert [len(b['id']) for b in batches] == [64] * 4 + [44]
+    assert _ids(batches) == list(range(300))
+    assert batches[0]['x'].dtype == torch.float32
+    assert batches[0]['u'].dtype == torch.int64
+    assert torch.equal(batches[1]['x'], torch.arange(64, 128, dtype=torch.float32) / 2)
+
+
+def test_batched_loader_shuffles_reproducibly(plain_url):
+    def run(seed, **kwargs):
+        reader = _batch_reader(plain_url, schema_fields=['id', 'x'], seed=seed)
+        with BatchedDataLoader(reader, batch_size=32, shuffling_queue_capacity=100, **kwargs) as loader:
+            batches = list(loader)
+        for batch in batches:
+            assert torch.equal(batch['x'], batch['id'].float() / 2)
+        return _ids(batches)
+
+    first = run(1)
+    assert sorted(first) == list(range(300))
+    assert first != list(range(300))
+    assert first == run(1)
+    assert first != run(2)
+    assert run(1, transform_fn=torch.as_tensor) == first
+
+
+def test_batched_loader_make_reader_and_transform_fn(url):
+    with BatchedDataLoader(_reader(url, schema_fields=NUMERIC), batch_size=20,
+                           transform_fn=lambda column: torch.as_tensor(np.array(column)) * 2) as loader:
+        batches = list(loader)
+    assert _ids(batches) == [2 * i for i in range(ROWS)]
+    assert batches[0]['matrix'].shape == (20, 2, 3)
+    assert batches[0]['flag'].dtype == torch.uint8
+
+
+def test_batched_loader_refuses_strings_and_decimals(url):
+    reader = _reader(url)
+    with pytest.raises(TypeError, match=r'string or Decimal fields: name \(str_\), price \(Decimal\)'):
+        BatchedDataLoader(reader, batch_size=4)
+    assert reader.stopped
+    with BatchedDataLoader(_reader(url, schema_fields=['id', 'seq']), batch_size=8) as loader, \
+            pytest.raises(TypeError, match="field 'seq'"):
+        list(loader)
+
+
+# -- InMemBatchedDataLoader ---------------------------------------------------------------------------------------
+
+def test_inmem_loader_epochs_and_shuffling(plain_url):
+    reader = _batch_reader(plain_url, schema_fields=['id', 'x'])
+    loader = InMemBatchedDataLoader(reader, batch_size=64, num_epochs=3, seed=5, rows_capacity=1000, shuffle=True)
+    assert reader.stopped
+    batches = list(loader)
+    assert len(batches) == 3 * 5 == len(loader)
+    epochs = [_ids(batches[i * 5:(i + 1) * 5]) for i in range(3)]
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(300))
+        assert epoch != list(range(300))
+    assert epochs[0] != epochs[1]
+    for batch in batches:
+        assert torch.equal(batch['x'], batch['id'].float() / 2)
+    with pytest.raises(RuntimeError, match="InMemBatchedDataLoader couldn't be used multiple times"):
+        list(loader)
+    again = InMemBatchedDataLoader(_batch_reader(plain_url, schema_fields=['id', 'x']), batch_size=64,
+                                   num_epochs=1, seed=5, rows_capacity=1000, shuffle=True)
+    assert _ids(again) == epochs[0]
+
+
+def test_inmem_loader_unshuffled_batches_are_copies_and_capacity_truncates(url):
+    with pytest.warns(UserWarning, match='kept the first 30 rows'):
+        loader = InMemBatchedDataLoader(_reader(url, schema_fields=['id', 'matrix']), batch_size=30,
+                                        num_epochs=2, rows_capacity=30)
+    first, second = list(loader)
+    assert first['id'].tolist() == list(range(30))
+    assert first['matrix'].shape == (30, 2, 3)
+    first['id'] += 100
+    assert second['id'].tolist() == list(range(30))
+
+
+# -- the MNIST example --------------------------------------------------------------------------------------------
+
+def _load_example(name):
+    path = pathlib.Path(__file__).parents[1] / 'examples' / 'mnist' / f'{name}.py'
+    spec = importlib.util.spec_from_file_location(f'mnist_example_{name}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mnist_example_trains_well_above_chance(tmp_path):
+    pytest.importorskip('sklearn')
+    generate = _load_example('generate_petastorm_mnist')
+    example = _load_example('pytorch_example')
+    dataset_url = 'file://' + str(tmp_path / 'mnist')
+    counts = generate.generate(dataset_url)
+    assert counts['train'] + counts['test'] == 1797
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny convolutions: one thread is fastest, and robust on a busy machine
+    try:
+        accuracy = example.run(dataset_url, epochs=3, lr=0.05, log_interval=0, device_name='cpu')
+    finally:
+        torch.set_num_threads(threads)
+    assert accuracy > 0.7
+
+
+# The PyTorch code block of the project's seed description, verbatim (trailing spaces stripped); only the dataset
+# location is replaced.
+SEED_BLOCK = '''
+import torch
+from petastorm.pytorch import DataLoader
+
+torch.manual_seed(1)
+device = torch.device('cpu')
+model = Net().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+
+def _transform_row(mnist_row):
+    transform = transforms.Compose([
+        transforms.ToTensor(),
+        transforms.Normalize((0.1307,), (0.3081,))
+    ])
+    return (transform(mnist_row['image']), mnist_row['digit'])
+
+transform = TransformSpec(_transform_row, removed_fields=['idx'])
+
+with DataLoader(make_reader('file:///localpath/mnist/train', num_epochs=10,
+                            transform_spec=transform, seed=1, shuffle_rows=True),
+                batch_size=64) as train_loader:
+    train(model, device, train_loader, 10, optimizer, 1)
+
+with DataLoader(make_reader('file:///localpath/mnist/test', num_epochs=10,
+                            transform_spec=transform),
+                batch_size=1000) as test_loader:
+    test(model, device, test_loader)
+'''
+
+
+def test_seed_pytorch_block_runs_unchanged(tmp_path, capsys):
+    pytest.importorskip('sklearn')
+    generate = _load_example('generate_petastorm_mnist')
+    example = _load_example('pytorch_example')
+    dataset_url = 'file://' + str(tmp_path / 'mnist')
+    generate.generate(dataset_url, max_rows=200)
+    namespace = {'Net': example.Net, 'train': example.train, 'test': example.test, 'transforms': example.transforms,
+                 'TransformSpec': TransformSpec, 'make_reader': make_reader}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        exec(SEED_BLOCK.replace('file:///localpath/mnist', dataset_url), namespace)  # noqa: S102
+    finally:
+        torch.set_num_threads(threads)
+    assert 'Test: mean loss' in capsys.readouterr().out

@@ -1,0 +1,231 @@
+"""s3:// against a real S3-compatible HTTP server on loopback (moto's server mode), through a fault-injecting proxy.
+
+The datasets are written with our writer and read back with both readers and both pool kinds, with
+``storage_options`` carrying the endpoint. The proxy logs every request, which shows that reads are byte ranges,
+and injects 503s, dropped connections and cut bodies, which the reads survive with every row delivered once.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.codecs import NdarrayCodec, ScalarCodec
+from petastorm.errors import StorageCredentialsError, StorageError, StoragePermissionError
+from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
+from petastorm.fs_utils import FilesystemResolver, get_filesystem_and_path_or_paths
+from petastorm.unischema import Unischema, UnischemaField
+
+s3fs = pytest.importorskip('s3fs')
+pytest.importorskip('moto')
+
+from conftest_s3 import BUCKET, SECRET_KEY, FaultPlan, FaultProxy, MotoServer  # noqa: E402
+
+ROWS = 300
+WIDE_ROWS = 40_000
+
+Schema = Unischema('S3Schema', [
+    UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+    UnischemaField('label', np.str_, (), ScalarCodec(pa.string()), False),
+    UnischemaField('matrix', np.float32, (4, 8), NdarrayCodec(), False),
+])
+
+WideSchema = Unischema('WideSchema', [
+    UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+    *(UnischemaField(f'x{i}', np.float64, (), ScalarCodec(pa.float64()), False) for i in range(4)),
+])
+
+
+def _row(i: int) -> dict:
+    return {'id': i, 'label': f'row-{i}', 'matrix': np.full((4, 8), i, np.float32)}
+
+
+@pytest.fixture(scope='session')
+def moto():
+    with MotoServer() as server:
+        s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(BUCKET)
+        yield server
+
+
+@pytest.fixture(scope='session')
+def proxy(moto):
+    with FaultProxy(moto.port) as running:
+        yield running
+
+
+@pytest.fixture
+def clean_proxy(proxy):
+    proxy.reset()
+    yield proxy
+    proxy.reset()
+
+
+@pytest.fixture(scope='session')
+def dataset(moto):
+    """A Petastorm dataset on S3: 300 rows in several files and row groups."""
+    url = f's3://{BUCKET}/petastorm-dataset'
+    result = write_dataset(url, Schema, (_row(i) for i in range(ROWS)), row_group_size_mb=0.005,
+                           file_size_mb=0.02, storage_options=moto.storage_options())
+    assert len(result.files) > 1
+    return url
+
+
+@pytest.fixture(scope='session')
+def wide_dataset(moto):
+    """A scalar store on S3 with one file of several row groups and five columns of about 320 KB each."""
+    url = f's3://{BUCKET}/wide-dataset'
+    rng = np.random.default_rng(0)
+    table = pa.table({'id': np.arange(WIDE_ROWS), **{f'x{i}': rng.random(WIDE_ROWS) for i in range(4)}})
+    result = write_dataset(url, WideSchema, table, row_group_size_mb=0.5, compression=None,
+                           storage_options=moto.storage_options())
+    assert len(result.files) == 1
+    return url
+
+
+def _read_ids(url: str, options: dict, reader: str, pool: str, **kwargs) -> list[int]:
+    if reader == 'make_reader':
+        with make_reader(url, storage_options=options, reader_pool_type=pool, workers_count=3, **kwargs) as rows:
+            return [int(row.id) for row in rows]
+    with make_batch_reader(url, storage_options=options, reader_pool_type=pool, workers_count=3, **kwargs) as batches:
+        return [int(i) for batch in batches for i in batch.id]
+
+
+@pytest.mark.parametrize('pool', ['thread', 'process'])
+@pytest.mark.parametrize('reader', ['make_reader', 'make_batch_reader'])
+@pytest.mark.filterwarnings('ignore:Please use make_reader')
+def test_written_dataset_reads_back_through_every_reader_and_pool(moto, clean_proxy, dataset, reader, pool):
+    ids = _read_ids(dataset, moto.storage_options(clean_proxy.endpoint), reader, pool)
+    assert sorted(ids) == list(range(ROWS))
+    assert clean_proxy.requests  # the reads went over HTTP, through the proxy
+
+
+def test_rows_decode_identically_from_s3(moto, dataset):
+    with make_reader(dataset, storage_options=moto.storage_options(), reader_pool_type='dummy',
+                     shuffle_row_groups=False) as reader:
+        rows = list(reader)
+    assert [row.id for row in rows] == list(range(ROWS))
+    for row in rows:
+        assert row.label == f'row-{row.id}'
+        np.testing.assert_array_equal(row.matrix, np.full((4, 8), row.id, np.float32))
+
+
+@pytest.mark.filterwarnings('ignore:Please use make_reader')
+def test_column_projection_fetches_byte_ranges_not_whole_files(moto, clean_proxy, wide_dataset):
+    with make_batch_reader(wide_dataset, schema_fields=['x2'], storage_options=moto.storage_options(
+            clean_proxy.endpoint), reader_pool_type='thread', workers_count=2) as reader:
+        assert sum(len(batch.x2) for batch in reader) == WIDE_ROWS
+    data = [r for r in clean_proxy.requests if r.method == 'GET' and r.path.split('?')[0].endswith('.parquet')]
+    assert data
+    assert all(r.range is not None for r in data), [r for r in data if r.range is None]
+    size = s3fs.S3FileSystem(**moto.storage_options(), skip_instance_cache=True).size(
+        f'{wide_dataset[5:]}/{data[0].path.split("?")[0].rsplit("/", 1)[1]}')
+    fetched = sum(r.body_bytes for r in data)
+    assert fetched < 0.35 * size, f'fetched {fetched} bytes of a {size}-byte file to read one column of five'
+    tails = [r for r in data if re.fullmatch(rf'bytes=\d+-{size - 1}', r.range)]
+    assert len(tails) == 1, f'the footer was fetched {len(tails)} times'
+
+
+@pytest.mark.parametrize(('reader', 'pool'), [
+    ('make_reader', 'thread'),
+    ('make_reader', 'process'),
+    ('make_batch_reader', 'thread'),
+])
+@pytest.mark.filterwarnings('ignore:Please use make_reader')
+def test_reads_survive_503s_dropped_connections_and_cut_bodies(moto, clean_proxy, dataset, reader, pool):
+    clean_proxy.reset(FaultPlan(every=3, kinds=('503', 'drop', 'truncate')))
+    ids = _read_ids(dataset, moto.storage_options(clean_proxy.endpoint), reader, pool)
+    assert sorted(ids) == list(range(ROWS))  # every row, exactly once
+    assert set(clean_proxy.plan.injected) == {'503', 'drop', 'truncate'}, clean_proxy.plan.injected
+
+
+def test_our_retries_recover_when_the_s3_client_does_not_retry(moto, clean_proxy, dataset):
+    clean_proxy.reset(FaultPlan(kinds=('500',), methods=('GET',), first_try_only=True))
+    options = moto.storage_options(clean_proxy.endpoint, config_kwargs={'retries': {'max_attempts': 1}})
+    assert sorted(_read_ids(dataset, options, 'make_reader', 'thread')) == list(range(ROWS))
+    assert clean_proxy.plan.injected['500'] > 0
+
+
+def test_missing_paths_are_file_not_found_naming_the_url(moto):
+    options = moto.storage_options()
+    for url in (f's3://{BUCKET}/no-such-dataset', 's3://no-such-bucket/dataset'):
+        with pytest.raises(FileNotFoundError, match=re.escape(url)):
+            make_reader(url, storage_options=options)
+
+
+@pytest.fixture(scope='module')
+def strict_moto():
+    """A second server that checks credentials: it knows no key, so every request is refused."""
+    with MotoServer(enforce_auth=True) as server:
+        yield server
+
+
+def _assert_secret_hidden(error: BaseException) -> None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        assert SECRET_KEY not in f'{error!s} {error!r} {error.args!r}', f'secret shown by {type(error).__name__}'
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+
+
+def test_refused_credentials_are_a_clear_error_without_the_secret(strict_moto):
+    url = f's3://{BUCKET}/dataset'
+    options = strict_moto.storage_options()
+    with pytest.raises(PermissionError, match=re.escape(url)) as raised:
+        make_reader(url, storage_options=options)
+    assert isinstance(raised.value, (StorageCredentialsError, StoragePermissionError))
+    assert 'credentials' in str(raised.value)
+    _assert_secret_hidden(raised.value)
+    with pytest.raises(StorageCredentialsError, match='refused the credentials') as raised:
+        make_batch_reader(f's3://{BUCKET}/', storage_options=options).stop()
+    assert 'InvalidAccessKeyId' in str(raised.value)
+    _assert_secret_hidden(raised.value)
+    with pytest.raises(OSError, match=re.escape(url)) as raised:
+        write_dataset(url, Schema, (_row(i) for i in range(3)), storage_options=options)
+    _assert_secret_hidden(raised.value)
+
+
+def test_unreachable_endpoint_fails_with_the_url_and_without_the_secret(moto):
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]  # nothing listens there once the socket is closed
+    options = moto.storage_options(f'http://127.0.0.1:{port}', config_kwargs={'retries': {'max_attempts': 1}})
+    with pytest.raises(StorageError, match=re.escape(f's3://{BUCKET}/dataset')) as raised:
+        make_reader(f's3://{BUCKET}/dataset', storage_options=options)
+    _assert_secret_hidden(raised.value)
+
+
+def test_storage_options_reach_metadata_and_fs_utils(moto, dataset):
+    options = moto.storage_options()
+    assert list(get_schema_from_dataset_url(dataset, storage_options=options).fields) == ['id', 'label', 'matrix']
+    fs, path = get_filesystem_and_path_or_paths(dataset, storage_options=options)
+    assert isinstance(fs, s3fs.S3FileSystem)
+    assert fs.exists(f'{path}/_common_metadata')
+    resolver = FilesystemResolver(dataset, storage_options=options)
+    assert resolver.filesystem().isdir(resolver.get_dataset_path())
+
+
+def test_filesystem_argument_works_for_writer_and_readers(moto):
+    fs = s3fs.S3FileSystem(**moto.storage_options(), skip_instance_cache=True)
+    url = f's3://{BUCKET}/written-with-filesystem'
+    write_dataset(url, Schema, (_row(i) for i in range(20)), filesystem=fs)
+    with make_reader(url, filesystem=fs, reader_pool_type='dummy') as reader:
+        assert sorted(row.id for row in reader) == list(range(20))
+
+
+@pytest.mark.slow
+def test_storage_benchmark_prints_the_s3_to_local_ratio():
+    script = Path(__file__).resolve().parent.parent / 'benchmarks' / 'storage_bench.py'
+    completed = subprocess.run([sys.executable, str(script), '--quick'], capture_output=True, text=True,
+                               timeout=240, check=False)
+    assert completed.returncode == 0, completed.stderr
+    match = re.search(r'^s3 / local time ratio: (\d+\.\d+)', completed.stdout, re.MULTILINE)
+    assert match, completed.stdout
+    assert float(match.group(1)) > 0
