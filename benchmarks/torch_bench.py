@@ -81,19 +81,19 @@ def _existing(root, names):
     return None
 
 
-def make_data(root, quick):
-    """Paths of the hello, mnist and scalar stores under ``root`` (written when missing)."""
+def make_data(root, quick, cases=('hello', 'mnist', 'scalars', 'inmem')):
+    """Paths of the hello, mnist and scalar stores under ``root`` (those the cases need written when missing)."""
     paths = {}
     paths['hello'] = _existing(root, ('hello_world', 'hello')) or os.path.join(root, 'hello')
-    if not os.path.exists(paths['hello']):
+    if 'hello' in cases and not os.path.exists(paths['hello']):
         write_dataset('file://' + paths['hello'], HelloSchema, _hello_rows(200 if quick else 2000),
                       row_group_size_mb=16)
     paths['mnist'] = _existing(root, ('mnist_like', 'mnist')) or os.path.join(root, 'mnist')
-    if not os.path.exists(paths['mnist']):
+    if {'mnist', 'inmem'} & set(cases) and not os.path.exists(paths['mnist']):
         write_dataset('file://' + paths['mnist'], MnistSchema, _mnist_rows(10_000 if quick else 60_000),
                       row_group_size_mb=4)
     paths['scalars'] = _existing(root, ('scalars',)) or os.path.join(root, 'scalars')
-    if not os.path.exists(paths['scalars']):
+    if {'scalars', 'inmem'} & set(cases) and not os.path.exists(paths['scalars']):
         rng = np.random.default_rng(0)
         os.makedirs(paths['scalars'])
         total = 300_000 if quick else 5_000_000
@@ -141,7 +141,11 @@ def _reader_rate(make, seconds, batched):
 
 def _raw_torch_pass(path, batch_size=1024):
     """The limit of BatchedDataLoader: pyarrow scan -> numpy -> fixed-size slices -> torch.as_tensor."""
+    import warnings
+
     import torch
+
+    warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
 
     n = 0
     carry = None
@@ -272,8 +276,8 @@ def main(argv=None):
     repeats = 1 if args.quick else args.repeats
     seconds = 0.5 if args.quick else args.seconds
     root = args.data_root or tempfile.mkdtemp(prefix='petastorm-torch-bench-')
-    paths = make_data(root, args.quick)
     cases = args.cases.split(',')
+    paths = make_data(root, args.quick, cases)
     values, rss = {}, {}
     if 'hello' in cases:
         for fn in (case_hello, case_hello_reader):

@@ -28,6 +28,7 @@ from petastorm.pools import (
     WorkerPool,
     make_pool,
 )
+from petastorm.pools._shm import MAX_FREE_SLOTS
 
 try:  # tests/ on sys.path (rootdir-relative imports, no tests/__init__.py)
     import pool_workers as pw
@@ -382,14 +383,30 @@ def test_shared_memory_is_bounded_and_released(leak_check):
         for item, result in enumerate(pool.imap(range(60))):
             assert result['data'][0, 0] == item % 256
             del result
-            # Each worker keeps a few slots that are reused once the consumer has dropped their results.
-            assert len(_shm_entries() - before) <= 2 * 6
+            # Slots are reused once the consumer has dropped their results: besides the 4 results in flight and
+            # the one the consumer holds, each worker keeps a few free ones.
+            assert len(_shm_entries() - before) <= 4 + 1 + 2 * (MAX_FREE_SLOTS + 1)
         results = pool.imap(range(100))
         next(results)
         time.sleep(0.2)  # let results pile up in flight
         results.close()
         results = pool.imap(range(100))
         next(results)
+    leak_check()
+
+
+@needs_dev_shm
+def test_dropped_results_free_their_shared_memory_while_the_pool_idles(leak_check):
+    before = _shm_entries()
+    with _started('process', 2, pw.big_uint8, pw.Ctx()) as pool:
+        results = list(pool.imap(range(20)))  # 20 slots are in use
+        assert len(_shm_entries() - before) >= 20
+        del results
+        gc.collect()
+        deadline = time.monotonic() + 5.0
+        while len(_shm_entries() - before) > 2 * MAX_FREE_SLOTS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_shm_entries() - before) <= 2 * MAX_FREE_SLOTS  # each worker keeps a few for reuse
     leak_check()
 
 

@@ -373,6 +373,21 @@ def test_process_pool_reader(url):
     batches[0]['matrix'] += 1  # batches own writable memory
 
 
+def test_reader_without_column_batches_weighted_sampling(url):
+    from petastorm.weighted_sampling_reader import WeightedSamplingReader
+
+    readers = [_reader(url, schema_fields=['id', 'matrix'], seed=s) for s in (1, 2)]
+    with DataLoader(WeightedSamplingReader(readers, [0.5, 0.5], seed=3), batch_size=10) as loader:
+        batches = list(loader)
+    ids = _ids(batches)
+    assert len(ids) >= ROWS
+    assert set(ids) <= set(range(ROWS))
+    assert batches[0]['id'].dtype == torch.int32
+    assert batches[0]['matrix'].shape == (10, 2, 3)
+    for reader in readers:
+        assert reader.stopped
+
+
 def test_pin_memory_without_accelerator_warns(url):
     if torch.cuda.is_available():
         pytest.skip('an accelerator is available')
@@ -537,3 +552,16 @@ def test_seed_pytorch_block_runs_unchanged(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     assert 'Test: mean loss' in capsys.readouterr().out
+
+
+def test_torch_bench_quick_prints_its_table(tmp_path):
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).parents[1] / 'benchmarks' / 'torch_bench.py'
+    completed = subprocess.run([sys.executable, str(script), '--quick', '--cases', 'scalars,inmem', '--data-root',
+                                str(tmp_path)], capture_output=True, text=True, timeout=240, check=False)
+    assert completed.returncode == 0, completed.stderr
+    rows = {line.split('|')[1].strip(): line for line in completed.stdout.splitlines() if line.startswith('| ')}
+    assert 'scalars BatchedDataLoader bs1024' in rows
+    assert 'mnist InMem shuffled epoch' in rows

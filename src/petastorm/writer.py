@@ -214,7 +214,7 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
                   row_group_size_mb: float = 32, file_size_mb: float = 512,
                   mode: Literal['error', 'overwrite'] = 'error', workers_count: int | None = None,
                   compression: str | None = 'snappy', storage_options: dict | None = None,
-                  filesystem: Any = None) -> WriteResult:
+                  filesystem: Any = None, legacy_metadata: bool = True) -> WriteResult:
     """Write a Petastorm dataset (Parquet files plus ``_common_metadata``) without Spark.
 
     Args:
@@ -229,6 +229,8 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         compression: Parquet compression codec (``'snappy'``, ``'zstd'``, ``None``...).
         storage_options: fsspec options for remote URLs (credentials, endpoint).
         filesystem: a ready pyarrow or fsspec filesystem instead of resolving ``dataset_url``.
+        legacy_metadata: also store Petastorm's pickled schema entry so that Petastorm releases (0.13.1) can
+            open the dataset; ``False`` stores only our JSON metadata.
 
     Returns:
         A :class:`WriteResult` with the files written and the rows per row group.
@@ -265,7 +267,7 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         if num_rows == 0:
             raise SchemaError(f'write_dataset got no rows for {dataset_url}; nothing was written')
         _commit(fs, root, staging, list(roller.row_groups), replace=mode == 'overwrite')
-        write_dataset_metadata(fs, root, schema, roller.row_groups)
+        write_dataset_metadata(fs, root, schema, roller.row_groups, legacy_metadata=legacy_metadata)
     except BaseException as err:
         roller.abort()
         _remove_quietly(fs, staging)

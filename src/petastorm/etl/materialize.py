@@ -129,8 +129,11 @@ def row_groups_from_summary(filesystem: pafs.FileSystem, root: str,
 
 
 def write_petastorm_metadata(filesystem: pafs.FileSystem, root: str, schema: Unischema, dataset_url: str,
-                             row_groups: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+                             row_groups: dict[str, list[int]] | None = None, *,
+                             legacy_metadata: bool = True) -> dict[str, list[int]]:
     """Write ``_common_metadata`` for the Parquet files under ``root``; return the row-group map written.
+
+    With ``legacy_metadata`` the schema is also stored as Petastorm's pickled entry, for Petastorm releases.
 
     Row groups come from ``row_groups`` when given, else from a ``_metadata`` summary that lists every file,
     else from the file footers (read in parallel).
@@ -150,7 +153,7 @@ def write_petastorm_metadata(filesystem: pafs.FileSystem, root: str, schema: Uni
             f'Check that the body of materialize_dataset writes Parquet to this same URL.')
     if row_groups is None:
         row_groups = row_groups_from_summary(filesystem, root, data_files)
-    written = write_dataset_metadata(filesystem, root, schema, row_groups)
+    written = write_dataset_metadata(filesystem, root, schema, row_groups, legacy_metadata=legacy_metadata)
     logger.info('wrote Petastorm metadata for %d files (%d row groups) to %s', len(written),
                 sum(len(v) for v in written.values()), dataset_url)
     return written
@@ -159,7 +162,8 @@ def write_petastorm_metadata(filesystem: pafs.FileSystem, root: str, schema: Uni
 @contextmanager
 def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_group_size_mb: float | None = None,
                         use_summary_metadata: bool = False,
-                        filesystem_factory: Callable[[], Any] | None = None) -> Iterator[None]:
+                        filesystem_factory: Callable[[], Any] | None = None, *,
+                        legacy_metadata: bool = True) -> Iterator[None]:
     """Turn the Parquet store written inside the ``with`` block into a Petastorm dataset.
 
     Before the body: sets the Hadoop Parquet settings of ``spark`` (row-group size, summary files, early
@@ -175,6 +179,8 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
         use_summary_metadata: let Spark also write a ``_metadata`` summary file (slow for many files).
         filesystem_factory: a callable returning the filesystem (pyarrow or fsspec) holding ``dataset_url``,
             instead of resolving it from the URL.
+        legacy_metadata: also store the schema as Petastorm's pickled ``dataset-toolkit.unischema.v1`` entry so
+            that Petastorm releases (0.13.1) can open the dataset; ``False`` stores only our JSON metadata.
 
     Raises:
         PetastormMetadataGenerationError: the body produced no Parquet files at ``dataset_url``.
@@ -193,7 +199,7 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
         saved_hadoop = _apply_hadoop(conf, settings)
         saved_session = _apply_session(spark, {_TIMESTAMP_TYPE_CONF: 'TIMESTAMP_MICROS'})
         yield
-        write_petastorm_metadata(fs, root, schema, dataset_url)
+        write_petastorm_metadata(fs, root, schema, dataset_url, legacy_metadata=legacy_metadata)
     finally:
         _restore_session(spark, saved_session)
         _restore_hadoop(conf, saved_hadoop)

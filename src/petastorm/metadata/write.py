@@ -8,6 +8,7 @@ never mistaken for a complete dataset.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import uuid
 
@@ -17,9 +18,12 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.metadata import keys
+from petastorm.metadata.legacy_write import LegacySchemaError, unischema_to_legacy_pickle
 from petastorm.metadata.schema_json import unischema_to_json
 from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, footer_row_counts, list_data_files
 from petastorm.unischema import Unischema
+
+logger = logging.getLogger(__name__)
 
 
 def _base_arrow_schema(filesystem: pafs.FileSystem, root: str, data_files: list[str]) -> pa.Schema:
@@ -32,9 +36,11 @@ def _base_arrow_schema(filesystem: pafs.FileSystem, root: str, data_files: list[
         return pq.read_schema(f)
 
 
-def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict[bytes, bytes],
+def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict[bytes, bytes | None],
                            data_files: list[str] | None = None) -> None:
     """Merge ``updates`` into the key-value metadata of ``root/_common_metadata`` (created if missing).
+
+    A key whose value is ``None`` is removed.
 
     The Arrow schema comes from the existing ``_common_metadata``, else ``_metadata``, else the first data file.
     """
@@ -45,7 +51,11 @@ def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict
                                                f'written, so there is no dataset to describe')
     schema = _base_arrow_schema(filesystem, root, data_files)
     merged = dict(schema.metadata or {})
-    merged.update(updates)
+    for key, value in updates.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
     schema = schema.with_metadata(merged)
     target = posixpath.join(root, COMMON_METADATA)
     temporary = posixpath.join(root, f'.{COMMON_METADATA}.{uuid.uuid4().hex}.tmp')
@@ -62,7 +72,8 @@ def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict
 
 
 def write_dataset_metadata(filesystem: pafs.FileSystem, root: str, schema: Unischema,
-                           row_groups: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+                           row_groups: dict[str, list[int]] | None = None, *,
+                           legacy_metadata: bool = True) -> dict[str, list[int]]:
     """Write the schema and the row-group map of the dataset at ``root``.
 
     Args:
@@ -71,6 +82,9 @@ def write_dataset_metadata(filesystem: pafs.FileSystem, root: str, schema: Unisc
         schema: the Unischema of the stored fields.
         row_groups: ``{relative file path: [rows of each row group]}`` when the writer knows it; otherwise the
             footers of the data files are read (in parallel).
+        legacy_metadata: also store the schema as Petastorm's pickled ``dataset-toolkit.unischema.v1`` so that
+            Petastorm releases can open the dataset. Skipped with a warning when the schema holds something
+            Petastorm cannot express (e.g. a custom codec). ``False`` writes (and leaves) no such entry.
 
     Returns:
         The row-group map that was stored.
@@ -85,11 +99,18 @@ def write_dataset_metadata(filesystem: pafs.FileSystem, root: str, schema: Unisc
     if row_groups is None:
         counts = footer_row_counts(filesystem, data_files)
         row_groups = {posixpath.relpath(p, root): c for p, c in counts.items()}
-    updates = {
+    updates: dict[bytes, bytes | None] = {
         keys.SCHEMA_JSON_KEY: unischema_to_json(schema).encode(),
         keys.ROW_GROUPS_JSON_KEY: json.dumps({'format_version': keys.ROW_GROUPS_FORMAT_VERSION,
                                               'files': row_groups}, sort_keys=True).encode(),
         keys.ROW_GROUPS_PER_FILE_KEY: json.dumps({k: len(v) for k, v in row_groups.items()}, sort_keys=True).encode(),
     }
+    updates[keys.UNISCHEMA_KEY] = None  # never leave a stale pickled schema next to the new one
+    if legacy_metadata:
+        try:
+            updates[keys.UNISCHEMA_KEY] = unischema_to_legacy_pickle(schema)
+        except LegacySchemaError as err:
+            logger.warning('not writing the Petastorm 0.x schema entry %s (Petastorm releases will not open this '
+                           'dataset): %s', keys.UNISCHEMA_KEY.decode(), err)
     update_common_metadata(filesystem, root, updates, data_files)
     return row_groups

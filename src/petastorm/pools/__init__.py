@@ -4,8 +4,8 @@ Three kinds, chosen by name with :func:`make_pool`:
 
 * ``'dummy'``: runs the function inline in the consumer's thread (the reference; easiest to debug);
 * ``'thread'``: a pool of threads (cheap, zero-copy; best when the work releases the GIL);
-* ``'process'``: spawned worker processes with results' arrays moved through shared memory (best for
-  Python-heavy decoding).
+* ``'process'``: worker processes (fresh interpreters; scripts need no ``__main__`` guard) whose results'
+  arrays arrive through shared memory without copies in the consumer (best for Python-heavy decoding).
 
 Example::
 

@@ -24,10 +24,11 @@ from multiprocessing.connection import Connection, wait
 from petastorm.pools._transport import PICKLE_PROTOCOL
 
 # Ctrl-C reaches the whole process group; the parent decides how to shut its workers down, so the worker
-# ignores SIGINT from its very first statement.
+# ignores SIGINT from its very first statement. The arguments are removed from sys.argv, where libraries that
+# parse the command line at import time would trip over them.
 _BOOTSTRAP = ('import json, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); '
-              'sys.path[:] = json.loads(sys.argv[1]); '
-              'from petastorm.pools._worker import main; main(sys.argv[2:])')
+              'args = sys.argv[1:]; del sys.argv[1:]; sys.path[:] = json.loads(args[0]); '
+              'from petastorm.pools._worker import main; main(args[1:])')
 
 
 def _interpreter_flags() -> list[str]:

@@ -18,6 +18,7 @@ call: replies for older items belong to an abandoned iterator and are dropped (t
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import pickle
@@ -28,11 +29,14 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from petastorm.pools._launch import WorkerProcess, WorkerSetup, launch_worker, running
-from petastorm.pools._shm import SlotReleases, slot_name, unlink_name
+from petastorm.pools._shm import slot_name, unlink_name
+from petastorm.pools._shm_parent import ParentSlots
 from petastorm.pools._transport import (
     PICKLE_PROTOCOL,
     REPLY_CANCELLED,
     REPLY_OK,
+    REPLY_SLOTS,
+    ShmResult,
     decode_exception,
     decode_reply_header,
     decode_reply_payload,
@@ -62,7 +66,7 @@ class ProcessCore:
         self.load = [0] * workers_count
         self.alive = [True] * workers_count
         self.slots_created = [0] * workers_count  # as last announced by each worker
-        self.releases = SlotReleases(workers_count)
+        self.slots = ParentSlots(workers_count)
         self.outstanding: dict[int, int] = {}  # seq -> index of the worker computing it
         self.done: dict[int, tuple[bool, Any]] = {}  # seq -> (ok, result or exception to raise)
         self.run_id = 0
@@ -140,7 +144,7 @@ class ProcessCore:
             index = min((i for i in range(len(self.workers)) if self.alive[i]), key=self.load.__getitem__)
             self.load[index] += 1
             self.outstanding[seq] = index
-            releases = self.releases.take(index)
+            releases = self.slots.take(index)
         message = pickle.dumps(('task', seq, item_bytes, releases), protocol=PICKLE_PROTOCOL)
         try:
             with self.send_locks[index]:
@@ -203,6 +207,8 @@ class ProcessCore:
         sentinels = {worker.sentinel: worker.index for worker in self.workers}
         while sentinels or open_conns:
             ready = wait([*open_conns.values(), *sentinels], timeout=_COLLECTOR_POLL_SECONDS)
+            if not ready:
+                self._send_idle_releases()
             for obj in ready:
                 if isinstance(obj, Connection):
                     index = index_of[obj]
@@ -232,10 +238,12 @@ class ProcessCore:
                 self.load[index] -= 1
             self.slots_created[index] = max(self.slots_created[index], header.slots_created)
             wanted = seq >= self.valid_from and not self.stopping
-        if header.kind == REPLY_CANCELLED:
+        if header.destroyed:
+            self.slots.forget(index, list(header.destroyed))
+        if header.kind in (REPLY_CANCELLED, REPLY_SLOTS):
             return True
         try:
-            payload = decode_reply_payload(data)
+            payload = decode_reply_payload(data, header)
         except BaseException as exc:  # e.g. a class of the result that the parent cannot import
             payload = None
             error: BaseException | None = RuntimeError(
@@ -245,23 +253,24 @@ class ProcessCore:
             error = None
         del data
         if slot >= 0 and (error is not None or not wanted):
-            self.releases.release_now(index, slot)
+            self.slots.release_now(index, slot)
         if not wanted:
             return True
         if error is not None:
             entry: tuple[bool, Any] = (False, error)
         elif header.kind == REPLY_OK:
-            mapped: list[Any] = []
+            wrapped: list[bool] = []
 
-            def track(mapping: Any) -> None:
-                mapped.append(True)
-                self.releases.track(mapping, index, slot)
+            def wrap(shm: ShmResult) -> ctypes.Array:
+                buffer = self.slots.wrap(index, shm.slot, shm.name, shm.size)
+                wrapped.append(True)  # from now on garbage collection releases the slot
+                return buffer
 
             try:
-                entry = (True, unpack_result(payload, track))
+                entry = (True, unpack_result(payload, wrap))
             except BaseException as exc:  # e.g. out of address space
-                if slot >= 0 and not mapped:
-                    self.releases.release_now(index, slot, reuse=False)
+                if slot >= 0 and not wrapped:
+                    self.slots.release_now(index, slot, reuse=False)
                 entry = (False, exc)
         else:
             entry = (False, decode_exception(payload))
@@ -270,6 +279,21 @@ class ProcessCore:
                 self.done[seq] = entry
                 self.cond.notify_all()
         return True
+
+    def _send_idle_releases(self) -> None:
+        # Releases normally travel with tasks; when none are being sent (the consumer finished an iteration, or
+        # holds on to its results for a while) they are sent on their own, so that workers trim their free slots.
+        for index, worker in enumerate(self.workers):
+            with self.cond:
+                if not self.alive[index] or self.stopping:
+                    continue
+                releases = self.slots.take(index)
+            if releases:
+                try:
+                    with self.send_locks[index]:
+                        worker.task_conn.send_bytes(pickle.dumps(('release', releases), protocol=PICKLE_PROTOCOL))
+                except OSError:
+                    pass  # a dead worker is reported by the collector
 
     def _on_exit(self, index: int) -> None:
         worker = self.workers[index]
@@ -290,6 +314,7 @@ class ProcessCore:
             self.cond.notify_all()
         # A worker that dies without noticing cannot remove the names of its slots; mappings stay valid.
         self._unlink_slot_names(index)
+        self.slots.forget(index)
 
     def _unlink_slot_names(self, index: int) -> None:
         # Slot ids are handed out in order; the one after the last announced may exist (created for the item that
@@ -341,6 +366,7 @@ class ProcessCore:
                 self.outstanding.clear()
             for worker in self.workers:  # terminated workers could not clean up
                 self._unlink_slot_names(worker.index)
+                self.slots.forget(worker.index)
             self.joined = True
 
     def worker_pids(self) -> list[int]:

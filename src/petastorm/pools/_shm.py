@@ -1,21 +1,21 @@
 """POSIX shared memory slots that carry results from a worker process to the parent without copies in the parent.
 
-Each worker owns a few *slots*: named shared memory segments that it keeps mapped. For a result, the worker takes
-a free slot (or creates one), copies the result's arrays into it and sends the slot's name; the parent maps the
-slot and wraps arrays around the mapping. When the consumer no longer references any of those arrays, the
-mapping is garbage collected and the parent tells the worker (with its next task) that the slot is free again, so
-the worker can reuse pages that are already allocated and mapped: copying into them is several times faster than
-writing fresh pages, which the kernel must allocate, zero and map first.
+Each worker owns a few *slots*: named shared memory segments that both it and the parent keep mapped. For a
+result, the worker takes a free slot (or creates one), copies the result's arrays into it and sends the slot's
+id; the parent wraps arrays around its mapping of the slot (see :mod:`petastorm.pools._shm_parent`). When the
+consumer no longer references any of those arrays, the parent tells the worker (with its next task) that the slot
+is free again. Reusing slots avoids page faults on both sides, which dominate the cost of fresh shared memory:
+the kernel must allocate, zero and map every page of a new segment, and map it again in the parent.
 
 Safety rules:
 
-* the worker writes into a slot only while the parent holds no mapping of it (a fresh slot, or one released by
-  the parent);
-* a mapping that existed when the parent process forked may still be in use by the child: such a slot is
-  destroyed instead of reused (:class:`SlotReleases`);
+* the worker writes into a slot only while no array of the parent refers to it (a fresh slot, or one released
+  by the parent);
+* a slot that had arrays when the parent process forked may still be in use by the child: it is destroyed
+  instead of reused;
 * names are removed by the worker when it exits for whatever reason it notices (stop, or its parent died), and by
-  the parent for a worker that died (every slot id below the worker's announced count, see
-  :func:`slot_name`). Removing a name never invalidates an existing mapping.
+  the parent for a worker that died (every slot id up to the worker's announced count). Removing a name never
+  invalidates an existing mapping; the memory goes when the last mapping does.
 
 Nothing registers with :mod:`multiprocessing.resource_tracker`. The private CPython module that
 :mod:`multiprocessing.shared_memory` uses is used here too, to open segments by name portably.
@@ -23,11 +23,10 @@ Nothing registers with :mod:`multiprocessing.resource_tracker`. The private CPyt
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
-import weakref
-from collections import deque
 from collections.abc import Iterable
 from typing import NoReturn
 
@@ -40,6 +39,8 @@ except ImportError:  # not a POSIX platform: the process pool refuses to start (
 
 # write(2) moves at most about 2 GiB per call on Linux.
 _MAX_WRITE = 1 << 30
+# What write(2) fails with on systems whose shared memory objects support only mapping.
+_NO_WRITE_SUPPORT = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ESPIPE, errno.ENODEV)
 # Slot capacities are rounded up to a power of two (at least this): pages beyond what was written are never
 # allocated, so the headroom costs only address space, and results of varying sizes can share slots.
 _MIN_CAPACITY = 1 << 20
@@ -70,6 +71,24 @@ def _as_bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
+def _copy_mapped(slot: _Slot, parts: list[tuple[int, np.ndarray]]) -> None:
+    assert slot.mapped is not None
+    for offset, array in parts:
+        data = _as_bytes(array)
+        target = np.frombuffer(slot.mapped, np.uint8, data.size, offset)
+        target[...] = data
+        del target  # a mapping with views cannot be closed
+
+
+def _write_fd(slot: _Slot, parts: list[tuple[int, np.ndarray]]) -> None:
+    for offset, array in parts:
+        data = memoryview(_as_bytes(array))
+        while len(data):
+            written = os.pwrite(slot.fd, data[:_MAX_WRITE], offset)
+            data = data[written:]
+            offset += written
+
+
 class _Slot:
     __slots__ = ('capacity', 'fd', 'mapped', 'name', 'populated')
 
@@ -92,6 +111,7 @@ class SlotWriter:
         self._slots: dict[int, _Slot] = {}
         self._free: list[int] = []  # oldest first
         self.created = 0  # slot ids are 0, 1, ... in creation order
+        self._destroyed: list[int] = []  # not yet reported to the parent (which then drops its mapping)
         self.failed = False  # whether writing a slot failed once (reported once)
 
     def write(self, size: int, parts: list[tuple[int, np.ndarray]]) -> tuple[int, str]:
@@ -103,21 +123,16 @@ class SlotWriter:
         slot_id, slot = self._acquire(size)
         try:
             if size <= slot.populated:
-                assert slot.mapped is not None
-                for offset, array in parts:
-                    data = _as_bytes(array)
-                    target = np.frombuffer(slot.mapped, np.uint8, data.size, offset)
-                    target[...] = data
-                    del target  # a mapping with views cannot be closed
+                _copy_mapped(slot, parts)
             else:
                 # New pages: write(2) allocates them without zeroing them first and, unlike a store through the
                 # mapping, reports a full file system as an error instead of killing the process with SIGBUS.
-                for offset, array in parts:
-                    data = memoryview(_as_bytes(array))
-                    while len(data):
-                        written = os.pwrite(slot.fd, data[:_MAX_WRITE], offset)
-                        data = data[written:]
-                        offset += written
+                try:
+                    _write_fd(slot, parts)
+                except OSError as exc:
+                    if exc.errno not in _NO_WRITE_SUPPORT:
+                        raise
+                    _copy_mapped(slot, parts)  # e.g. macOS, whose shared memory objects cannot be written to
                 slot.populated = size
         except BaseException:
             self.release([(slot_id, False)])
@@ -160,8 +175,20 @@ class SlotWriter:
             while len(self._free) > self._max_free:
                 self._destroy(self._free.pop(0))
 
+    @property
+    def has_destroyed(self) -> bool:
+        """Whether slots were destroyed since the last :meth:`take_destroyed`."""
+        return bool(self._destroyed)
+
+    def take_destroyed(self) -> list[int]:
+        """The ids of the slots destroyed since the last call (to report to the parent)."""
+        with self._lock:
+            destroyed, self._destroyed = self._destroyed, []
+        return destroyed
+
     def _destroy(self, slot_id: int) -> None:
         slot = self._slots.pop(slot_id)
+        self._destroyed.append(slot_id)
         unlink_name(slot.name)
         if slot.mapped is not None:
             try:
@@ -189,59 +216,10 @@ class SlotWriter:
         os._exit(exit_code)
 
 
-def map_slot(name: str, size: int) -> mmap.mmap:
-    """Parent side: map the first ``size`` bytes of slot ``name`` read-write.
-
-    The mapping is unmapped when the ``mmap`` object is garbage collected, that is when the last array over it is.
-    """
+def open_slot(name: str) -> mmap.mmap:
+    """Parent side: map the whole of slot ``name`` read-write (shared with its worker)."""
     fd = _posixshmem.shm_open('/' + name, os.O_RDWR, 0)
     try:
-        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-
-
-def array_over(mapped: mmap.mmap, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
-    """A writable array viewing ``mapped`` at ``offset``; it keeps the mapping alive through its ``base``."""
-    count = int(np.prod(shape, dtype=np.int64))
-    return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
-
-
-def _count_fork(releases: weakref.ref[SlotReleases]) -> None:
-    target = releases()
-    if target is not None:
-        target.forks += 1
-
-
-class SlotReleases:
-    """Parent side: slots whose results nobody references any more, waiting to be handed back to their workers.
-
-    Mappings report their own garbage collection (in whatever thread drops the last array) by appending to a
-    deque, which needs no lock; the consumer thread hands the releases to each worker with its next task.
-    """
-
-    def __init__(self, workers_count: int) -> None:
-        self.forks = 0
-        self._queue: deque[tuple[int, int, int]] = deque()  # (worker index, slot id, forks when mapped)
-        self._pending: list[list[tuple[int, bool]]] = [[] for _ in range(workers_count)]
-        if hasattr(os, 'register_at_fork'):
-            # A child forked while a mapping exists may keep using it: such slots must never be rewritten.
-            ref = weakref.ref(self)
-            os.register_at_fork(after_in_parent=lambda: _count_fork(ref))
-
-    def track(self, mapped: mmap.mmap, worker_index: int, slot_id: int) -> None:
-        """Release slot ``slot_id`` of worker ``worker_index`` when ``mapped`` is garbage collected."""
-        finalizer = weakref.finalize(mapped, self._queue.append, (worker_index, slot_id, self.forks))
-        finalizer.atexit = False
-
-    def release_now(self, worker_index: int, slot_id: int, reuse: bool = True) -> None:
-        """Release a slot that was never mapped (its result was not wanted) or whose mapping failed."""
-        self._queue.append((worker_index, slot_id, self.forks if reuse else -1))
-
-    def take(self, worker_index: int) -> list[tuple[int, bool]]:
-        """The ``(slot_id, reuse)`` releases to send to worker ``worker_index`` (call with the pool's lock)."""
-        while self._queue:
-            index, slot_id, forks = self._queue.popleft()
-            self._pending[index].append((slot_id, forks == self.forks))
-        taken, self._pending[worker_index] = self._pending[worker_index], []
-        return taken

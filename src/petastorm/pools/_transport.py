@@ -1,18 +1,18 @@
 """How results and errors travel from a worker process back to the parent.
 
 A dict result's plain ndarrays (no Python objects inside) are packed into one shared memory slot of the worker
-(see :mod:`petastorm.pools._shm`); the worker sends only a small :class:`ShmResult` descriptor. The parent maps
-the slot and hands out arrays that view the mapping directly (no copy); the slot goes back to the worker when
-the last of those arrays, or of views of them, is garbage collected. All other values (object arrays, scalars,
-None, non-dict results, small results) are pickled as usual, and so is everything when shared memory is not
-available (e.g. a full ``/dev/shm``).
+(see :mod:`petastorm.pools._shm`); the worker sends only a small :class:`ShmResult` descriptor. The parent hands
+out arrays that view its mapping of the slot directly (no copy); the slot goes back to the worker when the last
+of those arrays, or of views of them, is garbage collected (see :mod:`petastorm.pools._shm_parent`). All other
+values (object arrays, scalars, None, non-dict results, small results) are pickled as usual, and so is everything
+when shared memory is not available (e.g. a full ``/dev/shm``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
 import logging
-import mmap
 import pickle
 import secrets
 import struct
@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pools._shm import SlotWriter, array_over, map_slot
+from petastorm.pools._shm import SlotWriter
+from petastorm.pools._shm_parent import array_over
 from petastorm.pools.base import RemoteTraceback, WorkerFunctionError
 
 logger = logging.getLogger(__name__)
@@ -36,40 +37,56 @@ _ALIGNMENT = 64
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 # A reply starts with a fixed header so that the parent knows which item and slot it is about even when the
-# pickled payload after it cannot be loaded: kind, seq, the slot holding the result's arrays (-1: none) and how
-# many slots the worker has created so far (the parent removes the names of a dead worker's slots).
-REPLY_OK, REPLY_ERROR, REPLY_CANCELLED = 0, 1, 2
-_REPLY_HEADER = struct.Struct('<Bqqq')
+# pickled payload after it cannot be loaded: kind, seq, the slot holding the result's arrays (-1: none), how many
+# slots the worker has created so far (the parent removes the names of a dead worker's slots) and how many ids of
+# slots destroyed since the previous reply follow the payload (the parent drops its mappings of those).
+# REPLY_SLOTS only reports destroyed slots (seq -1).
+REPLY_OK, REPLY_ERROR, REPLY_CANCELLED, REPLY_SLOTS = 0, 1, 2, 3
+_REPLY_HEADER = struct.Struct('<Bqqqq')
+_SLOT_ID = struct.Struct('<q')
 
 
 @dataclass(frozen=True)
 class ReplyHeader:
-    """The fixed part of a reply."""
+    """The fixed part of a reply, and the destroyed slots listed after its payload."""
 
     kind: int
     seq: int
     slot: int
     slots_created: int
+    destroyed: tuple[int, ...]
 
 
-def encode_reply(kind: int, seq: int, slots_created: int, payload: Any = None) -> memoryview:
-    """Worker side: the bytes of one reply (header, then the pickled payload, with no extra copy)."""
+def encode_reply(kind: int, seq: int, slots: SlotWriter, payload: Any = None) -> memoryview:
+    """Worker side: the bytes of one reply, without extra copies of the payload.
+
+    Raises whatever pickling ``payload`` raises, before anything is taken from ``slots``.
+    """
     buffer = io.BytesIO()
-    slot = payload.slot if type(payload) is ShmResult else -1
-    buffer.write(_REPLY_HEADER.pack(kind, seq, slot, slots_created))
-    if kind != REPLY_CANCELLED:
+    buffer.write(bytes(_REPLY_HEADER.size))  # filled in below
+    if kind in (REPLY_OK, REPLY_ERROR):
         pickle.dump(payload, buffer, protocol=PICKLE_PROTOCOL)
-    return buffer.getbuffer()
+    destroyed = slots.take_destroyed()
+    for slot_id in destroyed:
+        buffer.write(_SLOT_ID.pack(slot_id))
+    slot = payload.slot if type(payload) is ShmResult else -1
+    data = buffer.getbuffer()
+    _REPLY_HEADER.pack_into(data, 0, kind, seq, slot, slots.created, len(destroyed))
+    return data
 
 
 def decode_reply_header(data: bytes) -> ReplyHeader:
     """Parent side: the header of a reply."""
-    return ReplyHeader(*_REPLY_HEADER.unpack_from(data))
+    kind, seq, slot, slots_created, destroyed_count = _REPLY_HEADER.unpack_from(data)
+    start = len(data) - destroyed_count * _SLOT_ID.size
+    destroyed = tuple(_SLOT_ID.unpack_from(data, start + i * _SLOT_ID.size)[0] for i in range(destroyed_count))
+    return ReplyHeader(kind, seq, slot, slots_created, destroyed)
 
 
-def decode_reply_payload(data: bytes) -> Any:
+def decode_reply_payload(data: bytes, header: ReplyHeader) -> Any:
     """Parent side: the payload of a reply (may raise whatever unpickling raises)."""
-    return pickle.loads(memoryview(data)[_REPLY_HEADER.size:])
+    end = len(data) - len(header.destroyed) * _SLOT_ID.size
+    return pickle.loads(memoryview(data)[_REPLY_HEADER.size:end])
 
 
 @dataclass(frozen=True)
@@ -128,16 +145,12 @@ def pack_result(result: Any, writer: SlotWriter) -> Any:
     return ShmResult(slot, name, offset, tuple(result), tuple(layout), others)
 
 
-def unpack_result(payload: Any, on_mapped: Callable[[mmap.mmap], None]) -> Any:
-    """Parent side: rebuild the result described by ``payload``; its arrays view the slot's mapping.
-
-    ``on_mapped`` is called with the mapping before any array refers to it (to track its garbage collection).
-    """
+def unpack_result(payload: Any, wrap: Callable[[ShmResult], ctypes.Array]) -> Any:
+    """Parent side: rebuild the result described by ``payload``; its arrays view the buffer ``wrap`` returns."""
     if type(payload) is not ShmResult:
         return payload
-    mapped = map_slot(payload.name, payload.size)
-    on_mapped(mapped)
-    arrays = {spec.key: array_over(mapped, spec.dtype, spec.shape, spec.offset) for spec in payload.arrays}
+    buffer = wrap(payload)
+    arrays = {spec.key: array_over(buffer, spec.dtype, spec.shape, spec.offset) for spec in payload.arrays}
     return {key: arrays[key] if key in arrays else payload.others[key] for key in payload.keys}
 
 

@@ -7,9 +7,14 @@ guard. The worker function and its context are sent once per worker at start-up;
 small); big arrays of dict results come back through POSIX shared memory without being copied in the parent
 (see :mod:`petastorm.pools._transport`).
 
-Arrays of results received this way are writable and owned by the consumer alone; each one keeps its shared
-memory mapping alive until it (and every view of it, e.g. a row sliced from a batch column) is garbage collected.
-Holding on to one small row of a batch therefore holds the whole mapping of that batch.
+Arrays of results received this way are ordinary writable, C-contiguous NumPy arrays whose memory is a shared
+memory slot of the worker: the worker rewrites the slot only after every array (and every view of one, e.g. a
+row sliced from a batch column) of that result has been garbage collected, so holding on to one small row holds
+the memory of its whole batch. Code that keeps raw pointers (``arr.ctypes.data``) must keep the array alive too,
+as with any NumPy array. A child forked while such arrays exist keeps valid copies of them (their slots are not
+reused). Besides the slots of results in flight or still referenced, each worker keeps up to two free slots
+(about one result each) for reuse; slots live in ``/dev/shm``, and when it is full (small in some containers)
+results fall back to being pickled through the pipe.
 
 Starting costs a fresh interpreter per worker (imports of NumPy and of the worker function's module), so a
 process pool is worth it for long runs of CPU-bound work; the worker function must be importable by name in a

@@ -4,9 +4,11 @@ A *table* here is a dict ``{column name: array}`` whose arrays all have the same
 The buffers never look at single rows: a batch is a slice (a view) of one chunk or a concatenation of slices of
 a few chunks, and the shuffling buffer moves rows with vectorized gathers driven by random index arrays.
 
-The same code buffers numpy arrays (:class:`NumpyOps`, used by ``DataLoader``) and torch tensors (``TorchOps``
+The same code buffers numpy arrays (:class:`NumpyOps`, used by ``DataLoader``) and torch tensors (``TensorOps``
 in :mod:`petastorm.pytorch._tensors`, used by ``BatchedDataLoader``); an *ops* object supplies the few array
-operations that differ between the two.
+operations that differ between the two. Numeric numpy columns of a fixed layout can instead live in
+:class:`PackedColumns`, which keeps the scalar values of a row together so that random gathers touch one place
+in memory per row (``BatchedDataLoader``'s shuffling buffer on the CPU, ``InMemBatchedDataLoader``).
 """
 
 from __future__ import annotations

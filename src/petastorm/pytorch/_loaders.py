@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._buffers import Batcher, NumpyOps, PackedColumns, ShufflingBuffer, Table, num_rows
+from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer, Table
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -98,7 +98,7 @@ def _chunks_from_items(reader: Any) -> Iterator[tuple[dict[str, np.ndarray], boo
     """Columns from a reader-like object that only yields items (rows, or namedtuples of columns)."""
     from petastorm.read import column_from_values
 
-    if getattr(reader, 'is_batched_reader', False):
+    if getattr(reader, 'is_batched_reader', getattr(reader, 'batched_output', False)):
         for item in reader:
             yield {name: np.asarray(values) for name, values in item._asdict().items()}, False
         return
@@ -284,13 +284,15 @@ class DataLoader(_LoaderBase):
 
 
 class BatchedDataLoader(_LoaderBase):
-    """Large batches of tensors, buffered and shuffled as tensors: the fast loader for numeric columns.
+    """Large batches of tensors from whole columns: the fast loader for numeric columns.
 
     Built for ``make_batch_reader`` (works with ``make_reader`` too). Each column of each row group becomes one
-    tensor (``transform_fn``); batches are slices of those tensors, or gathers from a tensor shuffling buffer. A
-    batch is a dict ``{field: tensor}`` (a list by position for rows of a transform returning tuples); the last
-    batch of a pass may be smaller. Strings, Decimals, None values and arrays whose shape varies are not
-    supported (use :class:`DataLoader`); the error names the fields.
+    tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer. On the
+    CPU the buffer holds the columns as numpy arrays (views of the tensors, no copy) and keeps the scalar values
+    of a row together, so that random gathers are cheap; on another ``device`` it holds tensors there. A batch
+    is a dict ``{field: tensor}`` (a list by position for rows of a transform returning tuples); the last batch
+    of a pass may be smaller. Strings, Decimals, None values and arrays whose shape varies are not supported
+    (use :class:`DataLoader`); the error names the fields.
 
     Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
 
@@ -299,8 +301,8 @@ class BatchedDataLoader(_LoaderBase):
         batch_size: rows per batch.
         transform_fn: makes a tensor of one column of a row group (a writable numpy array, rows first);
             default: ``torch.from_numpy`` (zero-copy when the reader's array is writable).
-        shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a tensor
-            buffer holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
+        shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a buffer
+            holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
             ``seed``.
         device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
             moved once, and slicing and shuffling happen on the device.
@@ -342,77 +344,6 @@ class BatchedDataLoader(_LoaderBase):
         tensors = {name: batch_tensor(values) for name, values in batch.items()}
         out: Any = list(tensors.values()) if as_tuple else tensors
         return pin(out) if self._pin else out
-
-
-class InMemBatchedDataLoader(_LoaderBase):
-    """Reads the whole dataset once into tensors, then serves ``num_epochs`` epochs of batches from memory.
-
-    The constructor reads the reader to its end (at most ``rows_capacity`` rows: more are dropped with a
-    warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
-    ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
-    random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
-    may be smaller. Batches are copies: changing one in place does not change the cached data. The loader can
-    be iterated once; give the number of epochs to the constructor. Field types as for
-    :class:`BatchedDataLoader`.
-
-    Args:
-        reader: a reader from ``make_batch_reader`` or ``make_reader`` (usually with ``num_epochs=1``).
-        batch_size: rows per batch.
-        transform_fn: makes a tensor of one column of a row group, as in :class:`BatchedDataLoader`.
-        num_epochs: epochs one iteration serves.
-        seed: seeds the per-epoch shuffles.
-        rows_capacity: the most rows kept in memory.
-        shuffle: shuffle the rows every epoch.
-    """
-
-    def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
-                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False) -> None:
-        with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size)
-            if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
-                raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
-            if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
-                    rows_capacity < 1:
-                raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
-            _check_tensor_fields(type(self).__name__, reader)
-        self.transform_fn = transform_fn
-        self.num_epochs = int(num_epochs)
-        self.seed = int(seed)
-        self.shuffle = bool(shuffle)
-        self.rows_capacity = int(rows_capacity)
-        try:
-            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(reader, transform_fn,
-                                                                                    self.rows_capacity)
-        finally:
-            reader.stop()
-            reader.join()
-        self._iterated = False
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._iterated:
-            raise RuntimeError("InMemBatchedDataLoader couldn't be used multiple times, please specify total number "
-                               'of epochs using num_epochs in constructor.')
-        self._iterated = True
-        return self._epochs()
-
-    def _epochs(self) -> Iterator[Any]:
-        n = self._num_rows
-        for epoch in range(self.num_epochs):
-            order = None
-            if self.shuffle:
-                generator = torch.Generator().manual_seed(self.seed + epoch)
-                order = torch.randperm(n, generator=generator).numpy()
-            for start in range(0, n, self.batch_size):
-                stop = min(start + self.batch_size, n)
-                table = self._store.slice(start, stop) if order is None else self._store.take(order[start:stop])
-                values = [batch_tensor(table[key]) for key in self._keys]
-                yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
-
-    def __len__(self) -> int:
-        return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
-
-    def __exit__(self, *exc_info: Any) -> None:
-        """Nothing to release: the reader was stopped once the data was in memory."""
 
 
 def _check_tensor_fields(loader: str, reader: Any) -> None:
@@ -469,78 +400,3 @@ def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Ca
         else:
             out[name] = (to_tensor(value) if isinstance(value, np.ndarray) else value).to(device)
     return out
-
-
-class _ColumnsInMemory:
-    """Loaded columns some of which are tensors (dtypes numpy lacks): gathered column by column."""
-
-    def __init__(self, columns: Table) -> None:
-        self._columns = columns
-
-    def take(self, index: np.ndarray) -> Table:
-        out = {}
-        for name, column in self._columns.items():
-            if isinstance(column, np.ndarray):
-                out[name] = np.take(column, index, axis=0)
-            else:
-                out[name] = column.index_select(0, torch.from_numpy(index).to(column.device))
-        return out
-
-    def slice(self, start: int, stop: int) -> Table:
-        return {name: column[start:stop].copy() if isinstance(column, np.ndarray) else column[start:stop].clone()
-                for name, column in self._columns.items()}
-
-
-def _load_columns(reader: Any, transform_fn: Callable | None,
-                  rows_capacity: int) -> tuple[list[str], Any, int, bool]:
-    """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
-
-    numpy columns go into :class:`PackedColumns` of the announced row count as they arrive (while the reader's
-    workers go on reading); the storage's ``take``/``slice`` give the columns of a batch.
-    """
-    known = getattr(reader, 'num_rows_per_pass', None)
-    store: PackedColumns | None = None
-    parts: list[Table] = []
-    keys: list[str] = []
-    loaded = 0
-    as_tuple = False
-    dropped = 0
-    for columns, chunk_is_tuple in _column_chunks(reader):
-        as_tuple = chunk_is_tuple
-        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'))
-        rows = num_rows(table)
-        take = min(rows, rows_capacity - loaded)
-        dropped += rows - take
-        if take <= 0:
-            continue
-        table = {name: values[:take] for name, values in table.items()}
-        if not keys:
-            keys = list(table)
-            if known is not None and PackedColumns.can_hold(table):
-                store = PackedColumns(table, min(rows_capacity, known))
-        if store is not None:
-            if not store.fits(table, loaded + take):
-                store = store.grown(table, max(2 * store.rows, loaded + take), loaded)
-            store.write(loaded, table)
-        else:
-            parts.append(table)
-        loaded += take
-    if dropped:
-        warnings.warn(f'InMemBatchedDataLoader kept the first {rows_capacity} rows (rows_capacity) and dropped '
-                      f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning, stacklevel=3)
-    if store is not None:
-        return keys, store, loaded, as_tuple
-    ops = TensorOps()
-    columns = {name: ops.concat(name, [part[name] for part in parts]) for name in keys} if parts else {}
-    if parts and PackedColumns.can_hold(columns):
-        packed = PackedColumns(columns, loaded)
-        packed.write(0, columns)
-        return keys, packed, loaded, as_tuple
-    return keys, _ColumnsInMemory(columns), loaded, as_tuple
-
-
-def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
-    """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
-    keys, store, rows, _ = _load_columns(reader, transform_fn, rows_capacity)
-    columns = store.slice(0, rows) if keys else {}
-    return keys, [batch_tensor(columns[key]) for key in keys]

@@ -1,0 +1,1 @@
+"""Read-throughput benchmark of Petastorm readers (library: :mod:`.throughput`, command: :mod:`.cli`)."""
