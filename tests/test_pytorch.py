@@ -286,6 +286,38 @@ def test_shuffling_buffer_laws(packed):
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
+def test_tensor_buffers_for_accelerator_devices():
+    """The tensor path BatchedDataLoader uses on a non-CPU device, exercised with CPU tensors."""
+    from petastorm.pytorch._tensors import TensorOps
+
+    ops = TensorOps('cpu')
+    buffer = ShufflingBuffer(8, np.random.default_rng(0), ops)
+    drawn = []
+    for start, stop in ((0, 5), (5, 12), (12, 15)):
+        ids = torch.arange(start, stop)
+        out = buffer.add({'i': ids, 'm': torch.stack([ids, ids * 2], dim=1)})
+        if out is not None:
+            assert torch.equal(out['m'][:, 1], out['i'] * 2)
+            drawn.append(out['i'])
+    drawn.append(buffer.drain()['i'])
+    assert sorted(torch.cat(drawn).tolist()) == list(range(15))
+    batcher = Batcher(4, ops)
+    batches = list(batcher.add({'x': torch.arange(3)})) + list(batcher.add({'x': torch.arange(3, 9)}))
+    assert [b['x'].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(TypeError, match="column 'x' changes"):
+        ops.concat('x', [torch.zeros(2), torch.zeros(2, dtype=torch.int64)])
+
+
+def test_load_rows_into_mem(url):
+    from petastorm.pytorch import _load_rows_into_mem
+
+    with _reader(url, schema_fields=['id', 'matrix']) as reader, pytest.warns(UserWarning, match='rows_capacity'):
+        keys, columns = _load_rows_into_mem(reader, None, 20)
+    assert keys == ['id', 'matrix']
+    assert columns[0].tolist() == list(range(20))
+    assert columns[1].shape == (20, 2, 3)
+
+
 def test_packed_columns_keep_values_and_own_their_output():
     rng = np.random.default_rng(1)
     table = {'a': np.arange(10, dtype=np.int64), 'b': rng.random(10).astype(np.float32),
