@@ -116,9 +116,11 @@ class FaultPlan:
             self._keys.add(key)
         elif self.seen % self.every:
             return None
-        kind = self.kinds[(self.seen // self.every) % len(self.kinds)]
+        # Cycle through the kinds in order of injection, so that a short run still sees each kind once.
+        kind = self.kinds[sum(self.injected.values()) % len(self.kinds)]
         if kind == 'truncate' and method != 'GET':
-            kind = '503'
+            self.seen -= 1  # only a GET has a body to cut: try again on the next request
+            return None
         self.injected[kind] = self.injected.get(kind, 0) + 1
         return kind
 

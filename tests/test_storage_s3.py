@@ -140,7 +140,7 @@ def test_column_projection_fetches_byte_ranges_not_whole_files(moto, clean_proxy
 ])
 @pytest.mark.filterwarnings('ignore:Please use make_reader')
 def test_reads_survive_503s_dropped_connections_and_cut_bodies(moto, clean_proxy, dataset, reader, pool):
-    clean_proxy.reset(FaultPlan(every=3, kinds=('503', 'drop', 'truncate')))
+    clean_proxy.reset(FaultPlan(every=2, kinds=('503', 'drop', 'truncate')))
     ids = _read_ids(dataset, moto.storage_options(clean_proxy.endpoint), reader, pool)
     assert sorted(ids) == list(range(ROWS))  # every row, exactly once
     assert set(clean_proxy.plan.injected) == {'503', 'drop', 'truncate'}, clean_proxy.plan.injected
