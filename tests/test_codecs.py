@@ -565,7 +565,7 @@ def test_numpy_times_are_utc_and_decimals_are_range_checked():
     import datetime
     import decimal
 
-    from petastorm.codecs import to_arrow_scalar
+    from petastorm.scalars import to_arrow_scalar
 
     moment = to_arrow_scalar('t', pa.timestamp('us', tz='UTC'), np.datetime64('2021-01-01T00:00:01'))
     assert moment == datetime.datetime(2021, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc)

@@ -21,11 +21,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.cache import RowGroupCache
-from petastorm.codecs import scalar_column_to_numpy, stack_or_objects
+from petastorm.codecs import stack_or_objects
 from petastorm.errors import DecodeFieldError
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.plan import ScheduledItem, row_permutation
 from petastorm.predicates import PredicateBase
+from petastorm.scalars import scalar_column_to_numpy
 from petastorm.transform import TransformSpec
 from petastorm.unischema import UnischemaField
 

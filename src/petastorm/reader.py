@@ -19,7 +19,6 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 
 from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
@@ -38,6 +37,13 @@ from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, valid
 from petastorm.plan import WorkItem, schedule, shard_items, split_drop_partitions
 from petastorm.pools import make_pool
 from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
+from petastorm.row_group_selection import (
+    apply_selector,
+    columns_of_expression,
+    filter_expression,
+    prune_by_partition_predicate,
+    prune_by_statistics,
+)
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField
 
@@ -195,67 +201,6 @@ def _check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> N
                                      f'(columns: {sorted(file_columns)}); the metadata does not match the files')
 
 
-def _filter_expression(filters: Any) -> Any:
-    if filters is None:
-        return None
-    import pyarrow.compute as pc
-
-    if isinstance(filters, pc.Expression):
-        return filters
-    try:
-        return pq.filters_to_expression(filters)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f'filters {filters!r} are not valid pyarrow DNF filters: {err}') from err
-
-
-def _columns_of_expression(expression: Any, candidates: list[str]) -> tuple[str, ...]:
-    # pyarrow does not expose the fields an expression references; its text names them as field refs.
-    text = str(expression)
-    return tuple(name for name in candidates if name in text)
-
-
-def _prune_by_partition_predicate(pieces: list[RowGroupPiece], indexes: list[int], schema: Unischema,
-                                  predicate: Any) -> list[int]:
-    kept = []
-    for index in indexes:
-        values = {}
-        for name, raw in pieces[index].partition_keys:
-            field = schema.fields.get(name)
-            dtype = field.numpy_dtype if field is not None else np.str_
-            values[name] = dtype(int(raw)) if issubclass(dtype, np.integer) else dtype(raw)
-        if predicate.do_include(values):
-            kept.append(index)
-    return kept
-
-
-def _apply_selector(store: ParquetStore, indexes: list[int], selector: Any) -> list[int]:
-    from petastorm.etl.rowgroup_indexing import get_row_group_indexes
-
-    available = get_row_group_indexes(store)
-    missing = [name for name in selector.get_index_names() if name not in available]
-    if missing:
-        raise ValueError(f'Some of required indexes {missing} are not available in {store.url} '
-                         f'(available: {sorted(available)})')
-    selected = selector.select_row_groups(available)
-    return [i for i in indexes if i in selected]
-
-
-def _prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexes: list[int],
-                         expression: Any) -> list[int]:
-    """Drop row groups whose Parquet statistics (or partition values) prove no row can match the filters."""
-    import pyarrow.dataset as ds
-
-    partitioning = ds.partitioning(flavor='hive') if store.partition_names else None
-    dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
-                         partitioning=partitioning, partition_base_dir=store.root)
-    matching: set[tuple[str, int]] = set()
-    for fragment in dataset.get_fragments():
-        for row_group_fragment in fragment.split_by_row_group(expression):
-            for row_group in row_group_fragment.row_groups:
-                matching.add((fragment.path, row_group.id))
-    return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
-
-
 def _check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
     if ngram is None:
         return
@@ -328,7 +273,7 @@ class Reader:
         self._partition_predicate = options.predicate is not None and bool(self.dataset.partition_names) and {
             f.name for f in predicate_fields} <= set(self.dataset.partition_names)
         _check_columns_exist(self.dataset, list(view.fields.values()) + predicate_fields)
-        expression = _filter_expression(options.filters)
+        expression = filter_expression(options.filters)
         partition_names = tuple(self.dataset.partition_names)
         candidates = list(dict.fromkeys(list(stored.fields) + list(partition_names)))
         return ReadContext(
@@ -342,7 +287,7 @@ class Reader:
             batched_output=options.batched_output,
             shuffle_rows=options.shuffle_rows,
             filter_expression=expression,
-            filter_columns=_columns_of_expression(expression, candidates) if expression is not None else (),
+            filter_columns=columns_of_expression(expression, candidates) if expression is not None else (),
             partition_names=partition_names,
             ngram=self.ngram,
             cache=self._row_group_cache())
@@ -358,11 +303,11 @@ class Reader:
         options = self._options
         indexes = list(range(len(pieces)))
         if self._partition_predicate:
-            indexes = _prune_by_partition_predicate(pieces, indexes, stored, options.predicate)
+            indexes = prune_by_partition_predicate(pieces, indexes, stored, options.predicate)
         if options.rowgroup_selector is not None:
-            indexes = _apply_selector(self.dataset, indexes, options.rowgroup_selector)
+            indexes = apply_selector(self.dataset, indexes, options.rowgroup_selector)
         if context.filter_expression is not None:
-            indexes = _prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
+            indexes = prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
         items = shard_items([(i, pieces[i].num_rows) for i in indexes], options.cur_shard, options.shard_count)
         items = split_drop_partitions(items, options.shuffle_row_drop_partitions)
         if not items:
