@@ -31,21 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from bench_datasets import HelloSchema, MnistSchema, hello_rows, mnist_rows
 
 from petastorm import make_batch_reader, make_reader, write_dataset
-from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
-from petastorm.unischema import Unischema, UnischemaField
-
-HelloSchema = Unischema('HelloWorldSchema', [
-    UnischemaField('id', np.int32, (), ScalarCodec(pa.int32()), False),
-    UnischemaField('image1', np.uint8, (128, 256, 3), CompressedImageCodec('png'), False),
-    UnischemaField('array_4d', np.uint8, (None, 128, 30, None), NdarrayCodec(), False),
-])
-MnistSchema = Unischema('MnistSchema', [
-    UnischemaField('idx', np.int64, (), ScalarCodec(pa.int64()), False),
-    UnischemaField('digit', np.int64, (), ScalarCodec(pa.int64()), False),
-    UnischemaField('image', np.uint8, (28, 28), NdarrayCodec(), False),
-])
 
 # What Petastorm 0.13.1 measured with the side-by-side harness on a 2-core machine of this kind.
 ORIGINAL = {
@@ -58,19 +46,6 @@ ORIGINAL = {
     'mnist InMem load (s)': '18.58',
     'mnist InMem shuffled epoch': '208,504',
 }
-
-
-def _hello_rows(n):
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        yield {'id': i, 'image1': rng.integers(0, 255, size=(128, 256, 3), dtype=np.uint8),
-               'array_4d': rng.integers(0, 255, size=(4, 128, 30, 3), dtype=np.uint8)}
-
-
-def _mnist_rows(n):
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        yield {'idx': i, 'digit': i % 10, 'image': rng.integers(0, 255, size=(28, 28), dtype=np.uint8)}
 
 
 def _existing(root, names):
@@ -86,11 +61,11 @@ def make_data(root, quick, cases=('hello', 'mnist', 'scalars', 'inmem')):
     paths = {}
     paths['hello'] = _existing(root, ('hello_world', 'hello')) or os.path.join(root, 'hello')
     if 'hello' in cases and not os.path.exists(paths['hello']):
-        write_dataset('file://' + paths['hello'], HelloSchema, _hello_rows(200 if quick else 2000),
+        write_dataset('file://' + paths['hello'], HelloSchema, hello_rows(200 if quick else 2000),
                       row_group_size_mb=16)
     paths['mnist'] = _existing(root, ('mnist_like', 'mnist')) or os.path.join(root, 'mnist')
     if {'mnist', 'inmem'} & set(cases) and not os.path.exists(paths['mnist']):
-        write_dataset('file://' + paths['mnist'], MnistSchema, _mnist_rows(10_000 if quick else 60_000),
+        write_dataset('file://' + paths['mnist'], MnistSchema, mnist_rows(10_000 if quick else 60_000),
                       row_group_size_mb=4)
     paths['scalars'] = _existing(root, ('scalars',)) or os.path.join(root, 'scalars')
     if {'scalars', 'inmem'} & set(cases) and not os.path.exists(paths['scalars']):
