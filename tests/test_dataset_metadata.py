@@ -183,7 +183,8 @@ def test_load_row_groups_from_our_json_map(dataset, monkeypatch):
 def test_load_row_groups_from_footers(dataset):
     _strip_our_row_group_keys(dataset)
     assert b'petastorm.unischema.json' in pq.read_metadata(str(dataset / '_common_metadata')).metadata
-    pieces = load_row_groups(path_to_url(str(dataset)))
+    with pytest.warns(UserWarning, match='deprecated metadata version'):
+        pieces = load_row_groups(path_to_url(str(dataset)))
     assert _as_tuples(pieces) == _footer_pieces(dataset)
     assert sum(p.num_rows for p in pieces) == 200
 
@@ -269,3 +270,18 @@ def test_future_row_group_format_version(dataset):
     pq.write_metadata(schema.with_metadata(metadata), path)
     with pytest.raises(PetastormMetadataError, match='format_version 99'):
         load_row_groups(path_to_url(str(dataset)))
+
+
+def test_metadata_without_row_group_information_warns_and_reads_footers(tmp_path):
+    import pyarrow.fs as pafs
+
+    from petastorm.metadata import keys
+    from petastorm.metadata.write import update_common_metadata
+
+    url = 'file://' + str(tmp_path / 'old')
+    write_dataset(url, Schema, _rows(7))
+    update_common_metadata(pafs.LocalFileSystem(), str(tmp_path / 'old'),
+                           {keys.ROW_GROUPS_JSON_KEY: None, keys.ROW_GROUPS_PER_FILE_KEY: None})
+    with pytest.warns(UserWarning, match='deprecated metadata version.*petastorm-generate-metadata.py --dataset_url'):
+        pieces = load_row_groups(url)
+    assert sum(p.num_rows for p in pieces) == 7

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,14 +225,27 @@ def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None
     return result
 
 
+def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
+    """Petastorm datasets from before row-group maps carry a schema but no row-group information."""
+    has_schema = keys.SCHEMA_JSON_KEY in store.metadata_kv or keys.UNISCHEMA_KEY in store.metadata_kv
+    has_row_groups = keys.ROW_GROUPS_JSON_KEY in store.metadata_kv or keys.ROW_GROUPS_PER_FILE_KEY in \
+        store.metadata_kv
+    if has_schema and not has_row_groups:
+        warnings.warn(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
+                      f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
+                      f'read from the file footers meanwhile.', UserWarning, stacklevel=3)
+
+
 def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     """Every row group of the store, in piece order (sorted path, then row-group number).
 
     Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
     footers, read in parallel.
     """
-    counts = _row_counts_from_json(store) or _row_counts_from_summary(store) or footer_row_counts(
-        store.filesystem, list(store.files))
+    counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
+    if counts is None:
+        _warn_if_deprecated_metadata(store)
+        counts = footer_row_counts(store.filesystem, list(store.files))
     pieces = []
     for path in store.files:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
