@@ -1,4 +1,7 @@
-"""Schemas and row generators shared by the benchmarks: hello-world (png + ndarray) and MNIST-size rows."""
+"""What the benchmarks share: the hello-world and MNIST-size schemas, their row generators, pass timing."""
+
+import statistics
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -31,3 +34,14 @@ def mnist_rows(n):
     rng = np.random.default_rng(0)
     for i in range(n):
         yield {'idx': i, 'digit': i % 10, 'image': rng.integers(0, 255, size=(28, 28), dtype=np.uint8)}
+
+
+def timed_passes(fn, repeats):
+    """Median rate of ``fn`` (which returns a count) over ``repeats`` passes, after one untimed warm-up pass."""
+    fn()  # warm-up: page cache, lazy imports, worker start-up
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        count = fn()
+        rates.append(count / (time.perf_counter() - start))
+    return statistics.median(rates)

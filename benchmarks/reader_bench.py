@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from bench_datasets import HelloSchema, MnistSchema, hello_rows, mnist_rows
+from bench_datasets import HelloSchema, MnistSchema, hello_rows, mnist_rows, timed_passes
 
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.etl.dataset_metadata import load_row_groups
@@ -56,16 +56,6 @@ def make_data(root, quick):
         write_dataset('file://' + mnist, MnistSchema, mnist_rows(10_000 if quick else 60_000), row_group_size_mb=4)
     paths['mnist'] = mnist
     return paths
-
-
-def _time(fn, repeats):
-    fn()  # warm-up pass: page cache, lazy imports, worker start-up
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        n = fn()
-        rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
 
 
 def raw_scan(path):
@@ -138,16 +128,16 @@ def main(argv=None):
     cores = os.cpu_count() or 1
     rows = []
     if 'scalars' in cases:
-        limit = _time(lambda: raw_scan(paths['scalars']), repeats)
+        limit = timed_passes(lambda: raw_scan(paths['scalars']), repeats)
         for workers in (1, 2, 10):
-            ours = _time(lambda w=workers: batch_reader(paths['scalars'], w), repeats)
+            ours = timed_passes(lambda w=workers: batch_reader(paths['scalars'], w), repeats)
             rows.append((f'scalars make_batch_reader thread w{workers}', 'rows/s', ours, 'pyarrow scan', limit))
     with mp.get_context('spawn').Pool(cores) as pool:
         for name, images, arrays in (('hello', ['image1'], ['array_4d']), ('mnist', [], ['image'])):
             if name not in cases:
                 continue
             decode_limit(paths[name], images, arrays, pool)  # warm up the decoder processes
-            limit = _time(lambda n=name, i=images, a=arrays: decode_limit(paths[n], i, a, pool), repeats)
+            limit = timed_passes(lambda n=name, i=images, a=arrays: decode_limit(paths[n], i, a, pool), repeats)
             for pool_kind, workers in (('thread', 2), ('thread', 4), ('process', 2)):
                 ours = row_reader_rate(paths[name], workers, pool_kind, repeats)
                 rows.append((f'{name} make_reader {pool_kind} w{workers}', 'rows/s', ours,

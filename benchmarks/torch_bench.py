@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from bench_datasets import HelloSchema, MnistSchema, hello_rows, mnist_rows
+from bench_datasets import HelloSchema, MnistSchema, hello_rows, mnist_rows, timed_passes
 
 from petastorm import make_batch_reader, make_reader, write_dataset
 
@@ -151,16 +151,6 @@ def _loader_pass(path, shuffle_capacity):
     return n
 
 
-def _timed_passes(fn, repeats):
-    fn()  # warm-up: page cache, imports, thread start-up
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        n = fn()
-        rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
-
-
 # -- cases, each run in a fresh process; they return {name: value} plus the process's peak RSS ------------------
 
 def case_hello(path, seconds, repeats):
@@ -193,9 +183,9 @@ def case_mnist(path, seconds, repeats):
 
 
 def case_scalars(path, seconds, repeats):
-    return {'scalars raw pyarrow->torch loop': _timed_passes(lambda: _raw_torch_pass(path), repeats),
-            'scalars BatchedDataLoader bs1024': _timed_passes(lambda: _loader_pass(path, 0), repeats),
-            'scalars BatchedDataLoader bs1024 shufq100k': _timed_passes(lambda: _loader_pass(path, 100_000),
+    return {'scalars raw pyarrow->torch loop': timed_passes(lambda: _raw_torch_pass(path), repeats),
+            'scalars BatchedDataLoader bs1024': timed_passes(lambda: _loader_pass(path, 0), repeats),
+            'scalars BatchedDataLoader bs1024 shufq100k': timed_passes(lambda: _loader_pass(path, 100_000),
                                                                         repeats)}
 
 

@@ -27,7 +27,30 @@ def _check_empty(decoded_rows: Any, column: str) -> None:
         raise ValueError(f'Cannot build index with empty decoded_rows (column {column!r})')
 
 
-class SingleFieldIndexer(RowGroupIndexerBase):
+class _ColumnIndexer(RowGroupIndexerBase):
+    """What both indexers share: a name, one column, and the rule for which indexers can merge."""
+
+    def __init__(self, index_name: str, index_field: str):
+        self._index_name = index_name
+        self._column_name = index_field
+
+    def _check_mergeable(self, other: Any) -> None:
+        if type(other) is not type(self):
+            raise TypeError(f'cannot merge {type(self).__name__} with {type(other).__name__}')
+        if other._column_name != self._column_name:
+            raise ValueError(f'cannot merge indexes of different columns ({self._column_name!r} and '
+                             f'{other._column_name!r})')
+
+    @property
+    def index_name(self) -> str:
+        return self._index_name
+
+    @property
+    def column_names(self) -> list[str]:
+        return [self._column_name]
+
+
+class SingleFieldIndexer(_ColumnIndexer):
     """Indexes every non-null value of one field (each element, for array fields).
 
     Args:
@@ -38,29 +61,16 @@ class SingleFieldIndexer(RowGroupIndexerBase):
     kind = 'single_field'
 
     def __init__(self, index_name: str, index_field: str):
-        self._index_name = index_name
-        self._column_name = index_field
+        super().__init__(index_name, index_field)
         self._index_data: defaultdict[Any, set[int]] = defaultdict(set)
 
     def __add__(self, other: Any) -> SingleFieldIndexer:
-        if not isinstance(other, SingleFieldIndexer):
-            raise TypeError(f'cannot merge {type(self).__name__} with {type(other).__name__}')
-        if other._column_name != self._column_name:
-            raise ValueError(f'cannot merge indexes of different columns ({self._column_name!r} and '
-                             f'{other._column_name!r})')
+        self._check_mergeable(other)
         merged = SingleFieldIndexer(self._index_name, self._column_name)
         for source in (self, other):
             for value, pieces in source._index_data.items():
                 merged._index_data[value] |= pieces
         return merged
-
-    @property
-    def index_name(self) -> str:
-        return self._index_name
-
-    @property
-    def column_names(self) -> list[str]:
-        return [self._column_name]
 
     @property
     def indexed_values(self) -> list[Any]:
@@ -94,33 +104,20 @@ class SingleFieldIndexer(RowGroupIndexerBase):
         return indexer
 
 
-class FieldNotNullIndexer(RowGroupIndexerBase):
+class FieldNotNullIndexer(_ColumnIndexer):
     """Indexes the row groups in which a field has at least one non-null value."""
 
     kind = 'field_not_null'
 
     def __init__(self, index_name: str, index_field: str):
-        self._index_name = index_name
-        self._column_name = index_field
+        super().__init__(index_name, index_field)
         self._index_data: set[int] = set()
 
     def __add__(self, other: Any) -> FieldNotNullIndexer:
-        if not isinstance(other, FieldNotNullIndexer):
-            raise TypeError(f'cannot merge {type(self).__name__} with {type(other).__name__}')
-        if other._column_name != self._column_name:
-            raise ValueError(f'cannot merge indexes of different columns ({self._column_name!r} and '
-                             f'{other._column_name!r})')
+        self._check_mergeable(other)
         merged = FieldNotNullIndexer(self._index_name, self._column_name)
         merged._index_data = self._index_data | other._index_data
         return merged
-
-    @property
-    def index_name(self) -> str:
-        return self._index_name
-
-    @property
-    def column_names(self) -> list[str]:
-        return [self._column_name]
 
     @property
     def indexed_values(self) -> list[Any]:
