@@ -27,6 +27,7 @@ from petastorm.metadata.store import RowGroupPiece
 from petastorm.plan import ScheduledItem, row_permutation
 from petastorm.predicates import PredicateBase
 from petastorm.scalars import scalar_column_to_numpy
+from petastorm.stage_timing import STAGE_SECONDS, StageClock, lap
 from petastorm.transform import TransformSpec
 from petastorm.unischema import UnischemaField
 
@@ -56,6 +57,8 @@ class ReadContext:
         partition_names: hive partition columns (not stored in the files).
         ngram: the NGram whose windows to form, or None.
         cache: caches the raw row-group columns read from the files, or None.
+        time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them in
+            ``'.meta'``; off by default, then nothing is measured.
     """
 
     filesystem: pafs.FileSystem
@@ -72,6 +75,7 @@ class ReadContext:
     partition_names: tuple[str, ...]
     ngram: Any = None
     cache: RowGroupCache | None = None
+    time_stages: bool = False
 
     def __reduce__(self) -> tuple:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -150,8 +154,18 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
 
     Returns:
         ``{field name: numpy column, ..., '.meta': {'num_rows': n, 'tuple': bool}}``. With a row transform that
-        returns tuples, the columns are named ``'0'``, ``'1'``, ... and ``'tuple'`` is True.
+        returns tuples, the columns are named ``'0'``, ``'1'``, ... and ``'tuple'`` is True. With
+        ``ctx.time_stages``, ``'.meta'`` also holds ``'stage_seconds'``.
     """
+    if not ctx.time_stages:
+        return _read_item(ctx, scheduled, None)
+    clock = StageClock()
+    result = _read_item(ctx, scheduled, clock)
+    result[META][STAGE_SECONDS] = clock.seconds
+    return result
+
+
+def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | None) -> dict[str, Any]:
     item = scheduled.item
     piece = ctx.pieces[item.piece_index]
     where = f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
@@ -162,19 +176,24 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
     row_stop = item.row_stop if ctx.ngram is None else min(item.row_stop + ctx.ngram.length - 1, piece.num_rows)
     table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
                           row_stop)
-    selection: np.ndarray | None = None  # rows to keep, in delivery order; None means all, in file order
+    lap(clock, 'io')
+    selection = _unit_order(ctx, scheduled)  # rows to keep, in delivery order; None means all, in file order
+    positions: np.ndarray | None = None  # once filters dropped rows: where each kept row is in the unit's order
     if ctx.filter_expression is not None:
-        selection = np.flatnonzero(_expression_mask(table, ctx.filter_expression))
-    if ctx.shuffle_rows and ctx.ngram is None:  # NGram windows need rows in order; windows are shuffled instead
-        count = table.num_rows if selection is None else len(selection)
-        permutation = row_permutation(count, scheduled.shuffle_seed)
-        selection = permutation if selection is None else selection[permutation]
+        keep = _expression_mask(table, ctx.filter_expression)
+        positions = np.flatnonzero(keep if selection is None else keep[selection])
+        selection = positions if selection is None else selection[positions]
+    lap(clock, 'filter')
     if ctx.predicate is not None:
         candidates = table.select(predicate_names)
         if selection is not None:
             candidates = candidates.take(pa.array(selection))
-        mask = _evaluate_predicate(ctx, decode_columns(ctx.predicate_fields, candidates, where), candidates.num_rows)
+        predicate_columns = decode_columns(ctx.predicate_fields, candidates, where)
+        lap(clock, 'decode')
+        mask = _evaluate_predicate(ctx, predicate_columns, candidates.num_rows)
         selection = np.flatnonzero(mask) if selection is None else selection[mask]
+        positions = np.flatnonzero(mask) if positions is None else positions[mask]
+        lap(clock, 'filter')
         if not len(selection):
             return {META: {'num_rows': 0, 'tuple': False}}
         rest = [n for n in names if n not in table.column_names]
@@ -182,13 +201,56 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
             others = _read_columns(ctx, piece, rest, item.row_start, row_stop)
             for name in rest:
                 table = table.append_column(name, others.column(name))
+            lap(clock, 'io')
     table = table.select(names)
     if selection is not None:
         table = table.take(pa.array(selection))
+    lap(clock, 'filter')
     columns = decode_columns(ctx.fields, table, where)
+    lap(clock, 'decode')
     if ctx.ngram is not None:
-        return _form_windows(ctx, columns, selection, item.num_rows, scheduled.shuffle_seed, table.num_rows)
-    return _apply_transform(ctx, columns, table.num_rows, where)
+        result = _form_windows(ctx, columns, selection, item.num_rows, scheduled.shuffle_seed, table.num_rows)
+    else:
+        result = _apply_transform(ctx, columns, table.num_rows, where)
+    lap(clock, 'transform')
+    return _with_positions(result, positions, table.num_rows)
+
+
+def _unit_order(ctx: ReadContext, scheduled: ScheduledItem) -> np.ndarray | None:
+    """Rows of the item that ``scheduled`` delivers, in delivery order (None: all of them, in file order).
+
+    The item's order is its row permutation when rows are shuffled, else file order; a scheduled item that
+    stands for part of it takes its range or picks of that order. Filters apply afterwards, so the order (and
+    the position of each row in it) does not depend on the data.
+    """
+    if ctx.ngram is not None:  # NGram windows need rows in order; windows are shuffled instead
+        return None
+    num_rows = scheduled.item.num_rows
+    if ctx.shuffle_rows:
+        order = row_permutation(num_rows, scheduled.shuffle_seed)
+    elif scheduled.order_range is None and scheduled.order_picks is None:
+        return None
+    else:
+        order = np.arange(num_rows)
+    if scheduled.order_picks is not None:
+        return order[np.asarray(scheduled.order_picks, dtype=np.int64)]
+    if scheduled.order_range is not None:
+        return order[scheduled.order_range[0]:scheduled.order_range[1]]
+    return order
+
+
+def _with_positions(result: dict[str, Any], positions: np.ndarray | None, rows_before_transform: int) -> dict:
+    """Tell the reader which rows of the unit's order the result holds, for resumable readers.
+
+    ``'positions'`` is given when filters dropped rows; ``'untracked'`` when a transform changed the row count
+    (then which input row each output row came from is unknown).
+    """
+    meta = result[META]
+    if meta['num_rows'] != (rows_before_transform if positions is None else len(positions)):
+        meta['untracked'] = True
+    elif positions is not None:
+        meta['positions'] = positions
+    return result
 
 
 def _form_windows(ctx: ReadContext, columns: dict[str, np.ndarray], selection: np.ndarray | None,

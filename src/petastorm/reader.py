@@ -44,6 +44,7 @@ from petastorm.row_group_selection import (
     prune_by_partition_predicate,
     prune_by_statistics,
 )
+from petastorm.stage_timing import StageTotals
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField
 
@@ -226,8 +227,10 @@ class Reader:
         cache: the cache of raw row-group columns (a ``NullCache`` unless ``cache_type='local-disk'``).
     """
 
-    def __init__(self, options: ReaderOptions):
+    def __init__(self, options: ReaderOptions, *, time_stages: bool = False):
         self._options = options
+        # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
+        self._stage_totals = StageTotals() if time_stages else None
         self.is_batched_reader = options.batched_output
         self.ngram = options.schema_fields if isinstance(options.schema_fields, NGram) else None
         _check_ngram_options(self.ngram, options)
@@ -250,7 +253,7 @@ class Reader:
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
                                max_bytes_in_flight=_MAX_BYTES_IN_FLIGHT)
-        self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces)))
+        self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces), time_stages=time_stages))
         self._columns = self._batches()
         self._output = self._deliver()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
@@ -323,7 +326,10 @@ class Reader:
         if options.num_epochs is not None:
             self._next_epoch += options.num_epochs
         scheduled = schedule(self._items, options.seed, options.shuffle_row_groups, options.num_epochs, first_epoch)
-        for result in self._pool.imap(scheduled):
+        results = self._pool.imap(scheduled)
+        if self._stage_totals is not None:
+            results = self._stage_totals.timed(results)
+        for result in results:
             if result[META]['num_rows']:
                 yield result
 
@@ -446,8 +452,11 @@ class Reader:
 
     @property
     def diagnostics(self) -> dict[str, Any]:
-        """Counters of the worker pool and the plan."""
-        return {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items)}
+        """Counters of the worker pool and the plan; with ``time_stages``, also ``'stages'`` (seconds per stage)."""
+        info = {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items)}
+        if self._stage_totals is not None:
+            info['stages'] = self._stage_totals.snapshot()
+        return info
 
     def stop(self) -> None:
         """Stop reading (non-blocking); iteration afterwards raises ``RuntimeError``."""
