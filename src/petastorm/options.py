@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from petastorm.distributed import SHARD_MODES, resolve_shard
+from petastorm.plan import REMAINDER_POLICIES
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
 from petastorm.transform import TransformSpec
@@ -50,6 +52,10 @@ class ReaderOptions:
     storage_options: dict | None
     filesystem: Any
     convert_early_to_numpy: bool
+    shard_mode: str = 'row_groups'
+    shard_remainder: str = 'pad'
+    #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
+    shard_source: str | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -73,7 +79,8 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
                      cache_extra_settings: dict | None = None, hdfs_driver: str = 'libhdfs3',
                      transform_spec: Any = None, filters: Any = None, storage_options: dict | None = None,
                      zmq_copy_buffers: bool = True, filesystem: Any = None, convert_early_to_numpy: bool = False,
-                     pyarrow_serialize: bool = False) -> ReaderOptions:
+                     pyarrow_serialize: bool = False, shard_mode: str = 'row_groups',
+                     shard_remainder: str = 'pad') -> ReaderOptions:
     """Check every reader argument and return them as one frozen :class:`ReaderOptions`.
 
     Raises:
@@ -95,6 +102,11 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
         raise ValueError('predicate parameter is expected to be derived from PredicateBase')
     if num_epochs is not None and (not _is_int(num_epochs) or num_epochs < 1):
         raise ValueError(f'iterations must be positive integer or None (num_epochs={num_epochs!r})')
+    if shard_mode not in SHARD_MODES:
+        raise ValueError(f'shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}')
+    if shard_remainder not in REMAINDER_POLICIES:
+        raise ValueError(f'shard_remainder must be one of {REMAINDER_POLICIES}, got {shard_remainder!r}')
+    cur_shard, shard_count, shard_source = resolve_shard(cur_shard, shard_count)
     if cur_shard is not None or shard_count is not None:
         if not (_is_int(cur_shard) and _is_int(shard_count) and shard_count):
             raise ValueError('partition and num_partitions must be ints and both specified to use partitioning '
@@ -140,7 +152,8 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
         cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
         cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
         filters=filters, storage_options=storage_options, filesystem=filesystem,
-        convert_early_to_numpy=bool(convert_early_to_numpy))
+        convert_early_to_numpy=bool(convert_early_to_numpy), shard_mode=shard_mode,
+        shard_remainder=shard_remainder, shard_source=shard_source)
 
 
 def _check_local_disk_cache(location: Any, size_limit: Any, row_size_estimate: Any, extra_settings: Any) -> None:

@@ -177,13 +177,12 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
                           row_stop)
     lap(clock, 'io')
-    selection: np.ndarray | None = None  # rows to keep, in delivery order; None means all, in file order
+    selection = _unit_order(ctx, scheduled)  # rows to keep, in delivery order; None means all, in file order
+    positions: np.ndarray | None = None  # once filters dropped rows: where each kept row is in the unit's order
     if ctx.filter_expression is not None:
-        selection = np.flatnonzero(_expression_mask(table, ctx.filter_expression))
-    if ctx.shuffle_rows and ctx.ngram is None:  # NGram windows need rows in order; windows are shuffled instead
-        count = table.num_rows if selection is None else len(selection)
-        permutation = row_permutation(count, scheduled.shuffle_seed)
-        selection = permutation if selection is None else selection[permutation]
+        keep = _expression_mask(table, ctx.filter_expression)
+        positions = np.flatnonzero(keep if selection is None else keep[selection])
+        selection = positions if selection is None else selection[positions]
     lap(clock, 'filter')
     if ctx.predicate is not None:
         candidates = table.select(predicate_names)
@@ -193,6 +192,7 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
         lap(clock, 'decode')
         mask = _evaluate_predicate(ctx, predicate_columns, candidates.num_rows)
         selection = np.flatnonzero(mask) if selection is None else selection[mask]
+        positions = np.flatnonzero(mask) if positions is None else positions[mask]
         lap(clock, 'filter')
         if not len(selection):
             return {META: {'num_rows': 0, 'tuple': False}}
@@ -213,6 +213,43 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     else:
         result = _apply_transform(ctx, columns, table.num_rows, where)
     lap(clock, 'transform')
+    return _with_positions(result, positions, table.num_rows)
+
+
+def _unit_order(ctx: ReadContext, scheduled: ScheduledItem) -> np.ndarray | None:
+    """Rows of the item that ``scheduled`` delivers, in delivery order (None: all of them, in file order).
+
+    The item's order is its row permutation when rows are shuffled, else file order; a scheduled item that
+    stands for part of it takes its range or picks of that order. Filters apply afterwards, so the order (and
+    the position of each row in it) does not depend on the data.
+    """
+    if ctx.ngram is not None:  # NGram windows need rows in order; windows are shuffled instead
+        return None
+    num_rows = scheduled.item.num_rows
+    if ctx.shuffle_rows:
+        order = row_permutation(num_rows, scheduled.shuffle_seed)
+    elif scheduled.order_range is None and scheduled.order_picks is None:
+        return None
+    else:
+        order = np.arange(num_rows)
+    if scheduled.order_picks is not None:
+        return order[np.asarray(scheduled.order_picks, dtype=np.int64)]
+    if scheduled.order_range is not None:
+        return order[scheduled.order_range[0]:scheduled.order_range[1]]
+    return order
+
+
+def _with_positions(result: dict[str, Any], positions: np.ndarray | None, rows_before_transform: int) -> dict:
+    """Tell the reader which rows of the unit's order the result holds, for resumable readers.
+
+    ``'positions'`` is given when filters dropped rows; ``'untracked'`` when a transform changed the row count
+    (then which input row each output row came from is unknown).
+    """
+    meta = result[META]
+    if meta['num_rows'] != (rows_before_transform if positions is None else len(positions)):
+        meta['untracked'] = True
+    elif positions is not None:
+        meta['positions'] = positions
     return result
 
 

@@ -16,12 +16,15 @@ import dataclasses
 import logging
 import threading
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
+from petastorm.distributed import ShardLayout, Stage, StreamPosition, check_state, restored_stage
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import normalize_dir_url, resolve_location
 from petastorm.metadata.store import (
@@ -34,7 +37,7 @@ from petastorm.metadata.store import (
 )
 from petastorm.ngram import NGram
 from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
-from petastorm.plan import WorkItem, schedule, shard_items, split_drop_partitions
+from petastorm.plan import WorkItem, shard_items, split_drop_partitions
 from petastorm.pools import make_pool
 from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
 from petastorm.row_group_selection import (
@@ -76,7 +79,7 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
                 cache_location=None, cache_size_limit=None, cache_row_size_estimate=None,
                 cache_extra_settings=None, hdfs_driver='libhdfs3', transform_spec=None, filters=None,
                 storage_options=None, zmq_copy_buffers=True, filesystem=None,
-                convert_early_to_numpy=False) -> Reader:
+                convert_early_to_numpy=False, shard_mode='row_groups', shard_remainder='pad') -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -95,8 +98,10 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
         rowgroup_selector: a row-group selector (needs row-group indexes in the metadata).
         num_epochs: passes over the data; ``None`` means forever.
         cur_shard: this reader's shard (with ``shard_count``): row group ``i`` goes to shard ``i % shard_count``;
-            with fewer row groups than shards, rows are split into equal contiguous ranges.
-        shard_count: number of shards.
+            with fewer row groups than shards, rows are split into equal contiguous ranges. ``'auto'``: the rank
+            from ``torch.distributed`` (if initialized) or the launcher's environment (``RANK``, Horovod, MPI,
+            SLURM), read once here; see :func:`petastorm.distributed.detect_rank_and_world_size`.
+        shard_count: number of shards (``'auto'``: the world size, found as for ``cur_shard``).
         shard_seed: deprecated; use ``seed``.
         cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
             in a local directory, for later epochs and readers (it survives the reader unless
@@ -110,6 +115,11 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
         zmq_copy_buffers: deprecated, no effect.
         filesystem: a ready pyarrow or fsspec filesystem, instead of resolving the URL.
         convert_early_to_numpy: accepted for compatibility; decoding always happens in the workers.
+        shard_mode: ``'row_groups'`` (default, Petastorm's sharding by whole row groups) or ``'rows'``: every
+            epoch's global seeded order of rows is split into equal consecutive shares, so that every shard
+            reads exactly the same number of rows per epoch (see ``docs/distributed.md``).
+        shard_remainder: with ``shard_mode='rows'``, what happens to the fewer than ``shard_count`` rows left
+            over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -124,7 +134,8 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
         cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
         cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
-        convert_early_to_numpy=convert_early_to_numpy, pyarrow_serialize=pyarrow_serialize)
+        convert_early_to_numpy=convert_early_to_numpy, pyarrow_serialize=pyarrow_serialize, shard_mode=shard_mode,
+        shard_remainder=shard_remainder)
     return Reader(options)
 
 
@@ -134,7 +145,8 @@ def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type=
                       cur_shard=None, shard_count=None, shard_seed=None, cache_type='null', cache_location=None,
                       cache_size_limit=None, cache_row_size_estimate=None, cache_extra_settings=None,
                       hdfs_driver='libhdfs3', transform_spec=None, filters=None, storage_options=None,
-                      zmq_copy_buffers=True, filesystem=None, convert_early_to_numpy=False) -> Reader:
+                      zmq_copy_buffers=True, filesystem=None, convert_early_to_numpy=False,
+                      shard_mode='row_groups', shard_remainder='pad') -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -152,7 +164,7 @@ def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type=
         cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
         cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
-        convert_early_to_numpy=convert_early_to_numpy)
+        convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder)
     return Reader(options)
 
 
@@ -207,6 +219,9 @@ def _check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
         return
     if options.transform_spec is not None:
         raise ValueError('transform_spec cannot be combined with an NGram: transform the windows after reading')
+    if options.shard_mode == 'rows':
+        raise ValueError("shard_mode='rows' splits row groups at any row and would cut NGram windows; use "
+                         "shard_mode='row_groups' with an NGram")
     if not ngram.timestamp_overlap and options.shuffle_row_drop_partitions > 1:
         raise NotImplementedError('An NGram with timestamp_overlap=False cannot be combined with '
                                   'shuffle_row_drop_partitions > 1')
@@ -248,7 +263,10 @@ class Reader:
         context = self._make_context(stored, view)
         pieces = load_row_groups(self.dataset)
         self._items = self._plan(stored, pieces, context)
+        self._layout = self._shard_layout()
+        self._position = StreamPosition(self._layout, Stage(0), 0)
         self._next_epoch = 0
+        self._new_pass()
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
@@ -311,26 +329,62 @@ class Reader:
             indexes = apply_selector(self.dataset, indexes, options.rowgroup_selector)
         if context.filter_expression is not None:
             indexes = prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
-        items = shard_items([(i, pieces[i].num_rows) for i in indexes], options.cur_shard, options.shard_count)
+        self._filters_exact = set(context.filter_columns) <= set(self.dataset.partition_names)
+        piece_rows = [(i, pieces[i].num_rows) for i in indexes]
+        if options.shard_mode == 'rows':  # every shard plans all items; ShardLayout gives each its share
+            items = shard_items(piece_rows, None, None)
+        else:
+            items = shard_items(piece_rows, options.cur_shard, options.shard_count)
         items = split_drop_partitions(items, options.shuffle_row_drop_partitions)
         if not items:
             warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
                           'data was sharded.', UserWarning, stacklevel=4)
         return items
 
+    def _shard_layout(self) -> ShardLayout:
+        options = self._options
+        # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
+        seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
+        return ShardLayout(tuple(self._items), seed, options.shuffle_row_groups, options.shuffle_rows,
+                           options.shard_mode, options.shard_count or 1, options.cur_shard or 0,
+                           options.shard_remainder)  # type: ignore[arg-type]
+
+    def _new_pass(self, stage: Stage | None = None, pass_start: int | None = None) -> None:
+        """The next iteration reads ``num_epochs`` epochs from ``pass_start`` (default: after the last pass)."""
+        pass_start = self._next_epoch if pass_start is None else pass_start
+        stage = Stage(pass_start) if stage is None else stage
+        self._next_epoch = pass_start + (self._options.num_epochs or 0)
+        self._pass = (stage, pass_start)
+        self._started = False
+        self._position.restart(stage, pass_start)
+
     # -- delivery -----------------------------------------------------------------------------------------------
 
     def _batches(self) -> Iterator[dict[str, Any]]:
-        options = self._options
-        first_epoch = self._next_epoch
-        if options.num_epochs is not None:
-            self._next_epoch += options.num_epochs
-        scheduled = schedule(self._items, options.seed, options.shuffle_row_groups, options.num_epochs, first_epoch)
-        results = self._pool.imap(scheduled)
+        self._started = True
+        layout, num_epochs = self._layout, self._options.num_epochs
+        first, pass_start = self._pass
+        tags: deque[tuple[Stage, list, int, int]] = deque()  # what each submitted unit is, in submission order
+
+        def units() -> Iterator[Any]:
+            epoch = first.epoch
+            while num_epochs is None or epoch < pass_start + num_epochs:
+                stage = first if epoch == first.epoch else Stage(epoch)
+                scheduled, main_from = layout.units(stage)
+                for index, unit in enumerate(scheduled):
+                    tags.append((stage, scheduled, main_from, index))
+                    yield unit
+                epoch += 1
+                if not layout.items:
+                    return
+
+        results = self._pool.imap(units())
         if self._stage_totals is not None:
             results = self._stage_totals.timed(results)
         for result in results:
+            tag = tags.popleft()
             if result[META]['num_rows']:
+                self._position.begin(*tag, result[META])
                 yield result
 
     def _deliver(self) -> Iterator[Any]:
@@ -383,10 +437,12 @@ class Reader:
             if self.stopped:
                 raise RuntimeError(_STOPPED_MESSAGE)
             try:
-                return next(self._output)
+                item = next(self._output)
             except StopIteration:
                 self.last_row_consumed = True
                 raise
+            self._position.delivered(None if self.is_batched_reader else 1)
+            return item
 
     def next(self) -> Any:
         """Same as ``next(reader)``."""
@@ -400,7 +456,9 @@ class Reader:
         tuples, ``'tuple'`` is True and the columns are named ``'0'``, ``'1'``, ... by position. It draws from the
         same stream as ``next(reader)`` (rows already cut from a column batch by ``next`` are not repeated), ends
         the pass like ``next`` does (so :meth:`reset` starts another one), and raises ``RuntimeError`` after
-        :meth:`stop`. Arrays may be read-only views of Arrow memory: copy before writing to them.
+        :meth:`stop`. ``'.meta'`` also holds ``'row_ids'``: numbers naming each row (for loaders that save
+        their position, see :func:`petastorm.distributed.runs_of_rows`), or None when a transform hid them.
+        Arrays may be read-only views of Arrow memory: copy before writing to them.
         """
         while True:
             with self._lock:
@@ -411,22 +469,102 @@ class Reader:
                 except StopIteration:
                     self.last_row_consumed = True
                     return
+                self._position.delivered()
+                batch[META]['row_ids'] = self._position.current_rows()
             yield batch
 
     @property
     def num_rows_per_pass(self) -> int | None:
         """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
 
-        It is the planned rows per epoch times ``num_epochs``; None with ``num_epochs=None``, a predicate,
-        ``filters``, an NGram, or a ``make_batch_reader`` transform function (which may drop rows).
+        It is :attr:`num_rows_per_epoch` times ``num_epochs``; None with ``num_epochs=None`` or when the rows per
+        epoch are unknown.
+        """
+        per_epoch = self.num_rows_per_epoch
+        if self._options.num_epochs is None or per_epoch is None:
+            return None
+        return per_epoch * self._options.num_epochs
+
+    @property
+    def num_rows_per_epoch(self) -> int | None:
+        """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
+
+        Exact after sharding (with ``shard_mode='rows'`` the same for every shard), row-group selectors and
+        predicates or ``filters`` on partition columns only (they keep or drop whole row groups). None with any
+        other predicate or filter (which rows of a row group match is known only by reading it), an NGram, or a
+        ``make_batch_reader`` transform function (which may drop rows).
         """
         options = self._options
-        if options.num_epochs is None or options.predicate is not None or options.filters is not None or \
-                self.ngram is not None:
+        if (options.predicate is not None and not self._partition_predicate) or self.ngram is not None:
+            return None
+        if options.filters is not None and not self._filters_exact:
             return None
         if options.batched_output and options.transform_spec is not None and options.transform_spec.func is not None:
             return None
-        return sum(item.num_rows for item in self._items) * options.num_epochs
+        return self._layout.rows_per_epoch
+
+    def __len__(self) -> int:
+        """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
+
+        Raises:
+            TypeError: the count is unknown in advance (see :attr:`num_rows_per_epoch`) or ``num_epochs=None``.
+        """
+        rows = self.num_rows_per_pass
+        if rows is None:
+            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
+                            'on non-partition columns, an NGram or a batch transform function); see '
+                            'Reader.num_rows_per_epoch')
+        if not self.is_batched_reader:
+            return rows
+        first, pass_start = self._pass
+        assert self._options.num_epochs is not None
+        return sum(len(self._layout.units(first if epoch == first.epoch else Stage(epoch))[0])
+                   for epoch in range(pass_start, pass_start + self._options.num_epochs))
+
+    def __bool__(self) -> bool:
+        return True  # a reader is truthy even when its len() is unknown or 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of this reader: which rows it delivered, as a small dict of ints, lists and strings.
+
+        Counts only rows handed to the caller (rows read ahead by workers are not), so that
+        :meth:`load_state_dict` on a new reader continues with exactly the rows not delivered yet.
+        """
+        if self.ngram is not None:
+            raise NotImplementedError('state_dict() is not supported for NGram readers')
+        with self._lock:
+            return self._position.state({'num_epochs': self._options.num_epochs})
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue from a saved position; call before reading.
+
+        Args:
+            state: a :meth:`state_dict` of a reader over the same data with the same options, or the list of the
+                states of every rank (in rank order) of a distributed run. With the same world size each rank
+                continues its own stream exactly. With ``shard_mode='rows'`` the world size may change: the rows
+                no rank delivered are split again into equal shares. A single state then stands for every rank
+                (same number of rows consumed, none in loader buffers); pass the list otherwise.
+
+        Raises:
+            ValueError: the state does not match this reader (the message names the option or count).
+            RuntimeError: reading has started.
+        """
+        if self.ngram is not None:
+            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+        if not states:
+            raise ValueError('load_state_dict got an empty list of states')
+        for index, one in enumerate(states):
+            check_state(one, self._layout, f'load_state_dict (state {index})')
+        seed = states[0]['seed']
+        if self._options.seed is not None and seed != self._options.seed:
+            raise ValueError(f'the state was saved with seed={seed}, this reader has seed={self._options.seed}')
+        with self._lock:
+            if self._started:
+                raise RuntimeError('load_state_dict() must be called before reading from the reader')
+            self._layout.seed = int(seed)  # an unseeded reader adopts the saved order
+            self._layout.reset_orders()
+            self._new_pass(restored_stage(states, self._layout), int(states[0]['pass_start']))
 
     @property
     def seed(self) -> int | None:
@@ -442,6 +580,7 @@ class Reader:
             if self.stopped:
                 raise RuntimeError(_STOPPED_MESSAGE)
             self.last_row_consumed = False
+            self._new_pass()
             self._columns = self._batches()
             self._output = self._deliver()
 
