@@ -77,6 +77,10 @@ class Batcher:
         while self._rows >= self._batch_size:
             yield self._take(self._batch_size)
 
+    def held(self, name: str) -> list[Any]:
+        """The column ``name`` of the rows waiting, in order (one array per queued chunk)."""
+        return [chunk[name][self._offset if k == 0 else 0:] for k, chunk in enumerate(self._chunks)]
+
     def flush(self) -> Iterator[Table]:
         """Yield the rows still waiting as one last, smaller batch (nothing when none wait)."""
         if self._rows:
@@ -121,6 +125,10 @@ class Store(Protocol):
         """New columns of the rows at ``index``, in that order."""
         ...
 
+    def column(self, name: str, rows: int) -> Any:
+        """The column ``name`` of the first ``rows`` rows (a view where possible)."""
+        ...
+
     def move(self, source: np.ndarray, target: np.ndarray) -> None:
         """Row ``target[i]`` becomes row ``source[i]`` (disjoint index sets)."""
         ...
@@ -148,6 +156,9 @@ class ColumnStore:
 
     def take(self, index: np.ndarray) -> Table:
         return {name: self._ops.take(array, index) for name, array in self._columns.items()}
+
+    def column(self, name: str, rows: int) -> Any:
+        return self._columns[name][:rows]
 
     def move(self, source: np.ndarray, target: np.ndarray) -> None:
         for array in self._columns.values():
@@ -232,6 +243,13 @@ class PackedColumns:
                     for size, (_, matrix) in self._groups.items()}
         return self._columns(gathered, {n: np.take(a, index, axis=0) for n, a in self._others.items()})
 
+    def column(self, name: str, rows: int) -> np.ndarray:
+        where = self._where.get(name)
+        if where is None:
+            return self._others[name][:rows]
+        size, j = where
+        return self._groups[size][1][:rows, j].view(self._dtypes[name])
+
     def slice(self, start: int, stop: int) -> Table:
         gathered = {size: np.array(matrix[start:stop].T, order='C') for size, (_, matrix) in self._groups.items()}
         return self._columns(gathered, {n: a[start:stop].copy() for n, a in self._others.items()})
@@ -279,6 +297,10 @@ class ShufflingBuffer:
         self._append(table, rows)
         surplus = self._size - (self._capacity - 1)
         return self._draw(surplus) if surplus > 0 else None
+
+    def held(self, name: str) -> Any:
+        """The column ``name`` of every row held (in storage order), or None when the buffer is empty."""
+        return None if self._store is None or not self._size else self._store.column(name, self._size)
 
     def drain(self) -> Table | None:
         """Return every row still held, in random order (None when empty)."""

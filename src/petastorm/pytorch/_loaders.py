@@ -41,6 +41,9 @@ from petastorm.pytorch._tensors import (
 logger = logging.getLogger(__name__)
 
 _META = '.meta'
+# A hidden column the streaming loaders keep beside buffered rows: the reader's number for each row (-1: unknown),
+# so that their state can name the rows taken from the reader but not yet delivered in a batch.
+_ROW_IDS = '.row_ids'
 # Mixed into shuffling seeds so that the loader's random stream differs from the reader's own streams.
 _LOADER_STREAM = 0x5EED_10AD
 _FALLBACK_CHUNK_ROWS = 1024
@@ -81,15 +84,19 @@ def _stop_reader_on_error(reader: Any) -> Iterator[None]:
         raise
 
 
-def _column_chunks(reader: Any) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
-    """``(columns, rows_are_tuples)`` per chunk of the reader's next pass."""
+def _column_chunks(reader: Any, with_row_ids: bool = False) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
+    """``(columns, rows_are_tuples)`` per chunk of the reader's next pass (plus ``_ROW_IDS`` if asked)."""
     if getattr(reader, 'ngram', None) is not None:
         raise NotImplementedError('petastorm.pytorch loaders do not read NGram windows; iterate the reader itself')
     iter_columns = getattr(reader, 'iter_column_batches', None)
     if iter_columns is not None:
         for batch in iter_columns():
             meta = batch.get(_META, {})
-            yield {name: values for name, values in batch.items() if name != _META}, bool(meta.get('tuple'))
+            columns = {name: values for name, values in batch.items() if name != _META}
+            if with_row_ids:
+                row_ids = meta.get('row_ids')
+                columns[_ROW_IDS] = row_ids if row_ids is not None else np.full(meta['num_rows'], -1, np.int64)
+            yield columns, bool(meta.get('tuple'))
         return
     yield from _chunks_from_items(reader)
 
@@ -141,6 +148,8 @@ class _LoaderBase(torch.utils.data.DataLoader):
         self._in_progress = False
         self._error: BaseException | None = None
         self._passes_done = 0
+        self._restored = False  # load_state_dict was called: the next iteration continues the saved pass
+        self._buffers: tuple[Batcher, ShufflingBuffer | None] | None = None  # of the pass in progress
 
     def __iter__(self) -> Iterator[Any]:
         if self._error is not None:
@@ -150,9 +159,10 @@ class _LoaderBase(torch.utils.data.DataLoader):
             raise RuntimeError('You must finish a full pass of Petastorm DataLoader before making another pass from '
                                'the beginning. If you do not need the rest of the data, stop the loader '
                                '(leave its with-block) and make a new reader and loader.')
-        if self._passes_done:
+        if self._passes_done and not self._restored:
             logger.info('starting pass %d of the petastorm loader: resetting the reader', self._passes_done + 1)
             self.reader.reset()
+        self._restored = False
         self._in_progress = True
         try:
             yield from self._batches(self._passes_done)
@@ -172,6 +182,56 @@ class _LoaderBase(torch.utils.data.DataLoader):
         if seed is None:
             return np.random.default_rng()
         return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
+
+    def _tracks_rows(self) -> bool:
+        return hasattr(self.reader, 'iter_column_batches') and hasattr(self.reader, 'state_dict')
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position: the reader's, with the rows waiting in the loader's buffers counted as not read.
+
+        Save it between batches; :meth:`load_state_dict` on a new loader (over a new reader made with the same
+        arguments) then delivers exactly the batches' rows not delivered yet: rows that were in the shuffling
+        buffer or waiting for a batch are read again, the rest continues where the reader stopped.
+        """
+        from petastorm.distributed import merge_runs, runs_of_rows
+
+        if not self._tracks_rows():
+            raise NotImplementedError(f'state_dict() needs a reader from make_reader/make_batch_reader, got '
+                                      f'{type(self.reader).__name__}')
+        state = self.reader.state_dict()
+        held = self._held_row_ids()
+        if (held < 0).any():
+            raise RuntimeError('cannot save the loader position while it holds rows of a row group whose '
+                               'TransformSpec changed the number of rows; save it at the end of a pass')
+        pending = [tuple(r) for r in state['pending']] + runs_of_rows(held)
+        state['pending'] = [list(r) for r in merge_runs(sorted(pending))]
+        return {'reader': state, 'passes_done': self._passes_done, 'in_progress': self._in_progress}
+
+    def _held_row_ids(self) -> np.ndarray:
+        if self._buffers is None or not self._in_progress:
+            return np.empty(0, dtype=np.int64)
+        batcher, shuffler = self._buffers
+        parts = [np.asarray(part) for part in batcher.held(_ROW_IDS)]
+        if shuffler is not None and shuffler.held(_ROW_IDS) is not None:
+            parts.append(np.asarray(shuffler.held(_ROW_IDS)))
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`; call on a fresh loader, before iterating.
+
+        ``state['reader']`` may also be a list: the reader states of every rank of a distributed run (see
+        :meth:`petastorm.reader.Reader.load_state_dict`, which allows another world size with
+        ``shard_mode='rows'``).
+        """
+        if self._in_progress or self._buffers is not None:
+            raise RuntimeError('load_state_dict() must be called before iterating the loader')
+        reader_state = state['reader']
+        if not state.get('in_progress'):  # saved between passes: the next iteration is a whole new pass
+            states = reader_state if isinstance(reader_state, list) else [reader_state]
+            reader_state = [{**s, 'pass_start': s['epoch']} for s in states]
+        self.reader.load_state_dict(reader_state)
+        self._passes_done = int(state['passes_done'])
+        self._restored = True
 
     def __len__(self) -> int:
         rows = getattr(self.reader, 'num_rows_per_pass', None)
@@ -257,8 +317,9 @@ class DataLoader(_LoaderBase):
         batcher = Batcher(self.batch_size, ops)
         shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops) \
             if self.shuffling_queue_capacity else None
+        self._buffers = (batcher, shuffler)
         as_tuple = False
-        for columns, as_tuple in _column_chunks(self.reader):
+        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
             table = prepare_columns(columns)
             if shuffler is not None:
                 table = shuffler.add(table)
@@ -275,6 +336,7 @@ class DataLoader(_LoaderBase):
             yield self._collate(batch, as_tuple)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
+        columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
         if self.collate_fn is decimal_friendly_collate:
             batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
                                     self.padding_value)
@@ -323,9 +385,13 @@ class BatchedDataLoader(_LoaderBase):
         batcher = Batcher(self.batch_size, ops)
         shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops,
                                    packed=self.device.type == 'cpu') if self.shuffling_queue_capacity else None
+        self._buffers = (batcher, shuffler)
         as_tuple = False
-        for columns, as_tuple in _column_chunks(self.reader):
+        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
+            row_ids = columns.pop(_ROW_IDS, None)
             table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
+            if row_ids is not None:
+                table[_ROW_IDS] = row_ids
             if shuffler is not None:
                 table = shuffler.add(table)
                 if table is None:
@@ -341,7 +407,7 @@ class BatchedDataLoader(_LoaderBase):
             yield self._finish(batch, as_tuple)
 
     def _finish(self, batch: Table, as_tuple: bool) -> Any:
-        tensors = {name: batch_tensor(values) for name, values in batch.items()}
+        tensors = {name: batch_tensor(values) for name, values in batch.items() if name != _ROW_IDS}
         out: Any = list(tensors.values()) if as_tuple else tensors
         return pin(out) if self._pin else out
 
