@@ -1,0 +1,120 @@
+"""A converter's cached files as a PyTorch ``DataLoader`` or a TensorFlow ``tf.data.Dataset``.
+
+Both open a ``make_batch_reader`` over the converter's files (``num_epochs=None`` reads forever, as in
+Petastorm; ``workers_count=None`` means 4 workers), hold an in-use marker in the cache directory while open, and
+stop and join the reader when the ``with`` block ends. torch and tensorflow are imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from petastorm._optional import import_optional
+from petastorm.spark import cache_dir, in_use
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WORKERS_COUNT = 4
+DEFAULT_TF_BATCH_SIZE = 32
+
+#: Environment variables through which MPI launchers (Horovod, Open MPI, MPICH) tell a process its rank.
+_RANK_SIZE_VARIABLES = (('HOROVOD_RANK', 'HOROVOD_SIZE'), ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
+                        ('PMI_RANK', 'PMI_SIZE'))
+
+
+def horovod_rank_and_size() -> tuple[int | None, int | None]:
+    """``(rank, size)`` from the first launcher whose variables are both set, else ``(None, None)``."""
+    for rank_variable, size_variable in _RANK_SIZE_VARIABLES:
+        rank, size = os.environ.get(rank_variable), os.environ.get(size_variable)
+        if rank is not None and size is not None:
+            return int(rank), int(size)
+    return None, None
+
+
+def check_rank_and_size_consistent_with_horovod(reader_kwargs: dict) -> bool:
+    """Warn (and return False) when ``cur_shard``/``shard_count`` differ from the launcher's rank and size.
+
+    Every training process of a distributed job should read its own shard; a mismatch usually means that all of
+    them read the same data.
+    """
+    rank, size = horovod_rank_and_size()
+    if rank is None:
+        return True
+    shard, count = reader_kwargs.get('cur_shard'), reader_kwargs.get('shard_count')
+    if shard != rank or count != size:
+        logger.warning('this process has rank %d of %d in a distributed launch, but the reader gets cur_shard=%r, '
+                       'shard_count=%r: pass cur_shard=%d, shard_count=%d so that each process reads its own shard',
+                       rank, size, shard, count, rank, size)
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def open_reader(converter: Any, num_epochs: int | None, workers_count: int | None, reader_kwargs: dict,
+                wait_timeout_secs: float) -> Iterator[Any]:
+    """A ``make_batch_reader`` over the converter's files, marked in use, stopped and joined on exit."""
+    from petastorm.reader import make_batch_reader
+
+    check_rank_and_size_consistent_with_horovod(reader_kwargs)
+    cache_dir.wait_files_available(converter.file_urls, wait_timeout_secs)
+    kwargs = dict(reader_kwargs, num_epochs=num_epochs,
+                  workers_count=DEFAULT_WORKERS_COUNT if workers_count is None else workers_count)
+    with in_use.reading(converter.cache_dir_url):
+        reader = make_batch_reader(list(converter.file_urls), **kwargs)
+        try:
+            yield reader
+        finally:
+            reader.stop()
+            reader.join()
+
+
+def _has_non_tensor_fields(reader: Any) -> bool:
+    """Whether some column holds strings, bytes or Decimals, which only the row-collating loader handles."""
+    for field in reader.schema.fields.values():
+        try:
+            kind = np.dtype(field.numpy_dtype).kind
+        except TypeError:
+            return True
+        if kind in 'OSUV':
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def torch_dataloader(converter: Any, batch_size: int, num_epochs: int | None, workers_count: int | None,
+                     shuffling_queue_capacity: int, data_loader_fn: Callable | None, reader_kwargs: dict,
+                     wait_timeout_secs: float) -> Iterator[Any]:
+    """See :meth:`petastorm.spark.SparkDatasetConverter.make_torch_dataloader`."""
+    import_optional('torch', 'SparkDatasetConverter.make_torch_dataloader')
+    from petastorm.pytorch import BatchedDataLoader, DataLoader
+
+    with open_reader(converter, num_epochs, workers_count, reader_kwargs, wait_timeout_secs) as reader:
+        if data_loader_fn is None:
+            data_loader_fn = BatchedDataLoader
+            if _has_non_tensor_fields(reader):
+                logger.info('the DataFrame has string or decimal columns: using petastorm.pytorch.DataLoader, '
+                            'which collates them as lists, instead of the faster BatchedDataLoader')
+                data_loader_fn = DataLoader
+        yield data_loader_fn(reader=reader, batch_size=batch_size, shuffling_queue_capacity=shuffling_queue_capacity)
+
+
+@contextlib.contextmanager
+def tf_dataset(converter: Any, batch_size: int | None, prefetch: int | None, num_epochs: int | None,
+               workers_count: int | None, shuffling_queue_capacity: int | None, reader_kwargs: dict,
+               wait_timeout_secs: float) -> Iterator[Any]:
+    """See :meth:`petastorm.spark.SparkDatasetConverter.make_tf_dataset`."""
+    tf = import_optional('tensorflow', 'SparkDatasetConverter.make_tf_dataset')
+    from petastorm.tf_utils import make_petastorm_dataset
+
+    with open_reader(converter, num_epochs, workers_count, reader_kwargs, wait_timeout_secs) as reader:
+        dataset = make_petastorm_dataset(reader).unbatch()
+        if shuffling_queue_capacity:
+            dataset = dataset.shuffle(shuffling_queue_capacity)
+        dataset = dataset.batch(DEFAULT_TF_BATCH_SIZE if batch_size is None else batch_size)
+        yield dataset.prefetch(tf.data.AUTOTUNE if prefetch is None else prefetch)
