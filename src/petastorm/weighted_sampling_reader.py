@@ -128,6 +128,30 @@ class WeightedSamplingReader:
         """Same as ``next(reader)``."""
         return self.__next__()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the mix: each reader's :meth:`~petastorm.reader.Reader.state_dict` and the state of the
+        random choice of readers, so that a restored mix continues the same sequence of choices (the mixture is
+        kept) over exactly the items not delivered yet."""
+        with self._lock:
+            return {'version': 1, 'choice_rng': self._rng.bit_generator.state, 'exhausted': self._exhausted,
+                    'readers': [reader.state_dict() for reader in self._readers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (call on new readers made with the same arguments, before reading).
+
+        Raises:
+            ValueError: the state is of a mix of another number of readers.
+        """
+        saved = state.get('readers', []) if isinstance(state, dict) else []
+        if len(saved) != len(self._readers):
+            raise ValueError(f'the state holds {len(saved)} reader states; this WeightedSamplingReader mixes '
+                             f'{len(self._readers)} readers')
+        with self._lock:
+            for reader, reader_state in zip(self._readers, saved, strict=True):
+                reader.load_state_dict(reader_state)
+            self._rng.bit_generator.state = state['choice_rng']
+            self._exhausted = bool(state.get('exhausted', False))
+
     def stop(self) -> None:
         """Stop every reader (non-blocking)."""
         for reader in self._readers:
