@@ -157,18 +157,36 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> dict[str, Any]:
         returns tuples, the columns are named ``'0'``, ``'1'``, ... and ``'tuple'`` is True. With
         ``ctx.time_stages``, ``'.meta'`` also holds ``'stage_seconds'``.
     """
-    if not ctx.time_stages:
-        return _read_item(ctx, scheduled, None)
-    clock = StageClock()
-    result = _read_item(ctx, scheduled, clock)
-    result[META][STAGE_SECONDS] = clock.seconds
+    clock = StageClock() if ctx.time_stages else None
+    try:
+        result = _read_item(ctx, scheduled, clock)
+    except DecodeFieldError:
+        raise  # its message already names the file and row group
+    except Exception as err:
+        # The original type and traceback stay (callers catch what they raised); the note says where it happened.
+        _add_note(err, f'while reading {_where(ctx, scheduled)}')
+        raise
+    if clock is not None:
+        result[META][STAGE_SECONDS] = clock.seconds
     return result
+
+
+def _where(ctx: ReadContext, scheduled: ScheduledItem) -> str:
+    item = scheduled.item
+    piece = ctx.pieces[item.piece_index]
+    return f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
+
+
+def _add_note(err: BaseException, note: str) -> None:
+    add_note = getattr(err, 'add_note', None)  # Python >= 3.11
+    if add_note is not None:
+        add_note(note)
 
 
 def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | None) -> dict[str, Any]:
     item = scheduled.item
     piece = ctx.pieces[item.piece_index]
-    where = f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
+    where = _where(ctx, scheduled)
     names = [f.name for f in ctx.fields]
     predicate_names = [f.name for f in ctx.predicate_fields]
     first = predicate_names if ctx.predicate is not None else names
