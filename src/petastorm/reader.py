@@ -6,8 +6,10 @@ in which order for every epoch, and a worker pool reads, decodes and transforms 
 from the decoded columns only at the very end, for ``make_reader``.
 
 Memory: at most ``max(workers_count, min(results_queue_size, 2 * workers_count))`` work items are in flight
-(being read or waiting to be consumed), and fewer when their decoded size would pass 1 GiB, so peak memory is
-about that many decoded row groups (row-group size x decode expansion) plus one being consumed.
+(being read or waiting to be consumed), and fewer when their decoded size (the row groups being read counted
+twice: raw and decoded) would pass a byte budget of 128 MiB per CPU (256 MiB to 1 GiB, see
+:func:`petastorm.pools.default_max_bytes_in_flight`), so peak memory is about that budget plus one row group
+being consumed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from petastorm.metadata.store import (
 from petastorm.ngram import NGram
 from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
 from petastorm.plan import WorkItem, shard_items, split_drop_partitions
-from petastorm.pools import make_pool
+from petastorm.pools import default_max_bytes_in_flight, make_pool
 from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
 from petastorm.row_group_selection import (
     apply_selector,
@@ -55,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ['LOCAL_DISK_CACHE', 'NULL_CACHE', 'Reader', 'make_batch_reader', 'make_reader',
            'normalize_dataset_url_or_urls']
-
-_MAX_BYTES_IN_FLIGHT = 1 << 30
 
 _STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_reader/make_batch_reader has stopped. '
                     'This may happen if the make_reader/make_batch_reader context manager has exited but you try '
@@ -270,7 +270,7 @@ class Reader:
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
-                               max_bytes_in_flight=_MAX_BYTES_IN_FLIGHT)
+                               max_bytes_in_flight=default_max_bytes_in_flight())
         self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces), time_stages=time_stages))
         self._columns = self._batches()
         self._output = self._deliver()

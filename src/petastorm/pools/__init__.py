@@ -23,6 +23,7 @@ from petastorm.pools.base import (
     WorkerFunctionError,
     WorkerPool,
     check_positive_int,
+    default_max_bytes_in_flight,
 )
 from petastorm.pools.dummy_pool import DummyPool
 from petastorm.pools.process_pool import ProcessPool
@@ -37,6 +38,7 @@ __all__ = [
     'WorkerDiedError',
     'WorkerFunctionError',
     'WorkerPool',
+    'default_max_bytes_in_flight',
     'make_pool',
 ]
 

@@ -8,6 +8,7 @@ consumer; the bound shrinks when results are big (see :class:`InFlightBudget`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,6 +17,7 @@ import numpy as np
 from petastorm.errors import PetastormError
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30
+_INITIAL_LIMIT = 2
 
 
 class WorkerDiedError(PetastormError, RuntimeError):
@@ -85,28 +87,62 @@ def check_positive_int(name: str, value: Any) -> int:
 
 
 def result_nbytes(result: Any) -> int:
-    """Estimate the memory held by one result: the bytes of the ndarrays of a dict result (0 otherwise)."""
+    """Estimate the memory held by one result: the bytes of its arrays, including arrays and strings held in
+    object arrays (estimated from a sample of their values), for an ndarray or a dict of them (0 otherwise)."""
     if isinstance(result, np.ndarray):
-        return int(result.nbytes)
+        return _array_nbytes(result)
     if isinstance(result, dict):
-        return sum(int(value.nbytes) for value in result.values() if isinstance(value, np.ndarray))
+        return sum(_array_nbytes(value) for value in result.values() if isinstance(value, np.ndarray))
     return 0
+
+
+_SAMPLED_OBJECTS = 32
+
+
+def _array_nbytes(array: np.ndarray) -> int:
+    if not array.dtype.hasobject or not array.size:
+        return int(array.nbytes)
+    # Variable-shape columns are object arrays of per-row arrays; their pointers are a tiny part of the memory.
+    flat = array.reshape(-1)
+    step = max(1, len(flat) // _SAMPLED_OBJECTS)
+    sample = flat[::step]
+    held = sum(int(v.nbytes) if isinstance(v, np.ndarray) else len(v) if isinstance(v, (bytes, str)) else 0
+               for v in sample)
+    return int(array.nbytes) + held * len(flat) // len(sample)
+
+
+def default_max_bytes_in_flight() -> int:
+    """A reader's default in-flight byte budget: 128 MiB per CPU this process may run on, 256 MiB to 1 GiB.
+
+    More CPUs decode more row groups at once, which needs more of them in flight; small machines keep the
+    decoded data of a few row groups only.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return min(1 << 30, max(256 << 20, cpus * (128 << 20)))
 
 
 class InFlightBudget:
     """How many items may be in flight (submitted and not yet handed to the consumer).
 
-    The limit is ``max_in_flight``, shrunk so that the estimated bytes of the in-flight results stay under
-    ``max_bytes_in_flight``; the estimate is the mean size of the results seen so far. It never goes below 1,
-    so a single result bigger than the byte budget still makes progress. Until the first result is seen the
-    size is unknown, so the limit starts at ``initial_limit`` (one item per worker: every worker is busy, and
-    a dataset of huge row groups cannot overshoot the byte budget by a whole window).
+    The limit is ``max_in_flight``, shrunk so that the estimated memory of the in-flight items stays under
+    ``max_bytes_in_flight``. An item's result is estimated by the mean size of the results seen so far, and an
+    item a worker is still working on counts twice: its input (the raw columns read) is held until its result
+    exists, and is about as big. So with ``workers_count`` workers and results of ``m`` bytes, ``n`` items in
+    flight cost about ``(n + min(n, workers_count)) * m``. The limit never goes below 1, so a single result
+    bigger than the budget still makes progress. Until the first result is seen the size is unknown, so the
+    limit starts at ``initial_limit`` (default 2: a dataset of huge row groups cannot overshoot the budget by a
+    whole window of workers, and the first item gets the machine to itself).
     """
 
-    def __init__(self, max_in_flight: int, max_bytes_in_flight: int, initial_limit: int | None = None) -> None:
+    def __init__(self, max_in_flight: int, max_bytes_in_flight: int, initial_limit: int | None = None,
+                 workers_count: int | None = None) -> None:
         self.max_in_flight = max_in_flight
         self.max_bytes_in_flight = max_bytes_in_flight
-        self.initial_limit = min(max_in_flight, initial_limit or max_in_flight)
+        self.initial_limit = min(max_in_flight, initial_limit or _INITIAL_LIMIT)
+        self.workers_count = workers_count or max_in_flight
         self._results_seen = 0
         self._bytes_seen = 0
 
@@ -128,7 +164,10 @@ class InFlightBudget:
         mean = self.mean_result_bytes
         if mean <= 0:
             return self.max_in_flight
-        return max(1, min(self.max_in_flight, int(self.max_bytes_in_flight // mean)))
+        affordable = int(self.max_bytes_in_flight // mean)  # results alone
+        # Solve n + min(n, workers) <= affordable for the largest n.
+        limit = affordable - self.workers_count if affordable >= 2 * self.workers_count else affordable // 2
+        return max(1, min(self.max_in_flight, limit))
 
 
 class PoolOptions:
@@ -143,7 +182,7 @@ class PoolOptions:
 
     def budget(self) -> InFlightBudget:
         """A fresh in-flight budget for these options."""
-        return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, initial_limit=self.workers_count)
+        return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, workers_count=self.workers_count)
 
 
 class PoolBase:
