@@ -654,3 +654,35 @@ def test_get_dataset_path():
     assert get_dataset_path(urlparse('hdfs://nn:8020/a/b')) == '/a/b'
     assert get_dataset_path(urlparse('s3://bucket/a/b')) == 'bucket/a/b'
     assert get_dataset_path(urlparse('gs://bucket/a')) == 'bucket/a'
+
+
+# -- --storage-options of the command-line tools ------------------------------------------------------------------
+
+
+def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
+    from petastorm.tools._cli import parse_storage_options
+
+    assert parse_storage_options(None) is None
+    assert parse_storage_options('{"client_kwargs": {"endpoint_url": "http://h:9000"}}') == {
+        'client_kwargs': {'endpoint_url': 'http://h:9000'}}
+    assert parse_storage_options('anon=true, endpoint_url=http://h:9000,max_concurrency=4') == {
+        'anon': True, 'endpoint_url': 'http://h:9000', 'max_concurrency': 4}
+    options_file = tmp_path / 'options.json'
+    options_file.write_text('{"key": "k", "secret": "s"}')
+    assert parse_storage_options(f'@{options_file}') == {'key': 'k', 'secret': 's'}
+
+
+@pytest.mark.parametrize(('text', 'message'), [
+    ('{"secret": "hunter2"', 'is not valid JSON'),
+    ('@{list_file}', 'must be a JSON object, got a JSON list'),
+    ('endpoint_url', 'has no "="'),
+    ('@/nonexistent/options.json', "'/nonexistent/options.json' cannot be read"),
+])
+def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, message, tmp_path):
+    from petastorm.tools._cli import UsageError, parse_storage_options
+
+    list_file = tmp_path / 'list.json'
+    list_file.write_text('["hunter2"]')
+    with pytest.raises(UsageError, match=re.escape(message)) as raised:
+        parse_storage_options(text.replace('{list_file}', str(list_file)))
+    assert 'hunter2' not in str(raised.value)

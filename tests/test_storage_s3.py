@@ -7,14 +7,17 @@ and injects 503s, dropped connections and cut bodies, which the reads survive wi
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
@@ -229,3 +232,146 @@ def test_storage_benchmark_prints_the_s3_to_local_ratio():
     match = re.search(r'^s3 / local time ratio: (\d+\.\d+)', completed.stdout, re.MULTILINE)
     assert match, completed.stdout
     assert float(match.group(1)) > 0
+
+
+# -- every public API and command-line tool takes storage_options (or a filesystem) for s3:// -------------------
+
+
+def _s3(moto):
+    return s3fs.S3FileSystem(**moto.storage_options(), skip_instance_cache=True)
+
+
+def _copy_of(moto, source_url: str, name: str) -> str:
+    """A fresh copy of a dataset on the server, for tests that change it."""
+    target = f's3://{BUCKET}/{name}-{uuid.uuid4().hex[:8]}'
+    _s3(moto).copy(source_url, target, recursive=True)
+    return target
+
+
+def test_make_batch_reader_reads_a_list_of_s3_file_urls(moto, dataset):
+    files = sorted(f's3://{path}' for path in _s3(moto).glob(f'{dataset}/*.parquet'))
+    assert len(files) > 1
+    with make_batch_reader(files[:2], storage_options=moto.storage_options(), reader_pool_type='dummy') as reader:
+        ids = [int(i) for batch in reader for i in batch.id]
+    assert 0 < len(ids) < ROWS
+    assert len(set(ids)) == len(ids)
+
+
+def test_torch_dataloader_reads_s3(moto, dataset):
+    pytest.importorskip('torch')
+    from petastorm.pytorch import DataLoader
+
+    with DataLoader(make_reader(dataset, storage_options=moto.storage_options(), reader_pool_type='thread',
+                                workers_count=2, schema_fields=['id', 'matrix']), batch_size=64) as loader:
+        batches = list(loader)
+    ids = sorted(int(i) for batch in batches for i in batch['id'])
+    assert ids == list(range(ROWS))
+    assert tuple(batches[0]['matrix'].shape[1:]) == (4, 8)
+
+
+def test_local_disk_cache_of_an_s3_dataset_serves_the_second_epoch(moto, clean_proxy, dataset, tmp_path):
+    options = moto.storage_options(clean_proxy.endpoint)
+    for epoch in range(2):
+        clean_proxy.reset()
+        with make_reader(dataset, storage_options=options, reader_pool_type='thread', workers_count=2,
+                         cache_type='local-disk', cache_location=str(tmp_path), cache_size_limit=10 ** 8,
+                         cache_row_size_estimate=1000) as reader:
+            assert sorted(int(row.id) for row in reader) == list(range(ROWS))
+        data_reads = [r for r in clean_proxy.requests if r.method == 'GET' and r.range]
+        if epoch == 0:
+            first_epoch_reads = len(data_reads)
+    assert first_epoch_reads > 0
+    # The second reader still reads the metadata, but every row group comes from the disk cache.
+    assert len(data_reads) < first_epoch_reads
+
+
+def test_generate_petastorm_metadata_on_s3_with_storage_options_and_filesystem(moto, dataset):
+    from petastorm.etl.petastorm_generate_metadata import generate_petastorm_metadata
+
+    url = _copy_of(moto, dataset, 'regenerated')
+    generate_petastorm_metadata(None, url, use_summary_metadata=True, storage_options=moto.storage_options())
+    assert _s3(moto).exists(f'{url}/_metadata')
+    _s3(moto).rm(f'{url}/_metadata')
+    generate_petastorm_metadata(None, url, filesystem=_s3(moto))
+    assert sorted(_read_ids(url, moto.storage_options(), 'make_reader', 'dummy')) == list(range(ROWS))
+
+
+def test_generate_metadata_cli_takes_storage_options_from_a_file(moto, dataset, tmp_path, capsys):
+    from petastorm.etl.petastorm_generate_metadata import main
+
+    url = _copy_of(moto, dataset, 'cli-regenerated')
+    options_file = tmp_path / 'options.json'
+    options_file.write_text(json.dumps(moto.storage_options()))
+    main(['--dataset_url', url, '--use-summary-metadata', '--storage-options', f'@{options_file}'])
+    assert _s3(moto).exists(f'{url}/_metadata')
+    with pytest.raises(SystemExit) as exited:  # without the options the server's address is unknown
+        main(['--dataset_url', url, '--storage-options', f'@{tmp_path / "missing.json"}'])
+    assert exited.value.code == 2
+    assert 'missing.json' in capsys.readouterr().err
+
+
+def test_inspect_cli_describes_an_s3_dataset(moto, dataset, capsys):
+    from petastorm.tools.inspect import inspect_dataset, main
+
+    main([dataset, '--json', '--storage-options', json.dumps(moto.storage_options())])
+    output = capsys.readouterr()
+    description = json.loads(output.out)
+    assert description['total_rows'] == ROWS
+    assert [f['name'] for f in description['fields']] == ['id', 'label', 'matrix']
+    assert SECRET_KEY not in output.out + output.err
+    assert inspect_dataset(dataset, filesystem=_s3(moto))['total_rows'] == ROWS
+
+
+def test_copy_dataset_cli_checks_s3_urls_with_storage_options_before_starting_spark(moto, dataset, capsys):
+    from petastorm.tools.copy_dataset import main
+
+    pairs = ','.join(f'{key}={value}' for key, value in moto.storage_options().items())
+    with pytest.raises(SystemExit) as exited:
+        main([dataset, dataset, '--storage-options', pairs])
+    assert exited.value.code == 2
+    assert f'target {dataset} already exists' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main([f'{dataset}-missing', f'{dataset}-copy', '--storage-options', pairs])
+    assert exited.value.code == 2
+    assert f'source dataset {dataset}-missing does not exist' in capsys.readouterr().err
+
+
+def test_throughput_cli_reads_s3_with_storage_options(moto, dataset, capsys):
+    from petastorm.benchmark.cli import main
+
+    main([dataset, '-m', '2', '-n', '20', '-p', 'dummy', '--json', '--storage-options',
+          json.dumps(moto.storage_options())])
+    result = json.loads(capsys.readouterr().out)
+    assert result['samples_per_second'] > 0
+    assert result['measure_cycles'] == 20
+
+
+def test_build_rowgroup_index_on_s3_selects_row_groups(moto, dataset):
+    from petastorm.etl.rowgroup_indexers import SingleFieldIndexer
+    from petastorm.etl.rowgroup_indexing import build_rowgroup_index
+    from petastorm.selectors import SingleIndexSelector
+
+    url = _copy_of(moto, dataset, 'indexed')
+    options = moto.storage_options()
+    build_rowgroup_index(url, None, [SingleFieldIndexer('id_index', 'id')], storage_options=options)
+    with make_reader(url, storage_options=options, reader_pool_type='dummy',
+                     rowgroup_selector=SingleIndexSelector('id_index', [7])) as reader:
+        ids = [int(row.id) for row in reader]
+    assert 7 in ids
+    assert len(ids) < ROWS
+
+
+@pytest.mark.spark
+def test_materialize_dataset_writes_metadata_through_the_filesystem_factory(spark, moto):
+    from petastorm.etl.dataset_metadata import materialize_dataset
+
+    url = f's3://{BUCKET}/materialized-{uuid.uuid4().hex[:8]}'
+    # Spark has no s3a:// filesystem here (no hadoop-aws jars): the body writes the Parquet files with pyarrow.
+    table = pa.table({'id': np.arange(50, dtype=np.int64), 'label': [f'row-{i}' for i in range(50)]})
+    narrow = Schema.create_schema_view(['id', 'label'])
+    with materialize_dataset(spark, url, narrow, filesystem_factory=lambda: _s3(moto)), \
+            _s3(moto).open(f'{url}/part-0.parquet', 'wb') as out:
+        pq.write_table(table, out, row_group_size=20)
+    assert list(get_schema_from_dataset_url(url, storage_options=moto.storage_options()).fields) == ['id', 'label']
+    with make_reader(url, storage_options=moto.storage_options(), reader_pool_type='dummy') as reader:
+        assert sorted(int(row.id) for row in reader) == list(range(50))

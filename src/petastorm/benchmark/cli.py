@@ -5,6 +5,8 @@ Prints, like Petastorm::
     Average sample read rate: 3761.29 samples/sec; RAM 324.05 MB (rss); CPU 112.50%
 
 or, with ``--json``, one JSON object. Progress goes to stderr (by default only when stderr is a terminal).
+With ``-v`` (or ``--json``) the stages are timed too, and a breakdown before the result line (a ``"stages"``
+entry in JSON) says which of I/O, filter, decode, transform, collate or queue wait bounds the rate.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from petastorm.benchmark.throughput import BenchmarkResult, ReadMethod, WorkerPoolType, reader_throughput
+from petastorm.benchmark.throughput import (
+    BenchmarkResult,
+    Loader,
+    ReadMethod,
+    ThroughputReport,
+    WorkerPoolType,
+    measure_throughput,
+)
 from petastorm.tools import _cli
 
 PROG = 'petastorm-throughput.py'
@@ -52,11 +61,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--batch', action='store_true',
                         help='use make_batch_reader (also reads plain Parquet); a cycle is then one batch and the '
                              'rate counts rows')
-    parser.add_argument('--json', action='store_true', help='print the result as one JSON object')
+    parser.add_argument('--loader', choices=[loader.value for loader in Loader], default='none',
+                        help="read through petastorm.pytorch.DataLoader ('torch') or BatchedDataLoader "
+                             "('torch-batched'); a cycle is then one loader batch and the rate counts rows; needs "
+                             "pip install 'petastorm[torch]' (default: %(default)s)")
+    parser.add_argument('--loader-batch-size', type=int, default=64,
+                        help='rows per loader batch with --loader (default: %(default)s)')
+    parser.add_argument('--json', action='store_true',
+                        help='print the result, the settings and the stage breakdown as one JSON object')
+    _cli.add_storage_options_argument(parser)
     parser.add_argument('--progress', action=argparse.BooleanOptionalAction, default=None,
                         help='show progress on stderr (default: only when stderr is a terminal)')
     parser.add_argument('-vv', action='store_true', help='debug logging')
-    parser.add_argument('-v', action='store_true', help='info logging')
+    parser.add_argument('-v', action='store_true', help='info logging, and print the stage breakdown')
     return parser
 
 
@@ -72,14 +89,17 @@ def format_result(result: BenchmarkResult) -> str:
             f'RAM {result.memory_info.rss / 2**20:1.2f} MB (rss); CPU {result.cpu:1.2f}%')
 
 
-def result_as_json(result: BenchmarkResult, args: argparse.Namespace) -> str:
-    """The result and the settings that produced it, as one JSON object."""
+def result_as_json(report: ThroughputReport, args: argparse.Namespace) -> str:
+    """The result, the settings that produced it and the stage breakdown, as one JSON object."""
+    result = report.result
     return json.dumps({
         'dataset_url': args.dataset_path, 'samples_per_second': result.samples_per_second,
         'time_mean': result.time_mean, 'rss_bytes': int(result.memory_info.rss), 'cpu_percent': result.cpu,
         'warmup_cycles': args.warmup_cycles, 'measure_cycles': args.measure_cycles,
         'workers_count': args.workers_count, 'pool_type': args.pool_type, 'read_method': args.read_method,
-        'batch': args.batch, 'field_regex': args.field_regex,
+        'batch': args.batch, 'field_regex': args.field_regex, 'loader': args.loader,
+        'loader_batch_size': args.loader_batch_size,
+        'stages': report.stages.as_dict() if report.stages is not None else None,
     })
 
 
@@ -100,22 +120,38 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.warmup_cycles < 0 or args.measure_cycles < 1:
             raise _cli.UsageError(f'--warmup-cycles must be >= 0 and --measure-cycles >= 1, got '
                                   f'{args.warmup_cycles} and {args.measure_cycles}')
-        _cli.existing_directory(args.dataset_path, 'dataset')
-        if args.read_method == ReadMethod.TF.value:
-            from petastorm._optional import import_optional
+        storage_options = _cli.parse_storage_options(args.storage_options)
+        _cli.existing_directory(args.dataset_path, 'dataset', storage_options)
+        if args.loader != Loader.NONE.value and args.read_method != ReadMethod.PYTHON.value:
+            raise _cli.UsageError(f'--loader {args.loader} cannot be combined with --read-method {args.read_method}')
+        if args.loader_batch_size < 1:
+            raise _cli.UsageError(f'--loader-batch-size must be at least 1, got {args.loader_batch_size}')
+        from petastorm._optional import import_optional
 
-            import_optional('tensorflow', '--read-method tf')  # fail here, before spawning the benchmark
+        # Fail here, before spawning the benchmark, when a framework is missing.
+        if args.read_method == ReadMethod.TF.value:
+            import_optional('tensorflow', '--read-method tf')
+        if args.loader != Loader.NONE.value:
+            import_optional('torch', f'--loader {args.loader}')
         min_after_dequeue = args.min_after_dequeue
         if min_after_dequeue is None:
             min_after_dequeue = int(args.shuffling_queue_size * _DEFAULT_MIN_AFTER_DEQUEUE_RATIO)
         progress = sys.stderr.isatty() if args.progress is None else args.progress
-        result = reader_throughput(
+        report = measure_throughput(
             args.dataset_path, args.field_regex, warmup_cycles_count=args.warmup_cycles,
             measure_cycles_count=args.measure_cycles, pool_type=WorkerPoolType(args.pool_type),
             loaders_count=args.workers_count, profile_threads=args.profile_threads,
             read_method=ReadMethod(args.read_method), shuffling_queue_size=args.shuffling_queue_size,
-            min_after_dequeue=min_after_dequeue, batch=args.batch, on_progress=show_progress if progress else None)
-        print(result_as_json(result, args) if args.json else format_result(result))
+            min_after_dequeue=min_after_dequeue, batch=args.batch, loader=Loader(args.loader),
+            loader_batch_size=args.loader_batch_size, time_stages=args.v or args.vv or args.json,
+            on_progress=show_progress if progress else None,
+            reader_extra_args={'storage_options': storage_options} if storage_options else None)
+        if args.json:
+            print(result_as_json(report, args))
+            return
+        if report.stages is not None:
+            print(report.stages.format())
+        print(format_result(report.result))
 
     _cli.run(PROG, work)
 

@@ -9,6 +9,7 @@ Example::
 
     petastorm-generate-metadata.py --dataset_url hdfs://namenode:8020/path/to/dataset
     petastorm-generate-metadata.py --dataset_url file:///tmp/ds --unischema_class my_project.schemas.MySchema
+    petastorm-generate-metadata.py --dataset_url s3://bucket/ds --storage-options @s3-credentials.json
 """
 
 from __future__ import annotations
@@ -118,9 +119,9 @@ def _write_summary_metadata(filesystem: pafs.FileSystem, root: str,
         _replace_file(filesystem, posixpath.join(root, SUMMARY_METADATA), summary.write_metadata_file)
 
 
-def _stored_schema(dataset_url: str) -> Unischema:
+def _stored_schema(dataset_url: str, storage_options: dict | None, filesystem: Any) -> Unischema:
     try:
-        return get_schema(open_dataset(dataset_url))
+        return get_schema(open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem))
     except PetastormMetadataError as err:
         raise PetastormMetadataError(
             f'{dataset_url} has no stored schema to reuse ({err}). Name the dataset\'s Unischema with '
@@ -128,7 +129,8 @@ def _stored_schema(dataset_url: str) -> Unischema:
 
 
 def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: str | None = None,
-                                use_summary_metadata: bool = False, hdfs_driver: str = 'libhdfs3') -> None:
+                                use_summary_metadata: bool = False, hdfs_driver: str = 'libhdfs3',
+                                storage_options: dict | None = None, filesystem: Any = None) -> None:
     """Write (or rewrite) the Petastorm metadata of the Parquet store at ``dataset_url``.
 
     Args:
@@ -138,6 +140,8 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
             the dataset (ours or Petastorm's) is reused.
         use_summary_metadata: also write a Parquet ``_metadata`` summary of every row group.
         hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
+        storage_options: options of the filesystem behind the URL (credentials, endpoint...).
+        filesystem: a ready ``pyarrow.fs`` or fsspec filesystem to use instead of resolving the URL.
 
     Raises:
         ValueError: ``unischema_class`` does not name a Unischema, or the URL is malformed.
@@ -145,20 +149,21 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
         PetastormMetadataGenerationError: the directory holds no Parquet data files, or one is unreadable.
         FileNotFoundError: nothing exists at ``dataset_url``.
     """
-    schema = load_unischema(unischema_class) if unischema_class else _stored_schema(dataset_url)
-    filesystem, root = resolve_url(dataset_url)
-    paths = list_data_files(filesystem, root, dataset_url)
+    schema = (load_unischema(unischema_class) if unischema_class
+              else _stored_schema(dataset_url, storage_options, filesystem))
+    fs, root = resolve_url(dataset_url, storage_options, filesystem, hdfs_driver=hdfs_driver)
+    paths = list_data_files(fs, root, dataset_url)
     if not paths:
         raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
     logger.info('reading the footers of %d files of %s', len(paths), dataset_url)
-    footers = _read_footers(filesystem, paths)
+    footers = _read_footers(fs, paths)
     row_groups = {posixpath.relpath(path, root): [footer.row_group(i).num_rows
                                                   for i in range(footer.num_row_groups)]
                   for path, footer in sorted(footers.items())}
     if use_summary_metadata:
         logger.info('writing the _metadata summary of %d files', len(paths))
-        _write_summary_metadata(filesystem, root, footers)
-    write_petastorm_metadata(filesystem, root, schema, dataset_url, row_groups)
+        _write_summary_metadata(fs, root, footers)
+    write_petastorm_metadata(fs, root, schema, dataset_url, row_groups)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -182,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--master', help='accepted for compatibility; no Spark job is needed')
     parser.add_argument('--spark-driver-memory', default='4g', help='accepted for compatibility; not used')
     parser.add_argument('--hdfs-driver', default='libhdfs3', help='accepted for compatibility; not used')
+    from petastorm.tools import _cli
+
+    _cli.add_storage_options_argument(parser)
     return parser
 
 
@@ -192,14 +200,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
 
     def work() -> None:
-        _cli.existing_directory(args.dataset_url, 'dataset')
+        storage_options = _cli.parse_storage_options(args.storage_options)
+        _cli.existing_directory(args.dataset_url, 'dataset', storage_options)
         if args.unischema_class:
             try:
                 load_unischema(args.unischema_class)
             except ValueError as err:
                 raise _cli.UsageError(str(err)) from err
         generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
-                                    args.hdfs_driver)
+                                    args.hdfs_driver, storage_options=storage_options)
 
     _cli.configure_progress_logging()
     _cli.run(PROG, work)

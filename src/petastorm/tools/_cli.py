@@ -1,12 +1,14 @@
-"""What the command-line tools share: progress on stderr, one-line errors and exit codes."""
+"""What the command-line tools share: progress on stderr, one-line errors, exit codes and ``--storage-options``."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from petastorm.fs import resolve_url
 
@@ -44,14 +46,71 @@ def fail(prog: str, message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
-def existing_directory(url: str, what: str) -> None:
+STORAGE_OPTIONS_HELP = (
+    'options of the filesystem behind the URLs (credentials, endpoint...), as a JSON object '
+    '(\'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\'), as @FILE holding that JSON (keeps secrets '
+    'out of the shell history), or as comma-separated key=value pairs (anon=true,endpoint_url=http://...)')
+
+
+def add_storage_options_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--storage-options`` (parsed by :func:`parse_storage_options`) to a tool's parser."""
+    parser.add_argument('--storage-options', '--storage_options', dest='storage_options', metavar='OPTIONS',
+                        default=None, help=STORAGE_OPTIONS_HELP)
+
+
+def _pair_value(text: str) -> Any:
+    # true/false/numbers/null become JSON values; anything else (a URL, a key) stays a string.
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """The ``storage_options`` dict a ``--storage-options`` value stands for (None when the flag is absent).
+
+    Raises:
+        UsageError: not a JSON object, an unreadable ``@FILE``, or a pair without ``=``.
+    """
+    if text is None:
+        return None
+    source = '--storage-options'
+    from_file = text.startswith('@')
+    if from_file:
+        source = f'--storage-options file {text[1:]!r}'
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as err:
+            raise UsageError(f'{source} cannot be read: {err.strerror}') from err
+    stripped = text.strip()
+    if from_file or stripped.startswith('{'):
+        try:
+            options = json.loads(stripped)
+        except ValueError as err:
+            # The position is enough to find the mistake; the text itself may hold a secret.
+            raise UsageError(f'{source} is not valid JSON ({err.msg} at character {err.pos})') from err
+        if not isinstance(options, dict):
+            raise UsageError(f'{source} must be a JSON object, got a JSON {type(options).__name__}')
+        return options
+    options = {}
+    for pair in filter(None, (p.strip() for p in stripped.split(','))):
+        key, sep, value = pair.partition('=')
+        if not sep or not key.strip():
+            raise UsageError(f'{source} expects a JSON object or key=value pairs separated by commas; '
+                             f'{key.strip() or pair!r} has no "="')
+        options[key.strip()] = _pair_value(value.strip())
+    return options
+
+
+def existing_directory(url: str, what: str, storage_options: dict | None = None) -> None:
     """Check that ``url`` parses and names an existing directory, before any Spark work starts.
 
     Raises:
         UsageError: the URL has no scheme or unknown scheme, or nothing exists there.
     """
     try:
-        filesystem, path = resolve_url(url)
+        filesystem, path = resolve_url(url, storage_options)
         info = filesystem.get_file_info(path)
     except (ValueError, OSError) as err:
         raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
@@ -61,14 +120,14 @@ def existing_directory(url: str, what: str) -> None:
         raise UsageError(f'{what} {url} is not a directory')
 
 
-def check_target(url: str, overwrite: bool) -> None:
+def check_target(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
     """Check that ``url`` parses and, unless ``overwrite``, that nothing is there yet.
 
     Raises:
         UsageError: the URL is malformed, or the target exists and ``overwrite`` is False.
     """
     try:
-        filesystem, path = resolve_url(url)
+        filesystem, path = resolve_url(url, storage_options)
         info = filesystem.get_file_info(path)
     except (ValueError, OSError) as err:
         raise UsageError(f'target {url!r}: {one_line(err)}') from err

@@ -16,6 +16,7 @@ from typing import Any
 
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 from petastorm.etl.materialize import materialize_dataset
+from petastorm.fs import resolve_url
 from petastorm.tools import _cli
 from petastorm.tools.spark_session_cli import add_configure_spark_arguments, configure_spark
 from petastorm.unischema import Unischema, match_unischema_fields
@@ -41,7 +42,8 @@ def _target_schema(schema: Unischema, field_regex: Sequence[str] | None) -> Unis
 
 def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequence[str] | None,
                  not_null_fields: Sequence[str] | None, overwrite_output: bool, partitions_count: int | None,
-                 row_group_size_mb: float | None, hdfs_driver: str = 'libhdfs3') -> None:
+                 row_group_size_mb: float | None, hdfs_driver: str = 'libhdfs3',
+                 storage_options: dict | None = None, filesystem: Any = None) -> None:
     """Copy the dataset at ``source_url`` to ``target_url`` with Spark, writing fresh Petastorm metadata.
 
     Args:
@@ -54,20 +56,28 @@ def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequ
         partitions_count: repartition into this many Spark partitions (so this many files) before writing.
         row_group_size_mb: row-group size of the copy (Spark's default if None).
         hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
+        storage_options: options of the filesystem behind both URLs (credentials, endpoint...), used where this
+            function reads the schema and writes the metadata. Spark reads and writes the data itself, through
+            its Hadoop filesystems: an ``s3a://`` URL needs the hadoop-aws jars and ``spark.hadoop.fs.s3a.*``
+            settings (see docs/storage.md).
+        filesystem: a ready ``pyarrow.fs`` or fsspec filesystem holding both datasets, instead of resolving the URLs.
 
     Raises:
         ValueError: ``field_regex`` matches no field, or a ``not_null_fields`` name is not a copied field.
         PetastormMetadataError: the source has no stored schema.
         pyspark.errors.AnalysisException: ``target_url`` exists and ``overwrite_output`` is False.
     """
-    schema = _target_schema(get_schema_from_dataset_url(source_url, hdfs_driver), field_regex)
+    schema = _target_schema(get_schema_from_dataset_url(source_url, hdfs_driver, storage_options, filesystem),
+                            field_regex)
     unknown = [name for name in not_null_fields or [] if name not in schema.fields]
     if unknown:
         raise ValueError(f'not-null fields {unknown} are not among the copied fields ({", ".join(schema.fields)})')
     if partitions_count is not None and partitions_count < 1:
         raise ValueError(f'partitions_count must be a positive number of partitions, got {partitions_count!r}')
     logger.info('copying %d fields from %s to %s', len(schema.fields), source_url, target_url)
-    with materialize_dataset(spark, target_url, schema, row_group_size_mb):
+    target_filesystem = resolve_url(target_url, storage_options, filesystem, hdfs_driver=hdfs_driver)[0]
+    with materialize_dataset(spark, target_url, schema, row_group_size_mb,
+                             filesystem_factory=lambda: target_filesystem):
         frame = spark.read.parquet(source_url).select(*schema.fields)
         for name in not_null_fields or []:
             frame = frame.filter(frame[name].isNotNull())
@@ -96,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--row-group-size-mb', type=int, metavar='MB', help='row-group size of the copy')
     parser.add_argument('--hdfs-driver', type=str, default='libhdfs3',
                         help='accepted for compatibility; the filesystem is chosen from the URL')
+    _cli.add_storage_options_argument(parser)
     add_configure_spark_arguments(parser)
     return parser
 
@@ -105,14 +116,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
 
     def work() -> None:
-        _cli.existing_directory(args.source_url, 'source dataset')
+        storage_options = _cli.parse_storage_options(args.storage_options)
+        _cli.existing_directory(args.source_url, 'source dataset', storage_options)
         if args.partition_count is not None and args.partition_count < 1:
             raise _cli.UsageError(f'--partition-count must be at least 1, got {args.partition_count}')
         if args.row_group_size_mb is not None and args.row_group_size_mb < 1:
             raise _cli.UsageError(f'--row-group-size-mb must be at least 1, got {args.row_group_size_mb}')
-        _cli.check_target(args.target_url, args.overwrite_output)
+        _cli.check_target(args.target_url, args.overwrite_output, storage_options)
         # Resolve the fields before paying for a JVM: bad regexes fail in a second.
-        schema = _target_schema(get_schema_from_dataset_url(args.source_url), args.field_regex)
+        schema = _target_schema(get_schema_from_dataset_url(args.source_url, storage_options=storage_options),
+                                args.field_regex)
         logger.info('starting Spark to copy %d fields', len(schema.fields))
         from pyspark.sql import SparkSession
 
@@ -126,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         spark = builder.getOrCreate()
         try:
             copy_dataset(spark, args.source_url, args.target_url, args.field_regex, args.not_null_fields,
-                         args.overwrite_output, args.partition_count, args.row_group_size_mb, args.hdfs_driver)
+                         args.overwrite_output, args.partition_count, args.row_group_size_mb, args.hdfs_driver,
+                         storage_options)
         finally:
             spark.stop()
 

@@ -9,6 +9,7 @@ Example::
 
     petastorm-inspect file:///tmp/hello_world_dataset
     petastorm-inspect s3://bucket/dataset --json | jq .total_rows
+    petastorm-inspect s3://bucket/dataset --storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'
 """
 
 from __future__ import annotations
@@ -85,14 +86,19 @@ def _describe_indexes(store: ParquetStore) -> dict[str, Any]:
                    'values': len(indexer.indexed_values)} for name, indexer in indexes.items()}
 
 
-def inspect_dataset(dataset_url: str) -> dict[str, Any]:
+def inspect_dataset(dataset_url: str, storage_options: dict | None = None, filesystem: Any = None) -> dict[str, Any]:
     """A JSON-serializable description of the dataset at ``dataset_url`` (see the module docstring).
+
+    Args:
+        dataset_url: the dataset directory (or Parquet store).
+        storage_options: options of the filesystem behind the URL (credentials, endpoint...).
+        filesystem: a ready ``pyarrow.fs`` or fsspec filesystem to use instead of resolving the URL.
 
     Raises:
         FileNotFoundError: nothing exists at the URL.
         PetastormMetadataError: not a Parquet dataset, or its metadata is unreadable.
     """
-    store = open_dataset(dataset_url)
+    store = open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem)
     if not store.files:
         raise PetastormMetadataError(f'{dataset_url} holds no Parquet data files')
     try:
@@ -158,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f'example: {PROG} file:///tmp/dataset --json')
     parser.add_argument('dataset_url', help='URL of the dataset, e.g. file:///tmp/dataset or s3://bucket/dataset')
     parser.add_argument('--json', action='store_true', help='print one JSON object instead of the report')
+    _cli.add_storage_options_argument(parser)
     return parser
 
 
@@ -166,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
 
     def work() -> None:
-        description = inspect_dataset(args.dataset_url)
+        description = inspect_dataset(args.dataset_url, _cli.parse_storage_options(args.storage_options))
         try:
             print(json.dumps(description, indent=2) if args.json else format_description(description))
             sys.stdout.flush()
