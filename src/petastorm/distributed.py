@@ -262,12 +262,12 @@ class StreamPosition:
         pending: list[Run] = []
         consumed = stage.consumed
         for k, other in enumerate(units):
-            done = unit.num_rows if k < index else (taken if k == index else 0)
+            done = other.num_rows if k < index else (taken if k == index else 0)
             if k < cursor.main_from:
                 positions = other.base_positions()[done:]
                 pending.extend((other.epoch, int(p), int(p) + 1) for p in positions)
             else:
-                consumed += min(done, other.num_rows)
+                consumed += done
         return Stage(stage.epoch, stage.runs, consumed, tuple(merge_runs(sorted(pending))))
 
     @staticmethod
@@ -332,9 +332,13 @@ def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Sta
         if len(states) != old_count or [int(s['shard']) for s in states] != list(range(old_count)):
             raise ValueError(f'load_state_dict got {len(states)} states; expected one per rank of the saved world '
                              f'({old_count}), in rank order')
-        if len({int(s['epoch']) for s in states}) != 1:
-            raise ValueError(f'the ranks were saved in different epochs ({sorted({s["epoch"] for s in states})}); '
-                             f'save every rank at the same step')
+        epochs = sorted({int(s['epoch']) for s in states})
+        # A rank whose loader drew its whole share of an epoch may be saved at the start of the next one, holding
+        # rows of the previous in its buffers; any other mix of epochs cannot be one step of synchronous training.
+        ahead = [s for s in states if int(s['epoch']) > epochs[0]]
+        if epochs[-1] > epochs[0] + 1 or any(int(s['consumed']) or s.get('runs') is not None for s in ahead):
+            raise ValueError(f'the ranks were saved in different epochs ({epochs}); save every rank at the same '
+                             f'step')
     if old_count == layout.shard_count:
         mine = [s for s in states if int(s['shard']) == layout.shard]
         if mine:
@@ -343,14 +347,17 @@ def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Sta
         raise ValueError(f"the state is of shard {first['shard']} of {old_count} and this reader is shard "
                          f"{layout.shard} of {layout.shard_count}; with shard_mode='row_groups' a shard can only "
                          f"continue its own state (changing the world size needs shard_mode='rows')")
-    if len(states) == 1:
-        if first.get('pending'):
-            raise ValueError('the state holds rows buffered by a loader of its rank; with another world size or '
-                             'rank, pass the states of every saved rank (a list) to load_state_dict')
-        progress = [(int(first['consumed']), ())] * old_count
-    else:
-        progress = [(int(s['consumed']), tuple(tuple(r) for r in s.get('pending', ()))) for s in states]
+    if len(states) == 1 and first.get('pending'):
+        raise ValueError('the state holds rows buffered by a loader of its rank; with another world size or '
+                         'rank, pass the states of every saved rank (a list) to load_state_dict')
+    first = min(states, key=lambda s: int(s['epoch']))
     stage = _stage_of(first)
     runs = stage.runs if stage.runs is not None else [(stage.epoch, 0, layout.total_rows)]
     remainder: Remainder = first['remainder']
+    if len(states) == 1:
+        progress: list[tuple[int, tuple[Run, ...]]] = [(int(first['consumed']), ())] * old_count
+    else:
+        quota = share_size(runs_length(runs), old_count, remainder)
+        progress = [(int(s['consumed']) if int(s['epoch']) == stage.epoch else quota,
+                     tuple(tuple(r) for r in s.get('pending', ()))) for s in states]
     return Stage(stage.epoch, tuple(remaining_runs(runs, old_count, remainder, progress)))

@@ -366,14 +366,19 @@ class Reader:
         first, pass_start = self._pass
         tags: deque[tuple[Stage, list, int, int]] = deque()  # what each submitted unit is, in submission order
 
+        def submit(stage: Stage) -> Iterator[Any]:
+            scheduled, main_from = layout.units(stage)
+            for index, unit in enumerate(scheduled):
+                tags.append((stage, scheduled, main_from, index))
+                yield unit
+
         def units() -> Iterator[Any]:
             epoch = first.epoch
+            if num_epochs is not None and epoch >= pass_start + num_epochs and first.pending:
+                # Saved after the last epoch of the pass while a loader still held rows of it: only those remain.
+                yield from submit(Stage(epoch, (), 0, first.pending))
             while num_epochs is None or epoch < pass_start + num_epochs:
-                stage = first if epoch == first.epoch else Stage(epoch)
-                scheduled, main_from = layout.units(stage)
-                for index, unit in enumerate(scheduled):
-                    tags.append((stage, scheduled, main_from, index))
-                    yield unit
+                yield from submit(first if epoch == first.epoch else Stage(epoch))
                 epoch += 1
                 if not layout.items:
                     return
@@ -592,10 +597,18 @@ class Reader:
     @property
     def diagnostics(self) -> dict[str, Any]:
         """Counters of the worker pool and the plan; with ``time_stages``, also ``'stages'`` (seconds per stage)."""
-        info = {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items)}
+        info = {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items),
+                **self._shard_diagnostics()}
         if self._stage_totals is not None:
             info['stages'] = self._stage_totals.snapshot()
         return info
+
+    def _shard_diagnostics(self) -> dict[str, Any]:
+        layout, options = self._layout, self._options
+        return {'shard_mode': layout.shard_mode, 'shard': options.cur_shard, 'shard_count': options.shard_count,
+                'shard_source': options.shard_source, 'rows_per_epoch_before_filters': layout.rows_per_epoch,
+                'shard_remainder': layout.remainder if layout.shard_mode == 'rows' else None,
+                'rows_remainder_per_epoch': layout.remainder_rows}
 
     def stop(self) -> None:
         """Stop reading (non-blocking); iteration afterwards raises ``RuntimeError``."""

@@ -1,0 +1,237 @@
+"""Resuming readers and torch loaders at random points, with the same or another world size; epoch lengths.
+
+Each test compares what a stopped-and-restored run delivers with an uninterrupted run of the same arguments.
+"""
+
+import collections
+import random
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.codecs import NdarrayCodec, ScalarCodec
+from petastorm.predicates import in_lambda
+from petastorm.unischema import Unischema, UnischemaField
+from petastorm.weighted_sampling_reader import WeightedSamplingReader
+
+ROWS = 97
+PARQUET_ROWS = 99
+Schema = Unischema('ResumeSchema', [
+    UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+    UnischemaField('vec', np.float32, (2,), NdarrayCodec(), False),
+])
+
+
+@pytest.fixture(scope='module')
+def petastorm_url(tmp_path_factory):
+    url = 'file://' + str(tmp_path_factory.mktemp('resume') / 'ds')
+    rows = ({'id': i, 'vec': np.full(2, i, dtype=np.float32)} for i in range(ROWS))
+    write_dataset(url, Schema, rows, row_group_size_mb=0.0005, file_size_mb=0.002)
+    return url
+
+
+@pytest.fixture(scope='module')
+def parquet_url(tmp_path_factory):
+    """Plain Parquet of PARQUET_ROWS rows, row groups of uneven sizes (5 to 23 rows), a hive partition column."""
+    root = tmp_path_factory.mktemp('uneven')
+    start = 0
+    for part, (rows, group) in enumerate([(40, 23), (31, 5), (28, 11)]):
+        ids = np.arange(start, start + rows, dtype=np.int64)
+        table = pa.table({'id': ids, 'x': ids.astype(np.float32)})
+        (root / f'part={part}').mkdir()
+        pq.write_table(table, root / f'part={part}' / 'data.parquet', row_group_size=group)
+        start += rows
+    return 'file://' + str(root)
+
+
+def _make(kind, url, **kwargs):
+    kwargs.setdefault('workers_count', 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return (make_reader if kind == 'rows' else make_batch_reader)(url, **kwargs)
+
+
+def _ids(kind, items):
+    if kind == 'rows':
+        return [int(row.id) for row in items]
+    return [int(i) for batch in items for i in batch.id]
+
+
+def _take(kind, reader, count):
+    return _ids(kind, [next(reader) for _ in range(count)])
+
+
+RESUME_CASES = [
+    ('rows', dict(shuffle_rows=True)),
+    ('rows', dict(shuffle_rows=True, shard_mode='rows', cur_shard=1, shard_count=3, shuffle_row_drop_partitions=2)),
+    ('rows', dict(predicate=in_lambda(['id'], lambda i: i % 3 != 0), shuffle_rows=True, shard_mode='rows',
+                  cur_shard=0, shard_count=2)),
+    ('batches', dict(shuffle_rows=True, shard_mode='rows', cur_shard=2, shard_count=3)),
+    ('batches', dict(filters=[('x', '>', 20.0)], shard_mode='rows', cur_shard=0, shard_count=2, shuffle_rows=True)),
+]
+
+
+@pytest.mark.parametrize(('kind', 'options'), RESUME_CASES)
+def test_reader_resumes_with_exactly_the_rows_not_delivered(petastorm_url, parquet_url, kind, options):
+    url = petastorm_url if kind == 'rows' else parquet_url
+    options = dict(options, seed=11, num_epochs=2)
+    with _make(kind, url, **options) as reader:
+        full = list(reader)
+    rng = random.Random(repr(options))
+    for stop_at in sorted(rng.sample(range(len(full) + 1), 3)):
+        with _make(kind, url, **options) as reader:
+            head = _take(kind, reader, stop_at)
+            state = reader.state_dict()
+        with _make(kind, url, **options) as reader:
+            reader.load_state_dict(state)
+            tail = _ids(kind, reader)
+        assert head + tail == _ids(kind, full), f'stopped after {stop_at} items'
+
+
+def test_unseeded_reader_resumes_in_its_own_order(petastorm_url):
+    with _make('rows', petastorm_url, shuffle_rows=True) as reader:
+        head = _take('rows', reader, 40)
+        state = reader.state_dict()
+    with _make('rows', petastorm_url, shuffle_rows=True) as reader:
+        reader.load_state_dict(state)
+        tail = _ids('rows', reader)
+    assert sorted(head + tail) == list(range(ROWS))
+
+
+@pytest.mark.parametrize('remainder', ['pad', 'drop_last'])
+@pytest.mark.parametrize('pass_every_state', [False, True])
+def test_readers_resume_from_four_ranks_on_two(parquet_url, remainder, pass_every_state):
+    options = dict(seed=5, shuffle_rows=True, shard_mode='rows', shard_remainder=remainder)
+    heads, states = [], []
+    for rank in range(4):
+        with _make('rows', parquet_url, cur_shard=rank, shard_count=4, **options) as reader:
+            assert reader.num_rows_per_epoch == (25 if remainder == 'pad' else 24)
+            heads.append(_take('rows', reader, 9))
+            states.append(reader.state_dict())
+    if not pass_every_state:  # one state stands for all: every rank took the same number of rows
+        states = [states[0]]
+    tails = []
+    for rank in range(2):
+        with _make('rows', parquet_url, cur_shard=rank, shard_count=2, **options) as reader:
+            reader.load_state_dict(states)
+            tails.append(_ids('rows', reader))
+    assert len(tails[0]) == len(tails[1]), 'equal shares after the world size changed'
+    seen = collections.Counter(i for part in heads + tails for i in part)
+    if remainder == 'drop_last':
+        assert max(seen.values()) == 1, 'no row twice'
+        assert PARQUET_ROWS - len(seen) < 4 + 2, 'only the remainders are dropped'
+    else:
+        assert set(seen) == set(range(PARQUET_ROWS))
+        assert sum(seen.values()) - PARQUET_ROWS < 4 + 2, 'only the remainders are repeated'
+
+
+def test_state_errors_name_the_problem(parquet_url):
+    with _make('batches', parquet_url, seed=1, shard_mode='rows', cur_shard=0, shard_count=2) as reader:
+        next(reader)
+        state = reader.state_dict()
+        with pytest.raises(RuntimeError, match='before reading'):
+            reader.load_state_dict(state)
+    with _make('batches', parquet_url, seed=2, shard_mode='rows', cur_shard=0, shard_count=2) as reader, \
+            pytest.raises(ValueError, match='seed=1'):
+        reader.load_state_dict(state)
+    with _make('batches', parquet_url, seed=1, cur_shard=0, shard_count=3) as reader, \
+            pytest.raises(ValueError, match='shard_mode'):
+        reader.load_state_dict(state)
+    with _make('batches', parquet_url, seed=1, cur_shard=0, shard_count=2) as reader:
+        row_group_state = reader.state_dict()
+    with _make('batches', parquet_url, seed=1, cur_shard=0, shard_count=3) as reader, \
+            pytest.raises(ValueError, match="needs shard_mode='rows'"):
+        reader.load_state_dict(row_group_state)
+
+
+def test_epoch_length_from_metadata(parquet_url):
+    options = dict(shard_mode='rows', cur_shard=1, shard_count=4, num_epochs=3, workers_count=1)
+    with _make('rows', parquet_url, **options) as reader:
+        assert reader.num_rows_per_epoch == 25
+        assert reader.num_rows_per_pass == len(reader) == 75
+        assert len(list(reader)) == 75
+        assert reader.diagnostics['rows_remainder_per_epoch'] == 1
+    with _make('batches', parquet_url, **options) as reader:
+        assert len(reader) == len(list(reader))
+    with _make('batches', parquet_url, predicate=in_lambda(['part'], lambda part: part == 1)) as reader:
+        assert reader.num_rows_per_epoch == 31 == len(_ids('batches', reader)), 'partition predicates are exact'
+    with _make('batches', parquet_url, filters=[('x', '<', 3.0)]) as reader:
+        assert reader.num_rows_per_epoch is None
+        with pytest.raises(TypeError, match='num_rows_per_epoch'):
+            len(reader)
+        assert reader, 'a reader stays truthy without a len()'
+
+
+@pytest.mark.parametrize('loader_kind', ['DataLoader', 'BatchedDataLoader'])
+@pytest.mark.parametrize('capacity', [0, 30])
+def test_torch_loaders_resume(parquet_url, loader_kind, capacity):
+    from petastorm import pytorch
+
+    loader_class = getattr(pytorch, loader_kind)
+    options = dict(seed=3, shuffle_rows=True, shard_mode='rows', cur_shard=1, shard_count=2, num_epochs=2)
+
+    def loader():
+        return loader_class(_make('batches', parquet_url, **options), batch_size=7,
+                            shuffling_queue_capacity=capacity)
+
+    with loader() as whole:
+        assert len(whole) == 15  # ceil(2 * 50 / 7)
+        full = [b['id'].tolist() for b in whole]
+    assert len(full) == 15
+    for stop_at in (1, 6, 14):
+        with loader() as first:
+            batches = iter(first)
+            head = [next(batches)['id'].tolist() for _ in range(stop_at)]
+            state = first.state_dict()
+        with loader() as second:
+            second.load_state_dict(state)
+            tail = [b['id'].tolist() for b in second]
+        rows, expected = sum(head + tail, []), sum(full, [])
+        if capacity:
+            assert sorted(rows) == sorted(expected), 'buffered rows are read again, none lost or repeated'
+        else:
+            assert rows == expected
+
+
+def test_torch_loaders_resume_from_four_ranks_on_two(parquet_url):
+    from petastorm.pytorch import DataLoader
+
+    options = dict(seed=9, shard_mode='rows', shard_remainder='drop_last', shuffle_rows=True)
+    heads, states = [], []
+    for rank in range(4):
+        with DataLoader(_make('batches', parquet_url, cur_shard=rank, shard_count=4, **options), batch_size=4,
+                        shuffling_queue_capacity=10) as loader:
+            batches = iter(loader)
+            heads += [i for _ in range(3) for i in next(batches)['id'].tolist()]
+            states.append(loader.state_dict())
+    tails = []
+    for rank in range(2):
+        reader = _make('batches', parquet_url, cur_shard=rank, shard_count=2, **options)
+        with DataLoader(reader, batch_size=4) as loader:
+            loader.load_state_dict({**states[0], 'reader': [s['reader'] for s in states]})
+            tails.append([i for b in loader for i in b['id'].tolist()])
+    assert len(tails[0]) == len(tails[1])
+    seen = collections.Counter(heads + tails[0] + tails[1])
+    assert max(seen.values()) == 1
+    assert PARQUET_ROWS - len(seen) < 4 + 2
+
+
+def test_weighted_sampling_keeps_its_mixture_under_resume(petastorm_url, parquet_url):
+    def mix():
+        readers = [_make('rows', petastorm_url, seed=1, num_epochs=None),
+                   _make('rows', petastorm_url, seed=2, num_epochs=None, shuffle_rows=True)]
+        return WeightedSamplingReader(readers, [0.7, 0.3], seed=4)
+
+    with mix() as whole:
+        full = [int(next(whole).id) for _ in range(150)]
+    with mix() as first:
+        head = [int(next(first).id) for _ in range(61)]
+        state = first.state_dict()
+    with mix() as second:
+        second.load_state_dict(state)
+        tail = [int(next(second).id) for _ in range(89)]
+    assert head + tail == full
