@@ -7,7 +7,8 @@ import pytest
 
 HEAVY = ('torch', 'tensorflow', 'pyspark', 'cv2', 'PIL')
 CORE_MODULES = ['petastorm', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.etl.dataset_metadata',
-                'petastorm.utils', 'petastorm.writer', 'petastorm.metadata.legacy', 'petastorm.generator']
+                'petastorm.utils', 'petastorm.writer', 'petastorm.metadata.legacy', 'petastorm.generator',
+                'petastorm.tf_utils']
 
 
 @pytest.mark.parametrize('module', CORE_MODULES)

@@ -258,9 +258,10 @@ def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
 
 
 # numpy scalar type -> name of the TensorFlow dtype that carries it (strings and decimals travel as tf.string).
+# uint16 and uint32 widen to signed types, as the TensorFlow adapters deliver them: few TF kernels take them.
 _NUMPY_TO_TF_NAME = {
-    np.int8: 'int8', np.uint8: 'uint8', np.int16: 'int16', np.uint16: 'uint16', np.int32: 'int32',
-    np.uint32: 'uint32', np.int64: 'int64', np.uint64: 'uint64', np.float16: 'float16', np.float32: 'float32',
+    np.int8: 'int8', np.uint8: 'uint8', np.int16: 'int16', np.uint16: 'int32', np.int32: 'int32',
+    np.uint32: 'int64', np.int64: 'int64', np.uint64: 'uint64', np.float16: 'float16', np.float32: 'float32',
     np.float64: 'float64', np.bool_: 'bool', np.str_: 'string', np.bytes_: 'string', decimal.Decimal: 'string',
     np.datetime64: 'int64',
 }
@@ -268,6 +269,8 @@ _NUMPY_TO_TF_NAME = {
 
 def tf_dtype_name(numpy_dtype: Any) -> str:
     """The name of the TensorFlow dtype for a field's ``numpy_dtype`` (``'string'`` for str, bytes, Decimal)."""
+    if isinstance(numpy_dtype, np.dtype):
+        numpy_dtype = numpy_dtype.type
     name = _NUMPY_TO_TF_NAME.get(numpy_dtype)
     if name is None:
         raise ValueError(f'numpy type {numpy_dtype!r} has no TensorFlow counterpart; supported: '

@@ -1,0 +1,86 @@
+"""``make_petastorm_dataset``: a reader as a ``tf.data.Dataset``, fed with whole decoded columns.
+
+The Python generator behind the dataset hands TensorFlow one batch of columns per work item (a row group or
+part of one), never one Python object per row: a batch reader's batches go through as they are, and a row
+reader's column batches are cut into rows by ``Dataset.unbatch()`` inside TensorFlow. Only a batch whose rows
+have different shapes (a variable-shape field of a row reader) is handed over as one-row batches.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from petastorm._optional import import_optional
+from petastorm.tf_utils._convert import RaggedColumnError, columns_for_tf, values_for_tf
+from petastorm.tf_utils._layout import ElementLayout
+
+# The first sentence is the original's, which users filter on.
+_RESET_WARNING = ('Running multiple iterations over make_petastorm_dataset is not recommend for performance issue. '
+                  'Each new iteration restarts the reader (reader.reset()); ask for several passes with the '
+                  "reader's num_epochs, or call .cache() on the dataset before .repeat().")
+
+
+def make_petastorm_dataset(reader: Any) -> Any:
+    """A ``tf.data.Dataset`` of what ``reader`` yields.
+
+    Elements are the reader's namedtuples (``'<schema>_view'``) of tensors: one row each for :func:`make_reader`,
+    one batch each for :func:`make_batch_reader` (every tensor then has a leading batch dimension of unknown
+    size). With an NGram, an element is a dict ``{offset: namedtuple}``. Tensors have the schema's TensorFlow
+    dtypes (:meth:`petastorm.unischema.Unischema.as_tf_dtypes`) and the schema's shapes as static shapes
+    (``None`` where a dimension varies). Strings and ``Decimal`` values arrive as ``tf.string`` (a Decimal as
+    its normalized text), times as int64 nanoseconds since the epoch, uint16/uint32 widened to int32/int64.
+    A ``None`` value stops iteration with an error naming the field.
+
+    The reader stays owned by the caller: stop and join it (use it as a context manager) when done. Iterating
+    the dataset again after the reader ran out restarts the reader with a warning; prefer the reader's
+    ``num_epochs``. Prefer the reader's ``predicate``, ``cur_shard``/``shard_count`` and ``shuffle_*`` arguments
+    over ``Dataset.filter``/``shard``/``shuffle``: they skip unneeded data before it is read.
+
+    Args:
+        reader: a :class:`petastorm.reader.Reader`.
+
+    Returns:
+        A ``tf.data.Dataset``.
+
+    Example:
+        >>> with make_reader('file:///tmp/mnist', num_epochs=1) as reader:
+        ...     dataset = make_petastorm_dataset(reader).map(lambda row: (row.image, row.digit)).batch(64)
+        ...     model.fit(dataset)
+    """
+    tf = import_optional('tensorflow', 'petastorm.tf_utils.make_petastorm_dataset')
+    layout = ElementLayout.of(reader)
+    layout.warn_about_unicode()
+
+    def generate() -> Iterator[Any]:
+        if reader.last_row_consumed:
+            warnings.warn(_RESET_WARNING, UserWarning, stacklevel=2)
+            reader.reset()
+        for flat in column_batches(reader, layout):
+            yield layout.pack(flat)
+
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=True))
+    return dataset if reader.batched_output else dataset.unbatch()
+
+
+def column_batches(reader: Any, layout: ElementLayout) -> Iterator[list[np.ndarray]]:
+    """The reader's data as batches of TensorFlow-ready columns, in ``layout``'s flat order.
+
+    Raises:
+        RaggedColumnError: a batch reader's column holds rows of different shapes.
+    """
+    if reader.batched_output:
+        for element in reader:
+            yield columns_for_tf(layout.names, layout.flatten(element))
+        return
+    for columns in reader.iter_column_batches():
+        flat = layout.row_columns(columns)
+        try:
+            yield columns_for_tf(layout.names, flat)
+        except RaggedColumnError:
+            # A variable-shape field: rows cannot be stacked, so each row travels as a batch of one.
+            for row in zip(*flat, strict=True):
+                yield [np.expand_dims(value, 0) for value in values_for_tf(layout.names, row)]

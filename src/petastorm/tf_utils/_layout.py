@@ -1,0 +1,161 @@
+"""The structure of what a reader yields, as TensorFlow sees it: dtypes, static shapes, flat order, packing.
+
+A reader yields a namedtuple of its schema's fields, or, with an NGram, a dict ``{offset: namedtuple}`` with one
+namedtuple per offset of the window. TensorFlow ops that cross into Python (``numpy_function``, queues) take flat
+lists of tensors, so an :class:`ElementLayout` fixes one flat order of the fields (offsets ascending, schema
+order inside each) and converts between that flat list and the nested structure.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from petastorm.read import META, NGRAM_STARTS
+from petastorm.unischema import Unischema, UnischemaField, numpy_to_tf_dtype, tf_dtype_name
+
+
+def _numpy_to_tf_dtypes(numpy_dtype: Any) -> Any:
+    """The ``tf.DType`` that carries values of ``numpy_dtype`` (imports TensorFlow)."""
+    return numpy_to_tf_dtype(numpy_dtype)
+
+
+def _schema_to_tf_dtypes(schema: Unischema) -> list[Any]:
+    """The ``tf.DType`` of each field of ``schema``, in schema order (imports TensorFlow)."""
+    return [numpy_to_tf_dtype(field.numpy_dtype) for field in schema.fields.values()]
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The fields of one namedtuple of an element: the whole element, or one NGram offset."""
+
+    offset: int | None
+    make: type
+    fields: tuple[UnischemaField, ...]
+
+
+class ElementLayout:
+    """One reader's element structure.
+
+    Args:
+        schema: the reader's schema (after field selection and transform).
+        ngram: the reader's NGram, or None.
+    """
+
+    def __init__(self, schema: Unischema, ngram: Any = None):
+        self.ngram = ngram
+        if ngram is None:
+            self._groups = (_Group(None, schema._get_namedtuple(), tuple(schema.fields.values())),)
+            self.base = 0
+        else:
+            self.base = min(ngram.fields)
+            views = ((offset, ngram.get_schema_at_timestep(schema, offset))
+                     for offset in range(self.base, self.base + ngram.length))
+            self._groups = tuple(_Group(offset, view._get_namedtuple(), tuple(view.fields.values()))
+                                 for offset, view in views)
+        self.fields = [field for group in self._groups for field in group.fields]
+        self.names = [field.name for field in self.fields]
+        for field in self.fields:
+            _check_tf_type(field)
+
+    @classmethod
+    def of(cls, reader: Any) -> ElementLayout:
+        """The layout of ``reader``'s elements."""
+        return cls(reader.schema, reader.ngram)
+
+    def dtypes(self) -> list[Any]:
+        """The ``tf.DType`` of each flat field (imports TensorFlow)."""
+        return [numpy_to_tf_dtype(field.numpy_dtype) for field in self.fields]
+
+    def shapes(self, batched: bool) -> list[tuple[int | None, ...]]:
+        """Static shape of each flat field; batches have a leading dimension of unknown size."""
+        return [((None,) if batched else ()) + tuple(field.shape) for field in self.fields]
+
+    def signature(self, batched: bool) -> Any:
+        """The nested structure of ``tf.TensorSpec`` s describing one element (imports TensorFlow)."""
+        from petastorm._optional import import_optional
+
+        tf = import_optional('tensorflow', 'petastorm.tf_utils')
+        specs = [tf.TensorSpec(shape, dtype) for shape, dtype in zip(self.shapes(batched), self.dtypes(), strict=True)]
+        return self.pack(specs)
+
+    def pack(self, flat: Sequence[Any]) -> Any:
+        """The element structure (namedtuple or ``{offset: namedtuple}``) holding ``flat`` in layout order."""
+        values = iter(flat)
+        if self.ngram is None:
+            group = self._groups[0]
+            return group.make(*(next(values) for _ in group.fields))
+        return {group.offset: group.make(*(next(values) for _ in group.fields)) for group in self._groups}
+
+    def flatten(self, element: Any) -> list[Any]:
+        """The values of a reader element, in layout order."""
+        if self.ngram is None:
+            return list(element)
+        return [value for group in self._groups for value in element[group.offset]]
+
+    def row_columns(self, columns: Mapping[str, Any]) -> list[np.ndarray]:
+        """The flat columns of one batch from :meth:`petastorm.reader.Reader.iter_column_batches` of a row reader.
+
+        For an NGram, the i-th row of each column is the i-th window's row at that column's offset.
+        """
+        if columns[META].get('tuple'):
+            # A row transform returned tuples: columns are named by position.
+            return [columns[str(i)] for i in range(len(self.names))]
+        if self.ngram is None:
+            return [columns[name] for name in self.names]
+        starts = columns[NGRAM_STARTS]
+        return [columns[field.name][starts + (group.offset - self.base)]
+                for group in self._groups for field in group.fields]
+
+    def unicode_fields(self) -> list[str]:
+        """Fields of unicode strings (TensorFlow hands them back as UTF-8 bytes)."""
+        return list(dict.fromkeys(f.name for f in self.fields if f.numpy_dtype is np.str_))
+
+    def warn_about_unicode(self) -> None:
+        """Tell once that unicode fields come back as bytes (the original warned the same way)."""
+        names = self.unicode_fields()
+        if names:
+            warnings.warn(f'Tensorflow will convert all unicode strings back to bytes type: fields {names} arrive '
+                          f"as tf.string (UTF-8 bytes); decode them with .decode('utf-8') where text is needed.",
+                          UnicodeWarning, stacklevel=3)
+
+    def groups(self) -> Iterator[tuple[int | None, type, tuple[UnischemaField, ...]]]:
+        """``(offset, namedtuple class, fields)`` of each namedtuple of an element."""
+        for group in self._groups:
+            yield group.offset, group.make, group.fields
+
+
+def _check_tf_type(field: UnischemaField) -> None:
+    """Fail early, naming the field, when its numpy type has no TensorFlow counterpart."""
+    try:
+        tf_dtype_name(field.numpy_dtype)
+    except ValueError as err:
+        raise ValueError(f'field {field.name!r} cannot become a TensorFlow tensor: {err}') from err
+
+
+def make_namedtuple_tf_ngram(unischema: Unischema, ngram: Any, *args: Any, **kwargs: Any) -> dict[int, Any]:
+    """``{offset: namedtuple}`` of an NGram element from flat values and/or per-offset field dicts.
+
+    Args:
+        unischema: the reader's schema.
+        ngram: the NGram.
+        *args: values of every offset's fields, offsets ascending, schema order inside an offset.
+        **kwargs: ``{str(offset): {field name: value}}`` for offsets not covered by ``args``.
+    """
+    layout = ElementLayout(unischema, ngram)
+    values = list(args)
+    result = {}
+    for offset, make, fields in layout.groups():
+        given = dict(kwargs.get(str(offset), {}))
+        for field in fields:
+            if field.name not in given:
+                if not values:
+                    raise ValueError(f'no value for field {field.name!r} at offset {offset}: {len(args)} positional '
+                                     f'values given for {len(layout.fields)} fields')
+                given[field.name] = values.pop(0)
+        result[offset] = make(**given)
+    return result
