@@ -622,7 +622,7 @@ class Reader:
             if close is not None and self.stopped:
                 try:
                     close()
-                except RuntimeError:  # closing a generator another thread is running
+                except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()
 
