@@ -103,6 +103,16 @@ def result_as_json(report: ThroughputReport, args: argparse.Namespace) -> str:
     })
 
 
+def _require(module: str, feature: str) -> None:
+    """Fail before spawning the benchmark when a framework is missing (finding it is cheaper than importing it)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        from petastorm._optional import import_optional
+
+        import_optional(module, feature)  # raises the error that names the pip extra
+
+
 def _configure_logging(args: argparse.Namespace) -> None:
     if args.vv or args.v:
         logging.basicConfig(stream=sys.stderr, format='%(asctime)s %(levelname)s %(name)s: %(message)s')
@@ -126,13 +136,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise _cli.UsageError(f'--loader {args.loader} cannot be combined with --read-method {args.read_method}')
         if args.loader_batch_size < 1:
             raise _cli.UsageError(f'--loader-batch-size must be at least 1, got {args.loader_batch_size}')
-        from petastorm._optional import import_optional
-
-        # Fail here, before spawning the benchmark, when a framework is missing.
         if args.read_method == ReadMethod.TF.value:
-            import_optional('tensorflow', '--read-method tf')
+            _require('tensorflow', '--read-method tf')
         if args.loader != Loader.NONE.value:
-            import_optional('torch', f'--loader {args.loader}')
+            _require('torch', f'--loader {args.loader}')
         min_after_dequeue = args.min_after_dequeue
         if min_after_dequeue is None:
             min_after_dequeue = int(args.shuffling_queue_size * _DEFAULT_MIN_AFTER_DEQUEUE_RATIO)

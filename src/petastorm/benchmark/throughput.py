@@ -1,12 +1,17 @@
 """Measure how fast a reader delivers samples, with the process's memory and CPU use.
 
-Importing this module needs neither TensorFlow nor psutil: TensorFlow is imported only for
-``read_method=ReadMethod.TF``, and psutil (when installed) only while measuring. Without psutil, memory is the
-peak RSS and CPU the user+system time from :mod:`resource`.
+Importing this module needs neither TensorFlow, torch nor psutil: TensorFlow is imported only for
+``read_method=ReadMethod.TF``, torch only for a torch :class:`Loader`, and psutil (when installed) only while
+measuring. Without psutil, memory is the peak RSS and CPU the user+system time from :mod:`resource`.
+
+:func:`measure_throughput` also measures through a torch loader and tells which stage (I/O, decode, transform,
+collate, queue wait) bounds the rate; :func:`reader_throughput` is Petastorm's function.
 
 Example:
     >>> result = reader_throughput('file:///tmp/dataset', warmup_cycles_count=100, measure_cycles_count=500)
     >>> print(f'{result.samples_per_second:.1f} samples/sec')  # doctest: +SKIP
+    >>> report = measure_throughput('file:///tmp/dataset', loader=Loader.TORCH, time_stages=True)
+    >>> print(report.stages.format())  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
+from petastorm.benchmark.stages import StageBreakdown, stage_breakdown
+
 logger = logging.getLogger(__name__)
 
-__all__ = ['BenchmarkResult', 'ReadMethod', 'WorkerPoolType', 'reader_throughput']
+__all__ = ['BenchmarkResult', 'Loader', 'ReadMethod', 'ThroughputReport', 'WorkerPoolType', 'measure_throughput',
+           'reader_throughput']
 
 #: ``on_progress(phase, done, total)``; ``phase`` is ``'warmup'`` or ``'measure'``.
 ProgressCallback = Callable[[str, int, int], None]
@@ -50,6 +59,18 @@ class ReadMethod(Enum):
         return self.value
 
 
+class Loader(Enum):
+    """What the samples are read through: the reader itself, ``petastorm.pytorch.DataLoader`` or
+    ``petastorm.pytorch.BatchedDataLoader``."""
+
+    NONE = 'none'
+    TORCH = 'torch'
+    TORCH_BATCHED = 'torch-batched'
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class BenchmarkResult(NamedTuple):
     """What :func:`reader_throughput` measured.
 
@@ -65,6 +86,19 @@ class BenchmarkResult(NamedTuple):
     samples_per_second: float
     memory_info: Any
     cpu: float
+
+
+@dataclass(frozen=True)
+class ThroughputReport:
+    """What :func:`measure_throughput` measured.
+
+    Attributes:
+        result: rate, memory and CPU, as :func:`reader_throughput` returns them.
+        stages: where the time went and which stage bounds the rate (None unless ``time_stages``).
+    """
+
+    result: BenchmarkResult
+    stages: StageBreakdown | None
 
 
 class MemoryInfo(NamedTuple):
@@ -125,44 +159,78 @@ def reader_throughput(dataset_url: str, field_regex: list[str] | None = None, wa
                       on_progress: ProgressCallback | None = None) -> BenchmarkResult:
     """Read ``warmup_cycles_count`` samples, then time ``measure_cycles_count`` more.
 
+    The arguments are those of :func:`measure_throughput`; this is Petastorm's entry point, without the loader
+    and the stage breakdown.
+
+    Returns:
+        A :class:`BenchmarkResult`.
+    """
+    return measure_throughput(
+        dataset_url, field_regex, warmup_cycles_count, measure_cycles_count, pool_type, loaders_count,
+        profile_threads, read_method, shuffling_queue_size, min_after_dequeue, reader_extra_args, spawn_new_process,
+        batch=batch, on_progress=on_progress).result
+
+
+def measure_throughput(dataset_url: str, field_regex: list[str] | None = None, warmup_cycles_count: int = 300,
+                       measure_cycles_count: int = 1000, pool_type: WorkerPoolType | str = WorkerPoolType.THREAD,
+                       loaders_count: int = 3, profile_threads: bool = False,
+                       read_method: ReadMethod | str = ReadMethod.PYTHON, shuffling_queue_size: int = 500,
+                       min_after_dequeue: int = 400, reader_extra_args: dict[str, Any] | None = None,
+                       spawn_new_process: bool = True, *, batch: bool = False, loader: Loader | str = Loader.NONE,
+                       loader_batch_size: int = 64, time_stages: bool = False,
+                       on_progress: ProgressCallback | None = None) -> ThroughputReport:
+    """Read ``warmup_cycles_count`` samples, then time ``measure_cycles_count`` more.
+
     The reader loops over the data forever (``num_epochs=None``), so the cycle counts may exceed the dataset size.
 
     Args:
         dataset_url: dataset URL, passed to ``make_reader`` / ``make_batch_reader``.
         field_regex: read only fields whose whole name matches one of these regular expressions (None: all).
-        warmup_cycles_count: ``next()`` calls before measuring (fills the worker queues).
-        measure_cycles_count: measured ``next()`` calls.
+        warmup_cycles_count: cycles before measuring (fills the worker queues).
+        measure_cycles_count: measured cycles. A cycle is one ``next()`` on what is read: a row, a batch of a
+            batch reader, or a loader batch.
         pool_type: a :class:`WorkerPoolType` or its value.
         loaders_count: ``workers_count`` of the reader.
-        profile_threads: accepted for compatibility with Petastorm; has no effect.
+        profile_threads: accepted for compatibility with Petastorm; has no effect (see ``time_stages``).
         read_method: :class:`ReadMethod`; ``TF`` pulls samples through ``petastorm.tf_utils.make_petastorm_dataset``
             (needs ``pip install 'petastorm[tf]'``).
         shuffling_queue_size: with ``TF``, the size of the ``tf.data`` shuffle buffer (0: no shuffling).
         min_after_dequeue: accepted for compatibility; ``tf.data`` shuffling has no such setting.
         reader_extra_args: more keyword arguments for the reader factory (they override the ones above).
         spawn_new_process: measure in a fresh child process, so that memory reflects this benchmark only.
-        batch: use ``make_batch_reader``: a cycle is one batch and ``samples_per_second`` counts its rows.
+        batch: use ``make_batch_reader`` instead of ``make_reader``.
+        loader: read through a torch loader (:class:`Loader`; needs ``pip install 'petastorm[torch]'``) with
+            ``loader_batch_size`` rows per batch; only with ``ReadMethod.PYTHON``.
+        loader_batch_size: rows per loader batch.
+        time_stages: measure the seconds of every stage and report which one bounds the rate.
         on_progress: called as ``on_progress(phase, done, total)`` a few times per second; it must be picklable
             (a module-level function) when ``spawn_new_process`` is True.
 
     Returns:
-        A :class:`BenchmarkResult`.
+        A :class:`ThroughputReport`; ``samples_per_second`` always counts rows.
 
     Raises:
-        ValueError: a cycle count is negative or ``measure_cycles_count`` is 0, or an unknown pool/read method.
-        MissingDependencyError: ``read_method`` is ``TF`` and TensorFlow is not installed.
+        ValueError: a cycle count is negative or ``measure_cycles_count`` is 0, an unknown pool/read method/loader,
+            a loader with ``ReadMethod.TF``, or ``loader_batch_size`` < 1.
+        MissingDependencyError: TensorFlow or torch is needed and not installed.
         RuntimeError: the benchmark failed in the child process (the message carries the original error).
     """
     pool_type = WorkerPoolType(str(pool_type))
     read_method = ReadMethod(str(read_method))
+    loader = Loader(str(loader))
     if warmup_cycles_count < 0 or measure_cycles_count < 1:
         raise ValueError(f'warmup_cycles_count={warmup_cycles_count} must be >= 0 and '
                          f'measure_cycles_count={measure_cycles_count} must be >= 1')
+    if loader is not Loader.NONE and read_method is not ReadMethod.PYTHON:
+        raise ValueError(f'loader={loader.value!r} reads through torch; it cannot be combined with '
+                         f'read_method={read_method.value!r}')
+    if loader_batch_size < 1:
+        raise ValueError(f'loader_batch_size={loader_batch_size} must be >= 1')
     arguments: dict[str, Any] = dict(
         dataset_url=dataset_url, field_regex=field_regex, warmup_cycles_count=warmup_cycles_count,
         measure_cycles_count=measure_cycles_count, pool_type=pool_type, loaders_count=loaders_count,
-        profile_threads=profile_threads, read_method=read_method, shuffling_queue_size=shuffling_queue_size,
-        min_after_dequeue=min_after_dequeue, reader_extra_args=reader_extra_args, batch=batch,
+        read_method=read_method, shuffling_queue_size=shuffling_queue_size, reader_extra_args=reader_extra_args,
+        batch=batch, loader=loader, loader_batch_size=loader_batch_size, time_stages=time_stages,
         on_progress=on_progress)
     if not spawn_new_process:
         return _measure(**arguments)
@@ -172,7 +240,7 @@ def reader_throughput(dataset_url: str, field_regex: list[str] | None = None, wa
         return executor.submit(_measure_in_child, arguments, logging.getLogger().getEffectiveLevel()).result()
 
 
-def _measure_in_child(arguments: dict[str, Any], log_level: int) -> BenchmarkResult:
+def _measure_in_child(arguments: dict[str, Any], log_level: int) -> ThroughputReport:
     if log_level < logging.WARNING:  # a spawned child starts with no logging set up: mirror the parent's level
         logging.basicConfig(format='%(asctime)s %(levelname)s %(name)s: %(message)s', level=log_level)
     # Exceptions travel back pickled: keep the message, drop what may not pickle (locks, readers, frames).
@@ -183,38 +251,67 @@ def _measure_in_child(arguments: dict[str, Any], log_level: int) -> BenchmarkRes
 
 
 def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_count: int, measure_cycles_count: int,
-             pool_type: WorkerPoolType, loaders_count: int, profile_threads: bool, read_method: ReadMethod,
-             shuffling_queue_size: int, min_after_dequeue: int, reader_extra_args: dict[str, Any] | None,
-             batch: bool, on_progress: ProgressCallback | None) -> BenchmarkResult:
-    from petastorm.reader import make_batch_reader, make_reader
+             pool_type: WorkerPoolType, loaders_count: int, read_method: ReadMethod, shuffling_queue_size: int,
+             reader_extra_args: dict[str, Any] | None, batch: bool, loader: Loader, loader_batch_size: int,
+             time_stages: bool, on_progress: ProgressCallback | None) -> ThroughputReport:
+    from petastorm._optional import import_optional
 
     if read_method is ReadMethod.TF:
-        from petastorm._optional import import_optional
-
         import_optional('tensorflow', '--read-method tf')
+    if loader is not Loader.NONE:
+        import_optional('torch', f'--loader {loader.value}')
     fields = _matching_fields(dataset_url, field_regex, batch)
     logger.info('Fields used in the benchmark: %s', [f.name for f in fields] if fields else 'all')
-    factory = make_batch_reader if batch else make_reader
     reader_args: dict[str, Any] = dict(num_epochs=None, reader_pool_type=pool_type.value,
                                        workers_count=loaders_count, schema_fields=fields or None)
     reader_args.update(reader_extra_args or {})
+    reader = _open_reader(dataset_url, batch, reader_args, time_stages)
     meter = _ResourceMeter()
-    with factory(dataset_url, **reader_args) as reader:
-        samples = _python_samples(reader) if read_method is ReadMethod.PYTHON else _tf_samples(
-            reader, shuffling_queue_size)
+    with _wrap_in_loader(reader, loader, loader_batch_size) as source:
+        if read_method is ReadMethod.TF:
+            samples = _tf_samples(reader, shuffling_queue_size)
+        else:
+            samples = _python_samples(source, batched=reader.batched_output or loader is not Loader.NONE)
         _run_cycles(samples, 'warmup', warmup_cycles_count, reader, on_progress)
         logger.info('Done warmup')
+        before = reader.diagnostics.get('stages')
         meter.start()
         started = time.perf_counter()
         rows = _run_cycles(samples, 'measure', measure_cycles_count, reader, on_progress)
         duration = time.perf_counter() - started
         cpu = meter.cpu_percent()
         memory = meter.memory()
+        after = reader.diagnostics.get('stages')
+        samples.close()  # a tf.data iterator holds the reader: release it before the reader stops
     result = BenchmarkResult(time_mean=duration / measure_cycles_count,
                              samples_per_second=rows / duration if duration > 0 else float('inf'),
                              memory_info=memory, cpu=cpu)
+    stages = None
+    if before is not None and after is not None:
+        stages = stage_breakdown(before, after, duration, rows, loaders_count,
+                                 inline=pool_type is WorkerPoolType.NONE)
     logger.info('Done measuring: %s', result)
-    return result
+    return ThroughputReport(result=result, stages=stages)
+
+
+def _open_reader(dataset_url: str, batch: bool, reader_args: dict[str, Any], time_stages: bool) -> Any:
+    """``make_reader``/``make_batch_reader`` with the same arguments, optionally timing its stages."""
+    from petastorm.options import validate_options
+    from petastorm.reader import Reader, normalize_dataset_url_or_urls
+
+    options = validate_options(dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=batch,
+                               **reader_args)
+    return Reader(options, time_stages=time_stages)
+
+
+def _wrap_in_loader(reader: Any, loader: Loader, batch_size: int) -> Any:
+    """The reader itself, or a torch loader over it; either stops and joins the reader on exit."""
+    if loader is Loader.NONE:
+        return reader
+    from petastorm.pytorch import BatchedDataLoader, DataLoader
+
+    loader_class = DataLoader if loader is Loader.TORCH else BatchedDataLoader
+    return loader_class(reader, batch_size=batch_size)
 
 
 def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: bool) -> list[Any]:
@@ -234,15 +331,15 @@ def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: boo
 
 
 def _rows_in(sample: Any, batched: bool) -> int:
+    """Rows in one sample: 1 for a row, else the length of its first column (a loader batch may be a dict)."""
     if not batched:
         return 1
-    first = sample[0]
-    return int(first.shape[0]) if hasattr(first, 'shape') and first.shape else len(first)
+    first = next(iter(sample.values())) if isinstance(sample, dict) else sample[0]
+    return int(first.shape[0]) if hasattr(first, 'shape') and len(first.shape) else len(first)
 
 
-def _python_samples(reader: Any) -> Iterator[int]:
-    batched = reader.batched_output
-    for sample in reader:
+def _python_samples(source: Any, batched: bool) -> Iterator[int]:
+    for sample in source:
         yield _rows_in(sample, batched)
 
 
@@ -253,8 +350,8 @@ def _tf_samples(reader: Any, shuffling_queue_size: int) -> Iterator[int]:
     if shuffling_queue_size > 0 and not reader.batched_output:
         dataset = dataset.shuffle(shuffling_queue_size)
     batched = reader.batched_output
-    for sample in dataset:
-        yield _rows_in([t.numpy() for t in sample], batched)
+    for sample in dataset:  # eager tensors: already computed, no conversion needed to count rows
+        yield _rows_in(sample, batched)
 
 
 def _run_cycles(samples: Iterator[int], phase: str, count: int, reader: Any,
