@@ -12,15 +12,13 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader
+from uneven_parquet import UNEVEN_ROWS, write_uneven_parquet
 
 WORLD = 4
-ROWS = 99
+ROWS = UNEVEN_ROWS
 
 WORKER = textwrap.dedent('''
     import json, sys
@@ -66,14 +64,7 @@ def _free_port():
 
 @pytest.fixture(scope='module')
 def uneven_url(tmp_path_factory):
-    root = tmp_path_factory.mktemp('ddp')
-    start = 0
-    for index, (rows, group) in enumerate([(40, 23), (31, 5), (28, 11)]):
-        ids = np.arange(start, start + rows, dtype=np.int64)
-        table = pa.table({'id': ids, 'x': (ids % 10).astype(np.float32)})
-        pq.write_table(table, root / f'part{index}.parquet', row_group_size=group)
-        start += rows
-    return 'file://' + str(root)
+    return write_uneven_parquet(tmp_path_factory.mktemp('ddp'), partitioned=False)
 
 
 def test_row_group_shards_of_this_dataset_are_unequal(uneven_url):

@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
@@ -17,9 +16,10 @@ from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.predicates import in_lambda
 from petastorm.unischema import Unischema, UnischemaField
 from petastorm.weighted_sampling_reader import WeightedSamplingReader
+from uneven_parquet import UNEVEN_ROWS, write_uneven_parquet
 
 ROWS = 97
-PARQUET_ROWS = 99
+PARQUET_ROWS = UNEVEN_ROWS
 Schema = Unischema('ResumeSchema', [
     UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
     UnischemaField('vec', np.float32, (2,), NdarrayCodec(), False),
@@ -36,16 +36,7 @@ def petastorm_url(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def parquet_url(tmp_path_factory):
-    """Plain Parquet of PARQUET_ROWS rows, row groups of uneven sizes (5 to 23 rows), a hive partition column."""
-    root = tmp_path_factory.mktemp('uneven')
-    start = 0
-    for part, (rows, group) in enumerate([(40, 23), (31, 5), (28, 11)]):
-        ids = np.arange(start, start + rows, dtype=np.int64)
-        table = pa.table({'id': ids, 'x': ids.astype(np.float32)})
-        (root / f'part={part}').mkdir()
-        pq.write_table(table, root / f'part={part}' / 'data.parquet', row_group_size=group)
-        start += rows
-    return 'file://' + str(root)
+    return write_uneven_parquet(tmp_path_factory.mktemp('uneven'), partitioned=True)
 
 
 def _make(kind, url, **kwargs):
