@@ -149,8 +149,8 @@ def describe_store(dir_url: str) -> StoreDescription:
 
 def warn_if_files_small(dir_url: str, file_sizes: Sequence[int]) -> None:
     """Many small files make each reader open many footers; say how to get fewer, larger ones."""
-    if len(file_sizes) < 2 or urlparse(dir_url).scheme != 'file':
-        return
+    if len(file_sizes) < 2 or urlparse(dir_url).scheme != 'file' or sum(file_sizes) < _SMALL_FILE_BYTES:
+        return  # one file, or so little data that the number of files does not matter
     median = statistics.median(file_sizes)
     if median < _SMALL_FILE_BYTES:
         logger.warning('The median size of the %d Parquet files under %s is %.1f MiB (< %d MiB): reading many '
