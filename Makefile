@@ -29,8 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/codecs_bench.py
-	$(BIN)/python benchmarks/reader_bench.py
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,10 +1,13 @@
-"""The codec benchmark runs end to end and prints its table."""
+"""The codec benchmark and the benchmark runner work end to end (quick runs)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / 'benchmarks' / 'codecs_bench.py'
 
@@ -25,3 +28,33 @@ def test_codecs_bench_quick_prints_a_ratio_table():
         assert len(row) == len(header)
         assert float(row[ratio]) > 0
         assert float(row[header.index('ours rows/s')].replace(',', '')) > 0
+
+
+RUN = SCRIPT.parent / 'run.py'
+
+
+def test_run_quick_writes_the_markdown_table_and_the_plot(tmp_path):
+    completed = subprocess.run([sys.executable, str(RUN), '--quick', '--cases', 'codecs', '--output-dir',
+                                str(tmp_path)], capture_output=True, text=True, timeout=180, check=False)
+    assert completed.returncode == 0, completed.stderr
+    report = (tmp_path / 'benchmarks.md').read_text()
+    assert report.startswith('# Benchmarks')
+    for key in ('| date |', '| cpu | 2 cores' if os.cpu_count() == 2 else '| cpu |', '| ram |', '| python |',
+                '| pyarrow |', '| numpy |', '| torch |'):
+        assert key in report
+    table = [line for line in report.splitlines() if line.startswith('| codecs |')]
+    assert len(table) == 9  # 3 fields x (encode, decode, decode_column)
+    for line in table:
+        cells = [cell.strip() for cell in line.strip('|').split('|')]
+        assert float(cells[-1]) == pytest.approx(float(cells[2].replace(',', '')) / float(cells[4].replace(',', '')),
+                                                 rel=0.05, abs=0.01)
+    assert '![ours / limit per case](benchmarks.png)' in report
+    assert (tmp_path / 'benchmarks.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_run_refuses_an_unknown_case_group(tmp_path):
+    completed = subprocess.run([sys.executable, str(RUN), '--cases', 'codecs,nosuch', '--output-dir', str(tmp_path)],
+                               capture_output=True, text=True, timeout=60, check=False)
+    assert completed.returncode == 2
+    assert "unknown --cases ['nosuch']" in completed.stderr
+    assert not (tmp_path / 'benchmarks.md').exists()

@@ -1,0 +1,296 @@
+"""Run the project's benchmark cases and record them: a markdown table and a ratio plot, with the machine.
+
+Each group reuses the functions of its own benchmark script and compares our throughput with a limit measured in
+the same run on the same data (see those scripts for what each limit is):
+
+  codecs   codecs_bench.py: codec encode/decode rows/s vs the plain library calls
+  reader   reader_bench.py: make_batch_reader vs a pyarrow scan; make_reader vs the decode limit on all cores
+  torch    torch_bench.py:  BatchedDataLoader vs a pyarrow->torch loop; DataLoader vs make_reader alone
+  cache    cache_bench.py:  a warm local disk cache over a slow filesystem vs reading the local files directly
+  storage  storage_bench.py: make_batch_reader from S3 (moto on loopback) vs from local disk
+
+Writes ``benchmarks.md`` and ``benchmarks.png`` into --output-dir (default: the repository's ``docs``).
+
+    python benchmarks/run.py                         # full run, several minutes
+    python benchmarks/run.py --quick --cases codecs  # smoke run, a few seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# The benchmark scripts import their shared helpers by module name, as they do when run on their own.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+GROUPS = ('codecs', 'reader', 'torch', 'cache', 'storage')
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / 'docs'
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Our throughput in one case and the limit it is compared with, measured in the same run."""
+
+    group: str
+    case: str
+    unit: str
+    ours: float
+    limit_name: str
+    limit: float
+
+    @property
+    def ratio(self) -> float:
+        """ours / limit: 1.0 is as fast as the limit, above 1 faster."""
+        return self.ours / self.limit if self.limit else float('nan')
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How big and how long: ``quick`` shrinks data, repeats and measuring time to a smoke run."""
+
+    quick: bool
+    repeats: int
+    data_root: Path
+
+    @property
+    def seconds(self) -> float:
+        """Measuring time of a streaming (endless loader) case."""
+        return 0.5 if self.quick else 3.0
+
+
+def codecs_cases(settings: Settings) -> list[Measurement]:
+    import codecs_bench
+
+    rows, column_rows = (16, 32) if settings.quick else (256, 512)
+    return [Measurement('codecs', f'{name} {op}', 'rows/s', ours, 'library call', raw)
+            for name, op, ours, raw in codecs_bench.run(rows, column_rows, settings.repeats)]
+
+
+def reader_cases(settings: Settings) -> list[Measurement]:
+    import multiprocessing
+
+    import reader_bench
+    from bench_datasets import timed_passes
+
+    paths = reader_bench.make_data(str(settings.data_root / 'reader'), settings.quick)
+    repeats = settings.repeats
+    cores = os.cpu_count() or 1
+    scan = timed_passes(lambda: reader_bench.raw_scan(paths['scalars']), repeats)
+    found = [Measurement('reader', 'scalars make_batch_reader thread w2', 'rows/s',
+                         timed_passes(lambda: reader_bench.batch_reader(paths['scalars'], 2), repeats),
+                         'pyarrow scan', scan)]
+    with multiprocessing.get_context('spawn').Pool(cores) as pool:
+        for name, images, arrays in (('hello', ['image1'], ['array_4d']), ('mnist', [], ['image'])):
+            reader_bench.decode_limit(paths[name], images, arrays, pool)  # starts the decoder processes
+            limit = timed_passes(lambda n=name, i=images, a=arrays: reader_bench.decode_limit(paths[n], i, a, pool),
+                                 repeats)
+            for pool_kind in ('thread', 'process'):
+                ours = reader_bench.row_reader_rate(paths[name], 2, pool_kind, repeats)
+                found.append(Measurement('reader', f'{name} make_reader {pool_kind} w2', 'rows/s', ours,
+                                         f'decode limit ({cores} procs)', limit))
+    return found
+
+
+def torch_cases(settings: Settings) -> list[Measurement]:
+    import torch_bench
+
+    paths = torch_bench.make_data(str(settings.data_root / 'torch'), settings.quick, ('mnist', 'scalars'))
+    scalars, _ = torch_bench.run_isolated(torch_bench.case_scalars, paths['scalars'], settings.seconds,
+                                          settings.repeats)
+    mnist, _ = torch_bench.run_isolated(torch_bench.case_mnist, paths['mnist'], settings.seconds, settings.repeats)
+    raw_loop = scalars['scalars raw pyarrow->torch loop']
+    return [
+        Measurement('torch', 'scalars BatchedDataLoader bs1024', 'rows/s', scalars['scalars BatchedDataLoader bs1024'],
+                    'pyarrow->torch loop', raw_loop),
+        Measurement('torch', 'scalars BatchedDataLoader bs1024 shuffled (100k queue)', 'rows/s',
+                    scalars['scalars BatchedDataLoader bs1024 shufq100k'], 'pyarrow->torch loop', raw_loop),
+        Measurement('torch', 'mnist DataLoader bs64', 'rows/s', mnist['mnist DataLoader bs64'], 'make_reader alone',
+                    mnist['mnist make_reader']),
+    ]
+
+
+def cache_cases(settings: Settings) -> list[Measurement]:
+    import cache_bench
+    import pyarrow.fs as pafs
+
+    from petastorm import write_dataset
+    from petastorm.test_util.latency_fs import SlowLocalHandler
+
+    rows, workers, latency = (300 if settings.quick else 6000), 4, 0.05
+    root = settings.data_root / 'cache'
+    url = (root / 'dataset').as_uri()
+    if not (root / 'dataset').exists():
+        write_dataset(url, cache_bench.BenchSchema, cache_bench._rows(rows), row_group_size_mb=0.5, file_size_mb=8)
+    slow = pafs.PyFileSystem(SlowLocalHandler(latency))
+    local, cold, warm = [], [], []
+    for repeat in range(settings.repeats):
+        cache_dir = root / f'cache{repeat}'
+        local.append(cache_bench._epoch(url, workers)[0])
+        cold.append(cache_bench._epoch(url, workers, slow, cache_dir)[0])
+        warm.append(cache_bench._epoch(url, workers, slow, cache_dir)[0])
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    limit = rows / statistics.median(local)
+    name = f'{latency * 1000:.0f} ms/open filesystem, {workers} threads'
+    return [Measurement('cache', f'warm local disk cache ({name})', 'rows/s', rows / statistics.median(warm),
+                        'local files, no cache', limit),
+            Measurement('cache', f'cold cache, first epoch ({name})', 'rows/s', rows / statistics.median(cold),
+                        'local files, no cache', limit)]
+
+
+def storage_cases(settings: Settings) -> list[Measurement]:
+    import storage_bench
+
+    from conftest_s3 import BUCKET, MotoServer
+    from petastorm.fs import path_to_url, resolve_url
+
+    rows, workers = (100_000 if settings.quick else 1_000_000), 4
+    table = storage_bench.make_table(rows)
+    found = []
+    with tempfile.TemporaryDirectory() as tmp, MotoServer() as moto:
+        options = moto.storage_options()
+        local_url, s3_url = path_to_url(os.path.join(tmp, 'store')), f's3://{BUCKET}/store'
+        filesystem, _ = resolve_url(f's3://{BUCKET}', options)
+        filesystem.create_dir(BUCKET, recursive=True)
+        storage_bench.write_store(local_url, table, None, files=4)
+        storage_bench.write_store(s3_url, table, options, files=4)
+        for case, columns in (('all columns', None), ('one column', ['c1'])):
+            local = statistics.median(storage_bench.read_time(local_url, None, columns, workers, rows)
+                                      for _ in range(settings.repeats))
+            remote = statistics.median(storage_bench.read_time(s3_url, options, columns, workers, rows)
+                                       for _ in range(settings.repeats))
+            found.append(Measurement('storage', f's3 (moto, loopback) {case}', 'rows/s', rows / remote,
+                                     'local disk', rows / local))
+    return found
+
+
+CASES: dict[str, Callable[[Settings], list[Measurement]]] = {
+    'codecs': codecs_cases, 'reader': reader_cases, 'torch': torch_cases, 'cache': cache_cases,
+    'storage': storage_cases,
+}
+
+
+def machine() -> dict[str, str]:
+    """The machine and the library versions the numbers were measured with."""
+    from importlib import metadata
+
+    def version(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return 'not installed'
+
+    processor = f', {platform.processor()}' if platform.processor() else ''
+    ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30
+    load = ', '.join(f'{value:.1f}' for value in os.getloadavg())
+    return {
+        'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        'cpu': f'{os.cpu_count()} cores ({platform.machine()}{processor})',
+        'ram': f'{ram:.1f} GiB',
+        'os': platform.platform(),
+        'load average at the end (1, 5, 15 min)': load,
+        'python': platform.python_version(),
+        'pyarrow': version('pyarrow'),
+        'numpy': version('numpy'),
+        'torch': version('torch'),
+    }
+
+
+def markdown(measurements: list[Measurement], host: dict[str, str], command: str, seconds: float) -> str:
+    """The report: how it was made, on what machine, the table and the plot."""
+    lines = [
+        '# Benchmarks',
+        '',
+        'Throughput of each case next to its limit, measured in the same run on the same data; `ours / limit` is',
+        'the ratio plotted below (1.0 = as fast as the limit). The limits are raw library calls (pyarrow scans,',
+        'the image and `.npy` decoders on every core, a plain pyarrow-to-torch loop, local disk instead of',
+        'remote storage). Rates on a machine shared with other work are noisy: compare ratios, not rates.',
+        '',
+        f'Made with `{command}` in {seconds:.0f} s.',
+        '',
+        '| machine | |',
+        '|---|---|',
+        *(f'| {key} | {value} |' for key, value in host.items()),
+        '',
+        '| group | case | ours | limit | limit value | unit | ours / limit |',
+        '|---|---|---:|---|---:|---|---:|',
+    ]
+    for m in measurements:
+        lines.append(f'| {m.group} | {m.case} | {m.ours:,.0f} | {m.limit_name} | {m.limit:,.0f} | {m.unit} | '
+                     f'{m.ratio:.2f} |')
+    lines += ['', '![ours / limit per case](benchmarks.png)', '']
+    return '\n'.join(lines)
+
+
+def plot(measurements: list[Measurement], host: dict[str, str], path: Path) -> None:
+    """Horizontal bars of ours / limit per case (log scale), coloured by group, with the parity line."""
+    import matplotlib
+
+    matplotlib.use('Agg')  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    labels = [f'{m.group}: {m.case}' for m in measurements]
+    ratios = [m.ratio for m in measurements]
+    palette = plt.get_cmap('tab10')
+    colours = [palette(GROUPS.index(m.group) % 10) for m in measurements]
+    figure, axes = plt.subplots(figsize=(10, 0.32 * len(measurements) + 1.6))
+    positions = range(len(measurements))
+    axes.barh(positions, ratios, color=colours)
+    axes.set_yticks(list(positions), labels, fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xscale('log')
+    axes.axvline(1.0, color='black', linewidth=1)
+    for position, ratio in zip(positions, ratios, strict=True):
+        axes.annotate(f'{ratio:.2f}', (ratio, position), xytext=(3, 0), textcoords='offset points', va='center',
+                      fontsize=7)
+    axes.set_xlabel('ours / limit (log scale; 1 = as fast as the limit)')
+    axes.set_title(f'Throughput vs limit - {host["cpu"]}, {host["ram"]} RAM, {host["date"]}', fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true', help='small data, one repeat, short runs (smoke test)')
+    parser.add_argument('--cases', default=','.join(GROUPS), help='comma-separated groups (default: %(default)s)')
+    parser.add_argument('--repeats', type=int, default=3, help='repeats per case; the median is kept')
+    parser.add_argument('--output-dir', type=Path, default=DEFAULT_OUTPUT,
+                        help='where benchmarks.md and benchmarks.png go (default: the docs directory)')
+    parser.add_argument('--data', type=Path, default=None, help='where to keep the generated datasets')
+    args = parser.parse_args(argv)
+    groups = [g for g in args.cases.split(',') if g]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        parser.error(f'unknown --cases {unknown}; expected some of {", ".join(GROUPS)}')
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix='petastorm-bench-') as scratch:
+        settings = Settings(quick=args.quick, repeats=1 if args.quick else args.repeats,
+                            data_root=args.data or Path(scratch))
+        measurements = []
+        for group in groups:
+            group_started = time.perf_counter()
+            measurements += CASES[group](settings)
+            print(f'{group}: {time.perf_counter() - group_started:.1f} s', file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - started
+    host = machine()
+    command = ' '.join(['python benchmarks/run.py', *(argv if argv is not None else sys.argv[1:])])
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    report = markdown(measurements, host, command, seconds)
+    (args.output_dir / 'benchmarks.md').write_text(report)
+    plot(measurements, host, args.output_dir / 'benchmarks.png')
+    print(report)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
