@@ -106,7 +106,7 @@ def prepare_dataframe(df: Any, dtype: str | None) -> Any:
     columns = []
     changed = False
     for field in df.schema.fields:
-        column = functions.col(f'`{field.name}`')
+        column = functions.col('`' + field.name.replace('`', '``') + '`')  # names with dots or backticks
         if _is_vector(field.dataType):
             ml_functions = import_optional('pyspark.ml.functions', 'converting Spark ML vector columns')
             column = ml_functions.vector_to_array(column, dtype or 'float64').alias(field.name)

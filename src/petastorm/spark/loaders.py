@@ -65,7 +65,9 @@ def open_reader(converter: Any, num_epochs: int | None, workers_count: int | Non
     cache_dir.wait_files_available(converter.file_urls, wait_timeout_secs)
     kwargs = dict(reader_kwargs, num_epochs=num_epochs,
                   workers_count=DEFAULT_WORKERS_COUNT if workers_count is None else workers_count)
-    with in_use.reading(converter.cache_dir_url):
+    # Only copies made by make_spark_converter are deleted at exit; a caller's own dataset gets no marker files.
+    marker = in_use.reading(converter.cache_dir_url) if converter.is_cached_copy else contextlib.nullcontext()
+    with marker:
         reader = make_batch_reader(list(converter.file_urls), **kwargs)
         try:
             yield reader

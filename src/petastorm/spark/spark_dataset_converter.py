@@ -58,6 +58,11 @@ class SparkDatasetConverter:
         self._owns_directory = False
         self._cache: ConverterCache | None = None  # the session's cache; not sent along when pickled
 
+    @property
+    def is_cached_copy(self) -> bool:
+        """True for files written by :func:`make_spark_converter`; False for a dataset given by its URL."""
+        return self._owns_directory
+
     def __len__(self) -> int:
         return self.dataset_size
 
@@ -117,7 +122,7 @@ class SparkDatasetConverter:
 
         A converter made from a path to an existing dataset leaves that dataset in place.
         """
-        if not self._owns_directory:
+        if not self.is_cached_copy:
             logger.warning('%s is the dataset the converter was made from, not a copy: delete() leaves it in place',
                            display_url(self.cache_dir_url))
             return
