@@ -226,3 +226,14 @@ def test_weighted_sampling_keeps_its_mixture_under_resume(petastorm_url, parquet
         second.load_state_dict(state)
         tail = [int(next(second).id) for _ in range(89)]
     assert head + tail == full
+
+
+def test_loaders_without_a_position_say_so(parquet_url, petastorm_url):
+    from petastorm.pytorch import DataLoader, InMemBatchedDataLoader
+
+    with InMemBatchedDataLoader(_make('batches', parquet_url), batch_size=10, rows_capacity=200) as loader, \
+            pytest.raises(NotImplementedError, match='reads its reader at construction'):
+        loader.state_dict()
+    mix = WeightedSamplingReader([_make('rows', petastorm_url), _make('rows', petastorm_url)], [0.5, 0.5])
+    with DataLoader(mix, batch_size=4) as loader, pytest.raises(NotImplementedError, match='WeightedSamplingReader'):
+        loader.load_state_dict({})

@@ -186,6 +186,13 @@ class _LoaderBase(torch.utils.data.DataLoader):
     def _tracks_rows(self) -> bool:
         return hasattr(self.reader, 'iter_column_batches') and hasattr(self.reader, 'state_dict')
 
+    def _check_resumable(self, method: str) -> None:
+        if type(self)._batches is _LoaderBase._batches:  # does not stream from its reader (reads it up front)
+            raise NotImplementedError(f'{type(self).__name__} has no {method}(): it reads its reader at construction')
+        if not self._tracks_rows():
+            raise NotImplementedError(f'{method}() needs a reader from make_reader/make_batch_reader, got '
+                                      f'{type(self.reader).__name__}')
+
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: the reader's, with the rows waiting in the loader's buffers counted as not read.
 
@@ -195,9 +202,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
         """
         from petastorm.distributed import merge_runs, runs_of_rows
 
-        if not self._tracks_rows():
-            raise NotImplementedError(f'state_dict() needs a reader from make_reader/make_batch_reader, got '
-                                      f'{type(self.reader).__name__}')
+        self._check_resumable('state_dict')
         state = self.reader.state_dict()
         held = self._held_row_ids()
         if (held < 0).any():
@@ -223,6 +228,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
         :meth:`petastorm.reader.Reader.load_state_dict`, which allows another world size with
         ``shard_mode='rows'``).
         """
+        self._check_resumable('load_state_dict')
         if self._in_progress or self._buffers is not None:
             raise RuntimeError('load_state_dict() must be called before iterating the loader')
         reader_state = state['reader']
