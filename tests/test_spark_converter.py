@@ -514,12 +514,22 @@ def test_exit_removes_undeleted_directories_except_those_other_processes_read(tm
     with in_use.reading(read_here_url):  # this test process reads it while the creator exits
         done = subprocess.run([sys.executable, '-c', _EXIT_SCRIPT, abandoned_url, read_here_url, stale_url],
                               capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    assert not abandoned.exists()
-    assert not stale.exists()
-    assert (read_here / 'part-0.parquet').exists()
-    assert 'still read it' in done.stderr
-    assert list(read_here.glob(in_use.MARKER_PREFIX + '*')) == []
+        assert done.returncode == 0, done.stderr
+        assert not abandoned.exists()
+        assert not stale.exists()
+        assert (read_here / 'part-0.parquet').exists()
+        assert 'still read it' in done.stderr
+        assert (read_here / in_use.DELETE_WHEN_UNUSED).exists()
+    assert not read_here.exists()  # handed over: the last reader deleted it when done
+
+
+def test_a_handed_over_directory_waits_for_its_last_reader(tmp_path):
+    directory, url = _cache_dir(tmp_path, 'two_readers')
+    with in_use.reading(url):
+        with in_use.reading(url):
+            (directory / in_use.DELETE_WHEN_UNUSED).write_bytes(b'')  # as the exiting creator does
+        assert directory.exists()  # another reader (of this process) is still open
+    assert not directory.exists()
 
 
 def test_markers_of_other_hosts_count_as_live(tmp_path):

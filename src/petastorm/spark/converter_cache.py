@@ -6,8 +6,9 @@ bookkeeping lives in one :class:`ConverterCache` per ``SparkSession``, attached 
 lives and dies with the session and no module-level state is kept.
 
 The cache also owns the clean-up of the directories this process created: on the first one it registers an
-``atexit`` hook that deletes those never passed to ``delete()``, unless another process is reading them
-(:mod:`petastorm.spark.in_use`). A process that merely received a pickled converter deletes nothing at exit.
+``atexit`` hook that deletes those never passed to ``delete()``; one that another process is still reading is
+left to that process, which deletes it when done (:mod:`petastorm.spark.in_use`). A process that merely
+received a pickled converter deletes nothing at exit.
 """
 
 from __future__ import annotations
@@ -116,9 +117,9 @@ class ConverterCache:
         for dir_url in pending:
             try:
                 readers = in_use.other_live_readers(dir_url)
-                if readers:
-                    logger.warning('leaving converter cache %s in place at exit: process(es) %s still read it',
-                                   display_url(dir_url),
+                if readers and not in_use.hand_over(dir_url):
+                    logger.warning('leaving converter cache %s in place at exit: process(es) %s still read it; '
+                                   'the last of them deletes it when done', display_url(dir_url),
                                    ', '.join(f'{marker.pid}@{marker.host}' for marker in readers))
                     continue
                 self.delete(dir_url)

@@ -7,6 +7,10 @@ that made it is exiting. Each reader of a cache directory holds a small marker f
 there. A marker of a process of this host that no longer runs is stale and ignored; a marker written on another
 host cannot be checked and counts as live. Names starting with ``_`` are skipped by Spark and by pyarrow, so
 markers never appear as data.
+
+A directory left in place that way is handed over: the exiting creator writes ``_petastorm_delete_when_unused``
+into it, and the last reader to finish deletes it. The creator checks for readers again after writing that flag,
+and a reader checks for the flag after removing its marker, so one of them always sees the other.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from petastorm.fs import display_url, resolve_url
 logger = logging.getLogger(__name__)
 
 MARKER_PREFIX = '_petastorm_in_use-'
+DELETE_WHEN_UNUSED = '_petastorm_delete_when_unused'
 _MARKER_NAME = re.compile(re.escape(MARKER_PREFIX) + r'(?P<pid>\d+)-(?P<token>[0-9a-f]+)@(?P<host>.+)$')
 
 
@@ -72,8 +77,22 @@ def reading(dir_url: str) -> Iterator[None]:
         if path is not None:
             try:
                 filesystem.delete_file(path)
+                _delete_if_handed_over(filesystem, dir_path, dir_url)
             except OSError as err:
                 logger.debug('could not remove in-use marker %s: %s', path, err)
+
+
+def _delete_if_handed_over(filesystem: pafs.FileSystem, dir_path: str, dir_url: str) -> None:
+    """Delete a directory whose creator has exited, once its last reader (this one) is done."""
+    flag = filesystem.get_file_info(dir_path.rstrip('/') + '/' + DELETE_WHEN_UNUSED)
+    if flag.type == pafs.FileType.NotFound or live_markers(filesystem, dir_path):
+        return
+    logger.info('deleting converter cache %s: its creator has exited and its last reader is done',
+                display_url(dir_url))
+    try:
+        filesystem.delete_dir(dir_path)
+    except FileNotFoundError:
+        pass  # another reader finishing at the same time got there first
 
 
 def markers(filesystem: pafs.FileSystem, dir_path: str) -> list[Marker]:
@@ -90,10 +109,23 @@ def markers(filesystem: pafs.FileSystem, dir_path: str) -> list[Marker]:
     return found
 
 
+def live_markers(filesystem: pafs.FileSystem, dir_path: str, exclude_pid: int | None = None) -> list[Marker]:
+    """Markers of processes that may still be reading the directory (``exclude_pid``'s left out)."""
+    host = socket.gethostname()
+    # Another host's process cannot be checked: its marker counts as live.
+    return [marker for marker in markers(filesystem, dir_path)
+            if marker.host != host or (marker.pid != exclude_pid and _process_alive(marker.pid))]
+
+
 def other_live_readers(dir_url: str) -> list[Marker]:
     """Markers of processes other than this one that may still be reading ``dir_url``."""
     filesystem, dir_path = resolve_url(dir_url)
-    host, me = socket.gethostname(), os.getpid()
-    # Another host's process cannot be checked: its marker counts as live.
-    return [marker for marker in markers(filesystem, dir_path)
-            if marker.host != host or (marker.pid != me and _process_alive(marker.pid))]
+    return live_markers(filesystem, dir_path, exclude_pid=os.getpid())
+
+
+def hand_over(dir_url: str) -> bool:
+    """Ask the last reader of ``dir_url`` to delete it; True when no reader is left and the caller should."""
+    filesystem, dir_path = resolve_url(dir_url)
+    with filesystem.open_output_stream(dir_path.rstrip('/') + '/' + DELETE_WHEN_UNUSED):
+        pass
+    return not live_markers(filesystem, dir_path, exclude_pid=os.getpid())
