@@ -241,6 +241,7 @@ def test_reader_times_its_stages_only_when_asked(dataset_url, pool):
     assert all('stage_seconds' not in batch['.meta'] for batch in batches)
 
 
+@pytest.mark.slow  # importing TensorFlow takes most of it
 def test_tf_read_method_counts_rows(dataset_url):
     pytest.importorskip('petastorm.tf_utils')
     report = measure_throughput(dataset_url, warmup_cycles_count=2, measure_cycles_count=30, read_method='tf',
@@ -249,3 +250,14 @@ def test_tf_read_method_counts_rows(dataset_url):
     batched = measure_throughput(dataset_url, warmup_cycles_count=1, measure_cycles_count=3, read_method='tf',
                                  batch=True, pool_type='dummy', spawn_new_process=False)
     assert batched.result.samples_per_second > 1 / batched.result.time_mean  # a batch holds several rows
+
+
+@pytest.mark.slow
+def test_tf_read_method_cli_prints_the_breakdown_and_the_result_line(dataset_url):
+    pytest.importorskip('petastorm.tf_utils')
+    completed = _cli(dataset_url, '-m', '2', '-n', '40', '-d', 'tf', '-q', '10', '-v')
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.strip().splitlines()
+    rate = float(RESULT_LINE.match(lines[-1]).group(1))
+    assert rate > 0
+    assert lines[-2].startswith('Bottleneck: bound by')
