@@ -375,6 +375,13 @@ def test_converter_from_a_dataset_url_reads_it_and_delete_keeps_it(tmp_path, cap
     assert 'leaves it in place' in caplog.text
 
 
+def test_dataset_url_with_nothing_there_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"dataset URL 'file://.*/missing', but there is no directory"):
+        make_spark_converter(f'file://{tmp_path}/missing')
+    with pytest.raises(ValueError, match='scheme-less'):
+        make_spark_converter(str(tmp_path))
+
+
 def test_torch_dataloader_defaults_and_reader_kwargs(tmp_path):
     converter = make_spark_converter(_write_plain_dataset(tmp_path / 'plain'))
     with converter.make_torch_dataloader() as loader:

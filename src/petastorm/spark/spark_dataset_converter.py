@@ -222,6 +222,9 @@ def _converter_for_dataset_url(url: str) -> SparkDatasetConverter:
     try:
         store = cache_dir.describe_store(dataset_url)
         file_urls, dataset_size = store.file_urls, store.dataset_size
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f'make_spark_converter was given the dataset URL {display_url(url)!r}, but there is '
+                                f'no directory there') from err
     except (OSError, ImportError) as err:
         logger.info('listing %s directly failed (%s); asking Spark', display_url(dataset_url), err)
         file_urls, dataset_size, _ = _describe(dataset_url, _get_spark_session())
