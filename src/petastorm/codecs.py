@@ -207,7 +207,7 @@ def _decode_uniform_npy(payloads: pa.Array) -> np.ndarray | None:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(header)
         else:
             return None
-    except ValueError:
+    except Exception:  # a malformed header (ValueError, SyntaxError...): the per-value path reports it
         return None
     header_length = header.tell()
     if fortran or dtype.hasobject or header_length + dtype.itemsize * int(np.prod(shape)) != length:
@@ -439,7 +439,7 @@ def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeCo
         SchemaError: the codec name is unknown (the message names it, ``where`` it was found, and the known names).
     """
     name = description.get('codec') if isinstance(description, dict) else None
-    cls = CODECS_BY_NAME.get(name)  # type: ignore[arg-type]
+    cls = CODECS_BY_NAME.get(name) if isinstance(name, str) else None
     if cls is None:
         raise SchemaError(f'unknown codec {name!r}{" in " + where if where else ""}; known codecs: '
                           f'{", ".join(sorted(CODECS_BY_NAME))}')

@@ -36,6 +36,14 @@ class PetastormMetadataGenerationError(PetastormError):
     """Metadata could not be written for a dataset (for instance the write produced no files)."""
 
 
+class CorruptDataError(PetastormError, OSError):
+    """A Parquet data file of the dataset is truncated, corrupt or not Parquet at all.
+
+    The message names the file and the row group being read; the error from the Parquet library is chained as
+    ``__cause__``.
+    """
+
+
 class DatasetWriteError(PetastormError, OSError):
     """Writing a dataset failed; whatever had been written was removed."""
 

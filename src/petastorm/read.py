@@ -21,8 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.cache import RowGroupCache
-from petastorm.codecs import stack_or_objects
-from petastorm.errors import DecodeFieldError
+from petastorm.codecs import CompressedNdarrayCodec, NdarrayCodec, stack_or_objects
+from petastorm.errors import CodecError, CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.plan import ScheduledItem, row_permutation
 from petastorm.predicates import PredicateBase
@@ -107,9 +107,19 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     file_columns = [n for n in names if n not in ctx.partition_names]
 
     def read() -> pa.Table:
-        with ctx.filesystem.open_input_file(piece.path) as handle:
-            # pre_buffer: the selected column chunks are fetched in few coalesced ranged requests, not one each.
-            return pq.ParquetFile(handle, pre_buffer=True).read_row_group(piece.row_group, columns=file_columns)
+        try:
+            with ctx.filesystem.open_input_file(piece.path) as handle:
+                # pre_buffer: the selected column chunks are fetched in few coalesced ranged requests, not one each.
+                return pq.ParquetFile(handle, pre_buffer=True).read_row_group(piece.row_group, columns=file_columns)
+        except PetastormError:
+            raise  # storage errors already translated by the filesystem layer
+        except FileNotFoundError as err:
+            raise StorageNotFoundError(f'data file {piece.path} no longer exists (it was listed when the reader '
+                                       f'was made): {err}') from err
+        except (OSError, pa.ArrowException) as err:
+            raise CorruptDataError(f'cannot read row group {piece.row_group} of the Parquet file {piece.path}: '
+                                   f'expected a readable Parquet file with the row groups listed in the dataset '
+                                   f'metadata ({type(err).__name__}: {err})') from err
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, file_columns, read)
@@ -133,11 +143,34 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
         try:
             if field.codec is not None:
                 columns[field.name] = field.codec.decode_column(field, column)
+                if isinstance(field.codec, (NdarrayCodec, CompressedNdarrayCodec)):
+                    _check_decoded_arrays(field, columns[field.name])
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns
+
+
+def _check_decoded_arrays(field: UnischemaField, column: np.ndarray) -> None:
+    """Refuse stored arrays whose dtype or shape is not the schema's: they were not written through it."""
+    if column.dtype != object:
+        _check_array_matches(field, column.dtype, column.shape[1:])
+        return
+    for value in column:
+        if value is not None:
+            _check_array_matches(field, value.dtype, value.shape)
+
+
+def _check_array_matches(field: UnischemaField, dtype: np.dtype, shape: tuple) -> None:
+    expected_shape = tuple(field.shape)
+    if isinstance(field.numpy_dtype, type) and dtype.type is not field.numpy_dtype:
+        raise CodecError(f'field {field.name}: the stored array has dtype {dtype}; the schema expects '
+                         f'{np.dtype(field.numpy_dtype)}')
+    if len(shape) != len(expected_shape) or any(e is not None and e != a for e, a in
+                                                 zip(expected_shape, shape, strict=True)):
+        raise CodecError(f'field {field.name}: the stored array has shape {tuple(shape)}; the schema expects '
+                         f'{expected_shape}')
 
 
 def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:

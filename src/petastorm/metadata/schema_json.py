@@ -55,7 +55,7 @@ def dtype_to_name(numpy_dtype: Any, field_name: str = '') -> str:
 
 def dtype_from_name(name: str, where: str = '') -> Any:
     """Inverse of :func:`dtype_to_name`."""
-    if name not in _DTYPES_BY_NAME:
+    if not isinstance(name, str) or name not in _DTYPES_BY_NAME:
         raise PetastormMetadataError(f'unknown numpy_dtype {name!r}{" in " + where if where else ""}; expected one '
                                      f'of {", ".join(sorted(_DTYPES_BY_NAME))}')
     return _DTYPES_BY_NAME[name]

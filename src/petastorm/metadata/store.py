@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.errors import PetastormMetadataError
+from petastorm.errors import PetastormMetadataError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
@@ -83,11 +83,11 @@ def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> 
     """Data files under ``root``, sorted, skipping names that start with ``_`` or ``.`` and ``.crc`` files.
 
     Raises:
-        FileNotFoundError: ``root`` does not exist (the message names the URL).
+        StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
     """
     info = filesystem.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f'dataset {url or root} does not exist')
+        raise StorageNotFoundError(f'dataset {url or root} does not exist')
     if info.type == pafs.FileType.File:
         return [root]
     selector = pafs.FileSelector(root, recursive=True)
@@ -112,7 +112,7 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
 
     Raises:
-        FileNotFoundError: the path does not exist.
+        StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
         PetastormMetadataError: a metadata file exists but cannot be read.
     """
     fs = location.filesystem
@@ -120,7 +120,7 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
         files = tuple(sorted(location.path))  # type: ignore[arg-type]
         for path in files:
             if fs.get_file_info(path).type != pafs.FileType.File:
-                raise FileNotFoundError(f'dataset file {path} does not exist')
+                raise StorageNotFoundError(f'dataset file {path} does not exist')
         return ParquetStore(fs, location.url, None, files)
     root = location.path  # type: ignore[assignment]
     files = tuple(list_data_files(fs, root, location.url))
@@ -199,6 +199,13 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
         if counts is None:
             return None  # a file the metadata does not know: fall back to the footers
         by_path[path] = [int(c) for c in counts]
+    listed = {store.relpath(path) for path in store.files}
+    gone = sorted(name for name in files if name not in listed)
+    if gone:
+        warnings.warn(f'{store.metadata_path} lists data files that are missing from {store.url}: {gone[:5]} '
+                      f'({len(gone)} in all); their rows cannot be read. If they were removed on purpose, refresh '
+                      f'the metadata with petastorm-generate-metadata.py --dataset_url {store.url}',
+                      UserWarning, stacklevel=3)
     return by_path
 
 
