@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -74,17 +75,65 @@ def _binary_payloads(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     raise CodecError(f'expected a binary column of encoded values, got Arrow type {column.type}')
 
 
+class ColumnBuilder:
+    """Assembles the decoded values of one column straight into one ``(n, *shape)`` array.
+
+    Values are written into their row of a preallocated array as they are decoded, so a column never exists
+    twice (a list of per-row arrays and their stacked copy). When a value's shape or dtype differs from the
+    first value's, or a value is None or not an array, the column becomes a 1-d object array holding each value
+    instead (rows written so far stay views of the array).
+
+    Args:
+        num_rows: the number of values that will be added.
+    """
+
+    def __init__(self, num_rows: int) -> None:
+        self._num_rows = num_rows
+        self._array: np.ndarray | None = None
+        self._objects: np.ndarray | None = None
+        self._count = 0
+
+    def add(self, value: Any, convert: Callable[[Any, np.ndarray | None], Any] | None = None) -> None:
+        """Add the next value; ``convert(value, out)`` (if given) makes the stored value, writing into ``out``.
+
+        ``out`` is the value's row of the array when the converted value will have ``value``'s shape and dtype,
+        else None (then ``convert`` returns a new value).
+        """
+        if self._objects is None and isinstance(value, np.ndarray):
+            if self._array is None:
+                self._array = np.empty((self._num_rows, *value.shape), dtype=value.dtype)
+            if value.shape == self._array.shape[1:] and value.dtype == self._array.dtype:
+                row = self._array[self._count, ...]  # a view, also for 0-d values
+                if convert is None:
+                    row[...] = value
+                else:
+                    convert(value, row)
+                self._count += 1
+                return
+        if self._objects is None:
+            self._objects = np.empty(self._num_rows, dtype=object)
+            for i in range(self._count):
+                self._objects[i] = self._array[i, ...]  # type: ignore[index]
+        self._objects[self._count] = value if convert is None or value is None else convert(value, None)
+        self._count += 1
+
+    def result(self) -> np.ndarray:
+        """The column: the filled array, or the object array (also for a column without values)."""
+        if self._count != self._num_rows:
+            raise ValueError(f'ColumnBuilder expected {self._num_rows} values, got {self._count}')
+        if self._objects is None and self._array is not None:
+            return self._array
+        if self._objects is None:
+            self._objects = np.empty(self._num_rows, dtype=object)
+        return self._objects
+
+
 def stack_or_objects(values: list[Any]) -> np.ndarray:
     """Stack equal-shaped arrays into one array; otherwise a 1-d object array holding each value (or None)."""
-    n = len(values)
-    if n and all(isinstance(v, np.ndarray) for v in values):
-        first = values[0]
-        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return np.stack(values) if n > 1 else first[np.newaxis]
-    out = np.empty(n, dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out
+    builder = ColumnBuilder(len(values))
+    for value in values:
+        builder.add(value)
+    return builder.result()
 
 
 class DataframeColumnCodec(ABC):
@@ -125,7 +174,10 @@ class DataframeColumnCodec(ABC):
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Decode a whole column: a stacked array when every value has one shape, else an object array."""
         values = column.to_pylist()
-        return stack_or_objects([None if v is None else self.decode(unischema_field, v) for v in values])
+        builder = ColumnBuilder(len(values))
+        for value in values:
+            builder.add(None if value is None else self.decode(unischema_field, value))
+        return builder.result()
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.to_json() == other.to_json()
@@ -313,23 +365,31 @@ class CompressedImageCodec(DataframeColumnCodec):
                              f'{value.dtype} image as {self.image_codec}')
         return encoded.tobytes()
 
-    def _decode_with(self, cv2: Any, unischema_field: Any, value: Any) -> np.ndarray:
+    def _decode_stored(self, cv2: Any, unischema_field: Any, value: Any) -> np.ndarray:
+        """The image as OpenCV decodes it (BGR channel order for colour images)."""
         # OpenCV raises (rather than returning None) for an empty buffer
         image = cv2.imdecode(np.frombuffer(value, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if len(value) else None
         if image is None:
             raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a decodable '
                              f'{self.image_codec} image ({len(value)} bytes)')
-        if image.ndim == 3 and image.shape[2] == 3:
-            image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         return image
 
     def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
-        return self._decode_with(_cv2(), unischema_field, value)
+        cv2 = _cv2()
+        return _to_rgb(cv2, self._decode_stored(cv2, unischema_field, value), None)
 
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         cv2 = _cv2()
-        return stack_or_objects([None if payload is None else self._decode_with(cv2, unischema_field, payload)
-                                 for payload in _iter_buffers(_binary_payloads(column))])
+        payloads = _binary_payloads(column)
+        builder = ColumnBuilder(len(payloads))
+        for payload in _iter_buffers(payloads):
+            if payload is None:
+                builder.add(None)
+            else:
+                # The colour conversion writes straight into the image's row of the column.
+                builder.add(self._decode_stored(cv2, unischema_field, payload),
+                            lambda image, out: _to_rgb(cv2, image, out))
+        return builder.result()
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional
@@ -341,6 +401,16 @@ class CompressedImageCodec(DataframeColumnCodec):
 
     def __str__(self) -> str:
         return f'CompressedImageCodec({self.image_codec!r}, {self._quality})'
+
+
+def _to_rgb(cv2: Any, image: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """A decoded colour image in RGB order (written into ``out`` when given); other images as they are."""
+    if image.ndim == 3 and image.shape[2] == 3:
+        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
+    if out is None:
+        return image
+    out[...] = image
+    return out
 
 
 def _iter_buffers(payloads: pa.Array):

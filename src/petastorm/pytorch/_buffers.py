@@ -165,16 +165,29 @@ class ColumnStore:
             self._ops.move(array, source, target)
 
 
-_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_RECORD_KINDS = frozenset('biufc')
+
+
+def _aligned_offsets(dtypes: list[np.dtype]) -> tuple[list[int], int]:
+    """Offsets placing each dtype at a multiple of its alignment, and the record width (a multiple of the largest)."""
+    offsets = []
+    position = 0
+    for dtype in dtypes:
+        position = -(-position // dtype.alignment) * dtype.alignment
+        offsets.append(position)
+        position += dtype.itemsize
+    largest = max((dtype.alignment for dtype in dtypes), default=1)
+    return offsets, -(-position // largest) * largest
 
 
 class PackedColumns:
     """numpy columns of a fixed layout, kept so that the scalar values of one row sit together in memory.
 
-    Columns holding one number per row are grouped by item size into the columns of a 2-d matrix of raw bits,
-    so gathering a row reads one place in memory instead of one per column (random gathers are bound by memory
-    latency). Columns holding an array per row keep their own array (each row is contiguous already). Gathers
-    use ``np.take(..., axis=0)``, much faster than fancy indexing on 2-d arrays.
+    Columns holding one number per row are packed side by side into one record per row (a structured dtype
+    over raw bytes, widest values first so that most are aligned): gathering a row reads one place in memory
+    instead of one per column, and random gathers are bound by memory latency. Columns holding an array per row
+    keep their own array (each row is contiguous already). Gathers run ``np.take`` on the records as opaque
+    fixed-size items, which is much faster than gathering each column or a structured array.
     """
 
     def __init__(self, like: Table, rows: int) -> None:
@@ -182,21 +195,28 @@ class PackedColumns:
         self.rows = rows
         self._dtypes = {name: array.dtype for name, array in like.items()}
         self._row_shapes = {name: array.shape[1:] for name, array in like.items()}
-        groups: dict[int, list[str]] = {}
-        self._others: dict[str, np.ndarray] = {}
-        for name, array in like.items():
-            if array.ndim == 1 and array.dtype.kind in 'biuf' and array.dtype.itemsize in _BITS:
-                groups.setdefault(array.dtype.itemsize, []).append(name)
-            else:
-                self._others[name] = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
-        self._groups = {size: (names, np.empty((rows, len(names)), dtype=_BITS[size]))
-                        for size, names in groups.items()}
-        self._where = {name: (size, j) for size, (names, _) in self._groups.items() for j, name in enumerate(names)}
+        packed = sorted((name for name, array in like.items() if array.ndim == 1 and array.dtype.kind in
+                         _RECORD_KINDS), key=lambda name: -like[name].dtype.itemsize)
+        self._fields = {name: f'f{i}' for i, name in enumerate(packed)}
+        offsets, width = _aligned_offsets([like[name].dtype for name in packed])
+        # An aligned record: numpy then copies fields in and out with its fast aligned loops.
+        self._record = np.dtype({'names': list(self._fields.values()), 'formats': [like[n].dtype for n in packed],
+                                 'offsets': offsets, 'itemsize': width}, align=True) if packed else None
+        # Opaque items of the record's width: what np.take moves fastest.
+        self._records = np.empty(rows, dtype=np.dtype((np.void, width))) if packed else None
+        self._others = {name: np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+                        for name, array in like.items() if name not in self._fields}
 
     @staticmethod
     def can_hold(table: Table) -> bool:
         """True when every column is a numpy array of a fixed-size, non-object dtype."""
         return all(isinstance(a, np.ndarray) and a.dtype != object for a in table.values())
+
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes one row takes."""
+        return sum(int(np.prod(shape, dtype=np.int64)) * self._dtypes[name].itemsize
+                   for name, shape in self._row_shapes.items())
 
     def matches(self, table: Table) -> bool:
         return list(table) == self.names and all(
@@ -213,51 +233,48 @@ class PackedColumns:
                             f'fixed dtype and shape per column')
         new = PackedColumns(table, rows)
         if used:
-            new.write(0, self.slice(0, used))
+            if self._records is not None:
+                new._records[:used] = self._records[:used]  # type: ignore[index]
+            for name, array in self._others.items():
+                new._others[name][:used] = array[:used]
         return new
 
     def write(self, start: int, table: Table) -> None:
         stop = start + num_rows(table)
+        fields = self._records[start:stop].view(self._record) if self._records is not None else None
         for name, values in table.items():
-            where = self._where.get(name)
-            if where is None:
+            field = self._fields.get(name)
+            if field is None:
                 self._others[name][start:stop] = values
             else:
-                size, j = where
-                self._groups[size][1][start:stop, j] = values.view(_BITS[size])
+                fields[field] = values  # type: ignore[index]
 
-    def _columns(self, gathered: dict[int, np.ndarray], others: Table) -> Table:
+    def _columns(self, records: np.ndarray | None, others: Table) -> Table:
+        fields = records.view(self._record) if records is not None else None
         out = {}
         for name in self.names:
-            where = self._where.get(name)
-            if where is None:
-                out[name] = others[name]
-            else:
-                size, j = where
-                out[name] = gathered[size][j].view(self._dtypes[name])
+            field = self._fields.get(name)
+            # Each packed column comes out as a contiguous copy of its own (never a view of the storage).
+            out[name] = others[name] if field is None else np.array(fields[field], order='C')  # type: ignore[index]
         return out
 
     def take(self, index: np.ndarray) -> Table:
-        # Gather rows, then transpose each group once so that every column comes out contiguous.
-        gathered = {size: np.ascontiguousarray(np.take(matrix, index, axis=0).T)
-                    for size, (_, matrix) in self._groups.items()}
-        return self._columns(gathered, {n: np.take(a, index, axis=0) for n, a in self._others.items()})
+        records = np.take(self._records, index) if self._records is not None else None
+        return self._columns(records, {n: np.take(a, index, axis=0) for n, a in self._others.items()})
 
     def column(self, name: str, rows: int) -> np.ndarray:
-        where = self._where.get(name)
-        if where is None:
+        field = self._fields.get(name)
+        if field is None:
             return self._others[name][:rows]
-        size, j = where
-        return self._groups[size][1][:rows, j].view(self._dtypes[name])
+        return self._records[:rows].view(self._record)[field]  # type: ignore[index]
 
     def slice(self, start: int, stop: int) -> Table:
-        gathered = {size: np.array(matrix[start:stop].T, order='C') for size, (_, matrix) in self._groups.items()}
-        return self._columns(gathered, {n: a[start:stop].copy() for n, a in self._others.items()})
+        records = self._records[start:stop] if self._records is not None else None
+        return self._columns(records, {n: a[start:stop].copy() for n, a in self._others.items()})
 
     def move(self, source: np.ndarray, target: np.ndarray) -> None:
-        for _, matrix in self._groups.values():
-            records = matrix.view(np.dtype((np.void, matrix.strides[0]))).reshape(-1)  # one record per row
-            np.put(records, target, np.take(records, source))
+        if self._records is not None:
+            np.put(self._records, target, np.take(self._records, source))
         for array in self._others.values():
             array[target] = np.take(array, source, axis=0)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._buffers import PackedColumns, Table, num_rows
+from petastorm.pytorch._buffers import ColumnStore, PackedColumns, Table, num_rows
 from petastorm.pytorch._loaders import (
     _batch_columns,
     _check_tensor_fields,
@@ -73,16 +73,21 @@ class InMemBatchedDataLoader(_LoaderBase):
 
     def _epochs(self) -> Iterator[Any]:
         n = self._num_rows
+        step = _chunk_rows(self._store, self.batch_size)
         for epoch in range(self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator).numpy()
-            for start in range(0, n, self.batch_size):
-                stop = min(start + self.batch_size, n)
-                table = self._store.slice(start, stop) if order is None else self._store.take(order[start:stop])
-                values = [batch_tensor(table[key]) for key in self._keys]
-                yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
+            # One gather per chunk of many batches, not per batch: batches are then views of the chunk's columns.
+            for chunk_start in range(0, n, step):
+                chunk_stop = min(chunk_start + step, n)
+                chunk = self._store.slice(chunk_start, chunk_stop) if order is None else \
+                    self._store.take(order[chunk_start:chunk_stop])
+                columns = [chunk[key] for key in self._keys]
+                for start in range(0, chunk_stop - chunk_start, self.batch_size):
+                    values = [batch_tensor(column[start:start + self.batch_size]) for column in columns]
+                    yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
 
     def __len__(self) -> int:
         return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
@@ -91,20 +96,30 @@ class InMemBatchedDataLoader(_LoaderBase):
         """Nothing to release: the reader was stopped once the data was in memory."""
 
 
-class _ColumnsInMemory:
-    """Loaded columns some of which are tensors (dtypes numpy lacks): gathered column by column."""
+# About the size of a core's cache: gathered rows are split into columns while they are still in it.
+_CHUNK_BYTES = 1 << 20
 
-    def __init__(self, columns: Table) -> None:
-        self._columns = columns
 
-    def take(self, index: np.ndarray) -> Table:
-        out = {}
-        for name, column in self._columns.items():
-            if isinstance(column, np.ndarray):
-                out[name] = np.take(column, index, axis=0)
-            else:
-                out[name] = column.index_select(0, torch.from_numpy(index).to(column.device))
-        return out
+def _chunk_rows(store: Any, batch_size: int) -> int:
+    """Rows gathered at once when serving an epoch: whole batches, about ``_CHUNK_BYTES`` of data."""
+    row_nbytes = max(1, getattr(store, 'row_nbytes', 0))
+    return max(1, _CHUNK_BYTES // row_nbytes // batch_size) * batch_size
+
+
+class _TensorColumns(ColumnStore):
+    """Loaded columns some of which are tensors (dtypes numpy lacks): one array or tensor per column."""
+
+    def __init__(self, columns: Table | None = None, allocated: int = 0) -> None:
+        super().__init__(TensorOps(), columns, allocated)
+
+    def grown(self, table: Table, rows: int, used: int) -> _TensorColumns:
+        grown = super().grown(table, rows, used)
+        return _TensorColumns(grown._columns, grown._allocated)
+
+    @property
+    def row_nbytes(self) -> int:
+        return sum(int(column[:1].nbytes) if isinstance(column, np.ndarray) else
+                   column[:1].numel() * column.element_size() for column in self._columns.values())
 
     def slice(self, start: int, stop: int) -> Table:
         return {name: column[start:stop].copy() if isinstance(column, np.ndarray) else column[start:stop].clone()
@@ -115,12 +130,13 @@ def _load_columns(reader: Any, transform_fn: Callable | None,
                   rows_capacity: int) -> tuple[list[str], Any, int, bool]:
     """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
 
-    numpy columns go into :class:`PackedColumns` of the announced row count as they arrive (while the reader's
-    workers go on reading); the storage's ``take``/``slice`` give the columns of a batch.
+    Each chunk is written into preallocated storage as it arrives (while the reader's workers go on reading):
+    :class:`PackedColumns` for numpy columns, else one array or tensor per column. The storage is sized from the
+    reader's announced row count, and grows by doubling when that is unknown; its ``take``/``slice`` give the
+    columns of the rows asked for.
     """
     known = getattr(reader, 'num_rows_per_pass', None)
-    store: PackedColumns | None = None
-    parts: list[Table] = []
+    store: Any = None
     keys: list[str] = []
     loaded = 0
     as_tuple = False
@@ -133,30 +149,23 @@ def _load_columns(reader: Any, transform_fn: Callable | None,
         dropped += rows - take
         if take <= 0:
             continue
-        table = {name: values[:take] for name, values in table.items()}
-        if not keys:
+        if take < rows:
+            table = {name: values[:take] for name, values in table.items()}
+        if store is None:
             keys = list(table)
-            if known is not None and PackedColumns.can_hold(table):
-                store = PackedColumns(table, min(rows_capacity, known))
-        if store is not None:
-            if not store.fits(table, loaded + take):
-                store = store.grown(table, max(2 * store.rows, loaded + take), loaded)
-            store.write(loaded, table)
-        else:
-            parts.append(table)
+            store = PackedColumns(table, 0) if PackedColumns.can_hold(table) else _TensorColumns()
+            expected = known if known is not None else 4 * take
+            store = store.grown(table, max(take, min(rows_capacity, expected)), 0)
+        elif not store.fits(table, loaded + take):
+            store = store.grown(table, min(rows_capacity, max(2 * loaded, loaded + take)), loaded)
+        store.write(loaded, table)
         loaded += take
     if dropped:
         warnings.warn(f'InMemBatchedDataLoader kept the first {rows_capacity} rows (rows_capacity) and dropped '
                       f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning, stacklevel=3)
-    if store is not None:
-        return keys, store, loaded, as_tuple
-    ops = TensorOps()
-    columns = {name: ops.concat(name, [part[name] for part in parts]) for name in keys} if parts else {}
-    if parts and PackedColumns.can_hold(columns):
-        packed = PackedColumns(columns, loaded)
-        packed.write(0, columns)
-        return keys, packed, loaded, as_tuple
-    return keys, _ColumnsInMemory(columns), loaded, as_tuple
+    if store is None:
+        store = _TensorColumns()
+    return keys, store, loaded, as_tuple
 
 
 def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
