@@ -394,3 +394,20 @@ def test_a_fresh_interpreter_reads_numeric_and_ndarray_fields_without_importing_
                                check=False)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split() == ['20', '[]']
+
+
+def test_a_pickled_filesystem_carries_listed_file_sizes_so_workers_skip_a_request_per_file(moto, clean_proxy,
+                                                                                          dataset):
+    import pickle
+
+    import pyarrow.fs as pafs
+
+    from petastorm.fs import resolve_url
+
+    fs, root = resolve_url(dataset, moto.storage_options(clean_proxy.endpoint))
+    files = [i.path for i in fs.get_file_info(pafs.FileSelector(root)) if i.path.endswith('.parquet')]
+    in_worker = pickle.loads(pickle.dumps(fs))
+    clean_proxy.reset()
+    with in_worker.open_input_file(files[0]) as f:
+        assert pq.read_metadata(f).num_rows > 0
+    assert [r.method for r in clean_proxy.requests] == ['GET']  # the footer, and no HEAD for the size first

@@ -33,6 +33,8 @@ TAIL_BYTES = 64 * 1024
 STREAM_CHUNK_BYTES = 4 * 1024 * 1024
 _TAIL_CACHE_BYTES = 32 * 1024 * 1024
 _SIZE_CACHE_ENTRIES = 100_000
+#: most file sizes a pickled handler carries to a worker process (the most recently learned ones).
+_SIZES_SHIPPED = 20_000
 #: schemes whose directories are only key prefixes (they vanish with their last object).
 OBJECT_STORE_SCHEMES = frozenset({'s3', 's3a', 'gs', 'gcs', 'abfs', 'abfss', 'az', 'oss', 'oci', 'cos', 'r2'})
 
@@ -79,17 +81,22 @@ class StorageHandler(pafs.FSSpecHandler):
         retry: how transient errors are retried.
     """
 
-    def __init__(self, fs: Any, scheme: str, retry: RetryPolicy = DEFAULT_RETRY):
+    def __init__(self, fs: Any, scheme: str, retry: RetryPolicy = DEFAULT_RETRY,
+                 known_sizes: dict[str, int] | None = None):
         super().__init__(fs)
         self.scheme = scheme
         self.retry = retry
-        self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._sizes: OrderedDict[str, int] = OrderedDict(known_sizes or {})
         self._sizes_lock = threading.Lock()
         self._tails = _LruBytes(_TAIL_CACHE_BYTES)
         self._secrets: list[str] | None = None
 
     def __reduce__(self) -> tuple:
-        return StorageHandler, (self.fs, self.scheme, self.retry)
+        # File sizes learned by listing travel along (a worker process would otherwise send one more request per
+        # file before its first read); the tails stay behind, they are too big to copy to every worker.
+        with self._sizes_lock:
+            sizes = dict(list(self._sizes.items())[-_SIZES_SHIPPED:])
+        return StorageHandler, (self.fs, self.scheme, self.retry, sizes)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StorageHandler):
