@@ -23,7 +23,7 @@ from reliability.helpers import SMALL_ROWS
 TARGET_READS = 1000
 #: makes the drawn configurations the same on every run.
 SUITE_SEED = 20261129
-POOL_WEIGHTS = {'dummy': 0.48, 'thread': 0.48, 'process': 0.04}
+POOL_WEIGHTS = {'dummy': 0.485, 'thread': 0.485, 'process': 0.03}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,4 +168,4 @@ def test_the_trials_cover_the_option_space():
     assert seen['predicates'] == {None, 'set', 'lambda'}
     assert seen['workers'] == {1, 2, 3, 4}
     process_reads = sum(t.reads for t in ALL_TRIALS if t.pool == 'process')
-    assert process_reads >= 30
+    assert process_reads >= 20

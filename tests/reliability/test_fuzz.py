@@ -25,8 +25,11 @@ from petastorm.metadata.schema_json import unischema_from_json, unischema_to_jso
 from petastorm.unischema import UnischemaField
 from reliability.helpers import SmallSchema
 
-FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_BOUNDED = {'deadline': None, 'derandomize': True, 'database': None,
+            'suppress_health_check': [HealthCheck.too_slow, HealthCheck.data_too_large]}
+#: decoding examples are slower (image and archive decoders), parsing examples are cheap.
+FUZZ = settings(max_examples=60, **_BOUNDED)
+FUZZ_PARSING = settings(max_examples=150, **_BOUNDED)
 
 MATRIX = UnischemaField('matrix', np.float32, (2, 3), NdarrayCodec(), False)
 PACKED = UnischemaField('packed', np.int16, (None,), CompressedNdarrayCodec(), False)
@@ -143,7 +146,7 @@ def schema_documents(draw) -> bytes:
 def test_parsing_schema_json(figures):
     examples = []
 
-    @FUZZ
+    @FUZZ_PARSING
     @given(text=st.one_of(st.binary(max_size=200), mutated(_JSON), schema_documents()))
     def run(text):
         examples.append(1)
@@ -156,7 +159,7 @@ def test_parsing_schema_json(figures):
 def test_parsing_codec_descriptions(figures):
     examples = []
 
-    @FUZZ
+    @FUZZ_PARSING
     @given(description=st.dictionaries(st.sampled_from(['codec', 'type', 'format', 'quality', 'unit', 'precision']),
                                        json_values, max_size=4))
     def run(description):
@@ -171,7 +174,7 @@ def test_parsing_legacy_pickles(figures, tmp_path):
     examples = []
     protocols = [pickle.dumps({'a': [1, 2.0, 'x']}, protocol=p) for p in range(0, 6)]
 
-    @FUZZ
+    @FUZZ_PARSING
     @given(data=st.one_of(st.binary(max_size=200), mutated(_LEGACY), st.sampled_from(protocols).flatmap(mutated)))
     def run(data):
         examples.append(1)
