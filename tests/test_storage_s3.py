@@ -411,3 +411,24 @@ def test_a_pickled_filesystem_carries_listed_file_sizes_so_workers_skip_a_reques
     with in_worker.open_input_file(files[0]) as f:
         assert pq.read_metadata(f).num_rows > 0
     assert [r.method for r in clean_proxy.requests] == ['GET']  # the footer, and no HEAD for the size first
+
+
+def test_spark_converter_reads_an_s3_dataset_through_storage_options(moto, dataset, monkeypatch):
+    # Spark cannot write s3a:// here (no hadoop-aws jars), so the converter is made from a dataset already on the
+    # server. The converter lists and waits for its files itself, through the URL alone: the standard AWS
+    # environment variables give it the endpoint and keys; the loader's reader gets them as storage_options.
+    pytest.importorskip('torch')
+    pytest.importorskip('pyspark')
+    from petastorm.spark import make_spark_converter
+
+    options = moto.storage_options()
+    monkeypatch.setenv('AWS_ENDPOINT_URL', options['endpoint_url'])
+    monkeypatch.setenv('AWS_ACCESS_KEY_ID', options['key'])
+    monkeypatch.setenv('AWS_SECRET_ACCESS_KEY', options['secret'])
+    converter = make_spark_converter(dataset)
+    assert len(converter) == ROWS
+    assert all(url.startswith(f'{dataset}/') for url in converter.file_urls)
+    with converter.make_torch_dataloader(batch_size=64, num_epochs=1, schema_fields=['id'],
+                                         storage_options=options) as loader:
+        ids = sorted(int(i) for batch in loader for i in batch['id'])
+    assert ids == list(range(ROWS))
