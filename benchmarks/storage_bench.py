@@ -7,6 +7,12 @@ local directory and once to ``s3://`` on a moto server started here (127.0.0.1, 
   all columns: every column, so the same bytes cross the network as are read from disk;
   one column:  one of the ten, where ranged requests keep the transfer to about a tenth.
 
+Then the local disk cache (``cache_type='local-disk'``) on S3: a first epoch that fills the cache, and a second
+epoch (a new reader over the same cache directory) that reads every row group from local disk.
+
+Then the time to the first batch of ``make_batch_reader`` (reader creation included) for local and S3, with the thread
+and the process pool: process-pool workers are fresh interpreters, so this shows what their start-up costs.
+
 The last line is ``s3 / local time ratio: X.XX`` for the all-columns case.
 
 Usage: python benchmarks/storage_bench.py [--quick] [--rows N] [--repeats R] [--workers W]
@@ -58,10 +64,10 @@ def write_store(url: str, table: pa.Table, storage_options: dict | None, files: 
 
 
 def read_time(url: str, storage_options: dict | None, columns: list[str] | None, workers: int,
-              expected_rows: int) -> float:
+              expected_rows: int, **reader_args: object) -> float:
     start = time.perf_counter()
     with make_batch_reader(url, schema_fields=columns, storage_options=storage_options, reader_pool_type='thread',
-                           workers_count=workers) as reader:
+                           workers_count=workers, **reader_args) as reader:
         rows = sum(len(batch[0]) for batch in reader)
     elapsed = time.perf_counter() - start
     if rows != expected_rows:
@@ -104,7 +110,52 @@ def main() -> None:
             ratios[case] = remote / local
             print(f'| {case} | {local:.3f} | {remote:.3f} | {rows / local:,.0f} | {rows / remote:,.0f} | '
                   f'{remote / local:.2f} |')
+        print()
+        disk_cache_epochs(s3_url, options, args.workers, rows, repeats, tmp)
+        print()
+        first_row_times(local_url, s3_url, options, args.workers, repeats)
     print(f's3 / local time ratio: {ratios["all columns"]:.2f}')
+
+
+def disk_cache_epochs(s3_url: str, options: dict, workers: int, rows: int, repeats: int, tmp: str) -> None:
+    """Epoch times of S3 reads through the local disk cache: the first fills it, the second is served by it."""
+    first, second = [], []
+    for index in range(repeats):
+        cache = {'cache_type': 'local-disk', 'cache_location': os.path.join(tmp, f'cache-{index}'),
+                 'cache_size_limit': 10 ** 10, 'cache_row_size_estimate': 100}
+        first.append(read_time(s3_url, options, None, workers, rows, **cache))
+        second.append(read_time(s3_url, options, None, workers, rows, **cache))
+    uncached = statistics.median(read_time(s3_url, options, None, workers, rows) for _ in range(repeats))
+    print(f'local disk cache on s3, all columns, median of {repeats}')
+    print('| epoch | s | vs s3 without cache |')
+    print('|---|---|---|')
+    print(f'| no cache | {uncached:.3f} | 1.00 |')
+    for name, times in (('1st (fills the cache)', first), ('2nd (from the cache)', second)):
+        print(f'| {name} | {statistics.median(times):.3f} | {statistics.median(times) / uncached:.2f} |')
+
+
+def first_row_time(url: str, storage_options: dict | None, pool: str, workers: int) -> float:
+    start = time.perf_counter()
+    with make_batch_reader(url, storage_options=storage_options, reader_pool_type=pool,
+                           workers_count=workers) as reader:
+        next(reader)
+        return time.perf_counter() - start
+
+
+def first_row_times(local_url: str, s3_url: str, options: dict, workers: int, repeats: int) -> None:
+    """Seconds from make_batch_reader to its first batch, local vs S3, thread vs process pool (runs interleaved)."""
+    cases = [(pool, where) for pool in ('thread', 'process') for where in ('local', 's3')]
+    times: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
+    for _ in range(repeats):
+        for pool, where in cases:
+            url, storage_options = (local_url, None) if where == 'local' else (s3_url, options)
+            times[pool, where].append(first_row_time(url, storage_options, pool, workers))
+    print(f'time to the first batch of make_batch_reader, {workers} workers, median of {repeats}')
+    print('| pool | local s | s3 s |')
+    print('|---|---|---|')
+    for pool in ('thread', 'process'):
+        print(f'| {pool} | {statistics.median(times[pool, "local"]):.2f} | '
+              f'{statistics.median(times[pool, "s3"]):.2f} |')
 
 
 if __name__ == '__main__':
