@@ -259,6 +259,16 @@ def plot(measurements: list[Measurement], host: dict[str, str], path: Path) -> N
     plt.close(figure)
 
 
+def _result_flags(args: argparse.Namespace) -> list[str]:
+    # Only the flags that change the numbers: where data and output go does not.
+    flags = ['--quick'] if args.quick else []
+    if args.cases != ','.join(GROUPS):
+        flags += ['--cases', args.cases]
+    if not args.quick and args.repeats != 3:
+        flags += ['--repeats', str(args.repeats)]
+    return flags
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--quick', action='store_true', help='small data, one repeat, short runs (smoke test)')
@@ -283,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f'{group}: {time.perf_counter() - group_started:.1f} s', file=sys.stderr, flush=True)
     seconds = time.perf_counter() - started
     host = machine()
-    command = ' '.join(['python benchmarks/run.py', *(argv if argv is not None else sys.argv[1:])])
+    command = ' '.join(['python benchmarks/run.py', *_result_flags(args)])
     args.output_dir.mkdir(parents=True, exist_ok=True)
     report = markdown(measurements, host, command, seconds)
     (args.output_dir / 'benchmarks.md').write_text(report)
