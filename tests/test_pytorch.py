@@ -511,6 +511,58 @@ def test_inmem_loader_unshuffled_batches_are_copies_and_capacity_truncates(url):
     assert second['id'].tolist() == list(range(30))
 
 
+
+@pytest.mark.parametrize('shuffle', [True, False])
+def test_inmem_epochs_gathered_in_chunks_follow_the_seeded_order(plain_url, monkeypatch, shuffle):
+    import petastorm.pytorch._inmem as inmem
+
+    monkeypatch.setattr(inmem, '_CHUNK_BYTES', 2 * 64 * 12)  # two 64-row batches of (id, x) rows per chunk
+    loader = InMemBatchedDataLoader(_batch_reader(plain_url, schema_fields=['id', 'x']), batch_size=64,
+                                    num_epochs=2, seed=7, rows_capacity=1000, shuffle=shuffle)
+    batches = list(loader)
+    assert [len(b['id']) for b in batches] == [64, 64, 64, 64, 44] * 2
+    for epoch in range(2):
+        expected = torch.randperm(300, generator=torch.Generator().manual_seed(7 + epoch)).tolist() if shuffle \
+            else list(range(300))
+        assert _ids(batches[epoch * 5:(epoch + 1) * 5]) == expected
+    for batch in batches:
+        assert torch.equal(batch['x'], batch['id'].float() / 2)
+        assert batch['id'].is_contiguous()
+        assert batch['x'].is_contiguous()
+
+
+def test_inmem_unknown_row_count_grows_and_tensor_columns(url):
+    # A predicate hides the row count; a transform returning bfloat16 (no numpy dtype) keeps tensor columns.
+    reader = _reader(url, schema_fields=['id', 'matrix'], predicate=in_lambda(['id'], lambda i: i % 5 != 0))
+    assert reader.num_rows_per_pass is None
+    loader = InMemBatchedDataLoader(reader, batch_size=7, rows_capacity=1000,
+                                    transform_fn=lambda c: torch.as_tensor(c).to(torch.bfloat16))
+    batches = list(loader)
+    kept = [i for i in range(ROWS) if i % 5]
+    assert [int(v) for b in batches for v in b['id']] == kept
+    matrices = torch.cat([b['matrix'] for b in batches])
+    assert matrices.dtype == torch.bfloat16
+    assert matrices[:, 0, 0].float().tolist() == [float(i) for i in kept]
+
+
+def test_packed_columns_align_mixed_widths():
+    n = 9
+    table = {'u8': np.arange(n, dtype=np.uint8), 'i16': -np.arange(n, dtype=np.int16),
+             'c64': (np.arange(n) * (1 + 2j)).astype(np.complex64), 'f64': np.linspace(0, 1, n),
+             'i32': np.arange(n, dtype=np.int32) * 7, 'vec': np.arange(n * 3, dtype=np.float32).reshape(n, 3)}
+    packed = PackedColumns(table, 0).grown(table, n, 0)
+    packed.write(0, table)
+    assert packed.row_nbytes == 1 + 2 + 8 + 8 + 4 + 12
+    taken = packed.take(np.array([8, 2, 5]))
+    for name, column in table.items():
+        np.testing.assert_array_equal(taken[name], column[[8, 2, 5]])
+        assert taken[name].dtype == column.dtype
+        assert taken[name].flags.c_contiguous
+    grown = packed.grown(table, 2 * n, n)
+    grown.write(n, table)
+    np.testing.assert_array_equal(grown.slice(n - 1, n + 1)['f64'], table['f64'][[n - 1, 0]])
+
+
 # -- the MNIST example --------------------------------------------------------------------------------------------
 
 def _load_example(name):
