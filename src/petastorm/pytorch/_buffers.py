@@ -13,6 +13,7 @@ in memory per row (``BatchedDataLoader``'s shuffling buffer on the CPU, ``InMemB
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -148,7 +149,15 @@ class ColumnStore:
     def grown(self, table: Table, rows: int, used: int) -> ColumnStore:
         columns = {name: self._ops.storage(name, values, rows, self._columns.get(name), used)
                    for name, values in table.items()}
-        return ColumnStore(self._ops, columns, rows)
+        grown = copy.copy(self)  # a subclass stays itself
+        grown._columns, grown._allocated = columns, rows
+        return grown
+
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes one row takes (numpy arrays or tensors)."""
+        return sum(int(column[:1].nbytes) if isinstance(column, np.ndarray) else
+                   int(column[:1].numel() * column.element_size()) for column in self._columns.values())
 
     def write(self, start: int, table: Table) -> None:
         for name, values in table.items():

@@ -112,15 +112,6 @@ class _TensorColumns(ColumnStore):
     def __init__(self, columns: Table | None = None, allocated: int = 0) -> None:
         super().__init__(TensorOps(), columns, allocated)
 
-    def grown(self, table: Table, rows: int, used: int) -> _TensorColumns:
-        grown = super().grown(table, rows, used)
-        return _TensorColumns(grown._columns, grown._allocated)
-
-    @property
-    def row_nbytes(self) -> int:
-        return sum(int(column[:1].nbytes) if isinstance(column, np.ndarray) else
-                   column[:1].numel() * column.element_size() for column in self._columns.values())
-
     def slice(self, start: int, stop: int) -> Table:
         return {name: column[start:stop].copy() if isinstance(column, np.ndarray) else column[start:stop].clone()
                 for name, column in self._columns.items()}
