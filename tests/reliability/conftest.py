@@ -26,11 +26,15 @@ LEAK_GRACE_SECONDS = 5.0
 _FIGURES = pytest.StashKey[dict]()
 _LEAKS = pytest.StashKey[dict]()
 
+# The suite reads Petastorm datasets with make_batch_reader on purpose (both readers over one store).
+_BATCH_READER_ADVICE = pytest.mark.filterwarnings("ignore:Please use make_reader:UserWarning")
+
+
 def pytest_collection_modifyitems(config, items):
-    marker = pytest.mark.reliability
     for item in items:
         if 'reliability' in item.nodeid.split('::')[0]:
-            item.add_marker(marker)
+            item.add_marker(pytest.mark.reliability)
+            item.add_marker(_BATCH_READER_ADVICE)
 
 
 class Figures:

@@ -20,8 +20,3 @@ SmallSchema = Unischema('SmallSchema', [
 def small_row(i: int) -> dict:
     return {'id': i, 'vec': np.array([i, -i], dtype=np.float32)}
 
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
