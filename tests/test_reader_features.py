@@ -138,6 +138,16 @@ def test_filters_select_rows_and_skip_row_groups(url, factory):
     assert ids == list(range(10))
 
 
+def test_filters_on_a_hive_partition_column(tmp_path):
+    table = pa.table({'x': list(range(20)), 'part': [i % 2 for i in range(20)]})
+    pq.write_to_dataset(table, str(tmp_path), partition_cols=['part'])
+    url = tmp_path.as_uri()
+    with make_batch_reader(url, reader_pool_type='dummy', filters=[('part', '=', 1)]) as reader:
+        assert sorted(int(x) for batch in reader for x in batch.x) == list(range(1, 20, 2))
+    with make_batch_reader(url, reader_pool_type='dummy', filters=[('part', '=', 0), ('x', '>', 10)]) as reader:
+        assert sorted(int(x) for batch in reader for x in batch.x) == [12, 14, 16, 18]
+
+
 def test_predicate_reads_other_columns_only_for_matching_row_groups(url, monkeypatch):
     calls = []
     original = petastorm.read._read_columns

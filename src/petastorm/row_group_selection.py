@@ -70,7 +70,8 @@ def prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexe
                          partitioning=partitioning, partition_base_dir=store.root)
     matching: set[tuple[str, int]] = set()
     for fragment in dataset.get_fragments():
-        for row_group_fragment in fragment.split_by_row_group(expression):
+        # Bind against the dataset schema: partition columns exist there, not in the file.
+        for row_group_fragment in fragment.split_by_row_group(expression, schema=dataset.schema):
             for row_group in row_group_fragment.row_groups:
                 matching.add((fragment.path, row_group.id))
     return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
