@@ -1,6 +1,7 @@
 """Which stage bounds a measured read rate, from the reader's stage timings (see :mod:`petastorm.stage_timing`).
 
-Workers run I/O, filter, decode and transform for many work items at once; the consumer waits for the pool
+Workers run I/O (opening the file and reading the row group's columns with pyarrow, Parquet decompression
+included), filter, decode (the codecs) and transform for many work items at once; the consumer waits for the pool
 (``queue_wait``) and spends the rest of its time making what the user gets from the columns (``collate``: rows for
 ``make_reader``, tensors for a torch loader, the ``tf.data`` pipeline). Each stage is shown as the share of the
 capacity it used during the measurement: a worker stage's seconds divided by ``workers x wall time``, a consumer
