@@ -89,9 +89,10 @@ def value_for_tf(name: str, value: Any) -> Any:
         return column_for_tf(name, value)
     if isinstance(value, decimal.Decimal):
         return str(value.normalize())
-    if isinstance(value, (np.datetime64, datetime.date)):
-        return date_to_nsec_from_epoch(value) if isinstance(value, datetime.date) else \
-            np.int64(_nanoseconds(np.asarray(value)))
+    if isinstance(value, datetime.date):
+        return date_to_nsec_from_epoch(value)
+    if isinstance(value, np.datetime64):
+        return _nanoseconds(np.asarray(value))[()]
     if isinstance(value, np.generic):
         widened = _WIDENED.get(value.dtype)
         return value if widened is None else value.astype(widened)
