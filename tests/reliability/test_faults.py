@@ -79,7 +79,7 @@ def _corrupt_vec_payloads(path: pathlib.Path) -> None:
     path.with_suffix('.tmp').replace(path)
 
 
-def _fault_kwargs(kind: str, last_file: pathlib.Path) -> dict:
+def _fault_kwargs(kind: str) -> dict:
     if kind == 'transform':
         return {'transform_spec': TransformSpec(exploding_transform)}
     if kind == 'predicate':
@@ -114,7 +114,7 @@ def test_fault_reaches_the_caller_quickly_with_traceback_and_location(kind, pool
         _corrupt_vec_payloads(last_file)
     after_first_row = (lambda: last_file.unlink()) if kind == 'filesystem' else None
     reader = make_reader(url, reader_pool_type=pool, workers_count=1, results_queue_size=1,
-                         shuffle_row_groups=False, **_fault_kwargs(kind, last_file))
+                         shuffle_row_groups=False, **_fault_kwargs(kind))
     with reader:
         err, seconds = _consume_until_error(reader, after_first_row)
     text = _full_text(err)
