@@ -346,6 +346,14 @@ def test_throughput_cli_reads_s3_with_storage_options(moto, dataset, capsys):
     assert result['measure_cycles'] == 20
 
 
+def test_throughput_cli_field_regex_reads_the_s3_schema_with_storage_options(moto, dataset, capsys):
+    from petastorm.benchmark.cli import main
+
+    main([dataset, '--field-regex', 'id', '-m', '1', '-n', '5', '-p', 'dummy', '--json', '--storage-options',
+          json.dumps(moto.storage_options())])
+    assert json.loads(capsys.readouterr().out)['field_regex'] == ['id']
+
+
 def test_build_rowgroup_index_on_s3_selects_row_groups(moto, dataset):
     from petastorm.etl.rowgroup_indexers import SingleFieldIndexer
     from petastorm.etl.rowgroup_indexing import build_rowgroup_index

@@ -260,7 +260,7 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
         import_optional('tensorflow', '--read-method tf')
     if loader is not Loader.NONE:
         import_optional('torch', f'--loader {loader.value}')
-    fields = _matching_fields(dataset_url, field_regex, batch)
+    fields = _matching_fields(dataset_url, field_regex, batch, reader_extra_args or {})
     logger.info('Fields used in the benchmark: %s', [f.name for f in fields] if fields else 'all')
     reader_args: dict[str, Any] = dict(num_epochs=None, reader_pool_type=pool_type.value,
                                        workers_count=loaders_count, schema_fields=fields or None)
@@ -314,14 +314,17 @@ def _wrap_in_loader(reader: Any, loader: Loader, batch_size: int) -> Any:
     return loader_class(reader, batch_size=batch_size)
 
 
-def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: bool) -> list[Any]:
+def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: bool,
+                     reader_args: dict[str, Any]) -> list[Any]:
     if not field_regex:
         return []
     from petastorm.etl.dataset_metadata import infer_or_load_unischema, open_dataset
     from petastorm.metadata.store import stored_schema
     from petastorm.unischema import match_unischema_fields
 
-    store = open_dataset(dataset_url)
+    # The schema is read with the same storage settings the reader gets (credentials, endpoint).
+    store = open_dataset(dataset_url, reader_args.get('hdfs_driver', 'libhdfs3'), reader_args.get('storage_options'),
+                         reader_args.get('filesystem'))
     schema = infer_or_load_unischema(store) if batch else stored_schema(store)
     fields = match_unischema_fields(schema, field_regex)
     if not fields:
