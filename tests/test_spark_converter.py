@@ -44,6 +44,12 @@ def _subdirs(parent):
     return sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.exists() else []
 
 
+def _entries_under(spark, parent):
+    """The session cache's entries for copies under ``parent`` (each test has its own parent)."""
+    return [entry for entry in ConverterCache.of_session(spark).entries
+            if entry.dir_url.startswith(f'file://{parent}/')]
+
+
 def _scalars(spark, rows=100, partitions=2):
     """id bigint, d double, f float, arr array<double>: computed in the JVM (no Python workers)."""
     return spark.range(0, rows, 1, partitions).select(
@@ -204,7 +210,7 @@ def test_equal_dataframes_reuse_one_copy_until_deleted(spark, cache_parent):
     for converter in (rewritten, other_rows, other_dtype, other_size, other_codec):
         converter.delete()
     assert _subdirs(cache_parent) == []
-    assert ConverterCache.of_session(spark).entries == []
+    assert _entries_under(spark, cache_parent) == []
 
 
 @pytest.mark.spark
@@ -357,7 +363,7 @@ def test_failed_write_leaves_nothing_behind(spark, cache_parent):
     with pytest.raises(Exception, match='id < 5'):
         make_spark_converter(failing)
     assert _subdirs(cache_parent) == []
-    assert ConverterCache.of_session(spark).entries == []
+    assert _entries_under(spark, cache_parent) == []
 
 
 # ------------------------------------------------------------------------------------------------------ loaders
