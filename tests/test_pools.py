@@ -29,6 +29,7 @@ from petastorm.pools import (
     make_pool,
 )
 from petastorm.pools._shm import MAX_FREE_SLOTS
+from petastorm.pools._transport import new_block_prefix
 
 try:  # tests/ on sys.path (rootdir-relative imports, no tests/__init__.py)
     import pool_workers as pw
@@ -36,11 +37,15 @@ except ImportError:  # tests/ is a package
     from tests import pool_workers as pw
 
 SHM_DIR = '/dev/shm'
+SLOT_NAME_START = new_block_prefix()[:3]
 needs_dev_shm = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason='needs /dev/shm')
 
 
 def _shm_entries() -> set[str]:
-    return set(os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else set()
+    # Only the pools' own slot names: other programs on the machine (joblib's semaphores, say) come and go here.
+    if not os.path.isdir(SHM_DIR):
+        return set()
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(SLOT_NAME_START)}
 
 
 def _children() -> set[int]:
