@@ -91,10 +91,10 @@ def test_leaving_the_block_stops_the_reader(converter):
         next(iterator)
 
     def drain():
-        for _ in range(100):  # batches already prefetched may still arrive; the stopped reader then fails
+        for _ in range(100):  # batches already prefetched may still arrive; then the dataset ends quietly
             next(iterator)
 
-    with pytest.raises(tf.errors.OpError, match='Trying to read a sample'):
+    with pytest.raises(StopIteration):
         drain()
 
 

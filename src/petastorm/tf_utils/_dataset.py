@@ -59,8 +59,14 @@ def make_petastorm_dataset(reader: Any) -> Any:
         if reader.last_row_consumed:
             warnings.warn(_RESET_WARNING, UserWarning, stacklevel=2)
             reader.reset()
-        for flat in column_batches(reader, layout):
-            yield layout.pack(flat)
+        try:
+            for flat in column_batches(reader, layout):
+                yield layout.pack(flat)
+        except RuntimeError:
+            # TF's prefetch thread may still pull after the caller stopped the reader (e.g. leaving a
+            # ``with`` block over an endless dataset): end quietly then; any other failure propagates.
+            if not reader.stopped:
+                raise
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=True))
     return dataset if reader.batched_output else dataset.unbatch()
