@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
-TORCH_PIN := torch==2.13.0
+# The CPU build of torch, named with its local version: with `torch==2.13.0` alone, pip's resolver may settle on
+# the multi-GB CUDA build of the same release while it backtracks through other packages (the S3 stack), and
+# that build's triton crashes next to TensorFlow. Override for another platform: make test TORCH_PIN=torch==2.13.0
+TORCH_PIN ?= torch==2.13.0+cpu
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
