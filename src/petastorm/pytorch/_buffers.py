@@ -8,7 +8,7 @@ The same code buffers numpy arrays (:class:`NumpyOps`, used by ``DataLoader``) a
 in :mod:`petastorm.pytorch._tensors`, used by ``BatchedDataLoader``); an *ops* object supplies the few array
 operations that differ between the two. Numeric numpy columns of a fixed layout can instead live in
 :class:`PackedColumns`, which keeps the scalar values of a row together so that random gathers touch one place
-in memory per row (``BatchedDataLoader``'s shuffling buffer on the CPU, ``InMemBatchedDataLoader``).
+in memory per row (``InMemBatchedDataLoader``; optional for the shuffling buffer).
 """
 
 from __future__ import annotations
