@@ -85,3 +85,13 @@ def test_pytorch_hello_world_batches_every_row(hello_world_url, capsys):
     out = capsys.readouterr().out
     assert out.count('torch.Size([') >= 3  # 10 rows in batches of 4
     assert 'tensor(' in out
+
+
+@pytest.mark.spark
+@pytest.mark.tf
+def test_tensorflow_hello_world_yields_every_row(hello_world_url, capsys):
+    pytest.importorskip('tensorflow')
+    _load_example('tensorflow_hello_world').tensorflow_hello_world(hello_world_url)
+    row_lines = [line for line in capsys.readouterr().out.splitlines() if '(128, 256, 3)' in line]
+    assert sorted(int(line.split()[0]) for line in row_lines) == list(range(10))
+    assert all('(4, 128, 30, 3)' in line for line in row_lines)
