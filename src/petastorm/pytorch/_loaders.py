@@ -177,6 +177,28 @@ class _LoaderBase(torch.utils.data.DataLoader):
     def _batches(self, pass_index: int) -> Iterator[Any]:
         raise NotImplementedError
 
+    def _stream_batches(self, pass_index: int, ops: Any, prepare: Callable[[Table], Table],
+                        finish: Callable[[Table, bool], Any]) -> Iterator[Any]:
+        """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches."""
+        batcher = Batcher(self.batch_size, ops)
+        capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
+        shuffler = ShufflingBuffer(capacity, self._rng(pass_index), ops) if capacity else None
+        self._buffers = (batcher, shuffler)
+        as_tuple = False
+        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
+            table: Table | None = prepare(columns)
+            if shuffler is not None:
+                table = shuffler.add(table)
+            if table is not None:
+                for batch in batcher.add(table):
+                    yield finish(batch, as_tuple)
+        rest = shuffler.drain() if shuffler is not None else None
+        if rest is not None:
+            for batch in batcher.add(rest):
+                yield finish(batch, as_tuple)
+        for batch in batcher.flush():
+            yield finish(batch, as_tuple)
+
     def _rng(self, pass_index: int) -> np.random.Generator:
         seed = getattr(self.reader, 'seed', None)
         if seed is None:
@@ -319,27 +341,7 @@ class DataLoader(_LoaderBase):
                                  f"has {[n + MASK_SUFFIX for n in clashes]}")
 
     def _batches(self, pass_index: int) -> Iterator[Any]:
-        ops = NumpyOps()
-        batcher = Batcher(self.batch_size, ops)
-        shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops) \
-            if self.shuffling_queue_capacity else None
-        self._buffers = (batcher, shuffler)
-        as_tuple = False
-        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
-            table = prepare_columns(columns)
-            if shuffler is not None:
-                table = shuffler.add(table)
-                if table is None:
-                    continue
-            for batch in batcher.add(table):
-                yield self._collate(batch, as_tuple)
-        if shuffler is not None:
-            rest = shuffler.drain()
-            if rest is not None:
-                for batch in batcher.add(rest):
-                    yield self._collate(batch, as_tuple)
-        for batch in batcher.flush():
-            yield self._collate(batch, as_tuple)
+        return self._stream_batches(pass_index, NumpyOps(), prepare_columns, self._collate)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
@@ -355,9 +357,8 @@ class BatchedDataLoader(_LoaderBase):
     """Large batches of tensors from whole columns: the fast loader for numeric columns.
 
     Built for ``make_batch_reader`` (works with ``make_reader`` too). Each column of each row group becomes one
-    tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer. On the
-    CPU the buffer holds the columns as numpy arrays (views of the tensors, no copy) and keeps the scalar values
-    of a row together, so that random gathers are cheap; on another ``device`` it holds tensors there. A batch
+    tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer that
+    holds one tensor per column on the loader's ``device``. A batch
     is a dict ``{field: tensor}`` (a list by position for rows of a transform returning tuples); the last batch
     of a pass may be smaller. Strings, Decimals, None values and arrays whose shape varies are not supported
     (use :class:`DataLoader`); the error names the fields.
@@ -387,32 +388,16 @@ class BatchedDataLoader(_LoaderBase):
             _check_tensor_fields(type(self).__name__, reader)
 
     def _batches(self, pass_index: int) -> Iterator[Any]:
-        ops = TensorOps(self.device)
-        batcher = Batcher(self.batch_size, ops)
-        # Per-column tensor storage: on a quiet 2-core machine its gathers beat packed records by ~20% here
-        # (benchmarks/torch_bench.py, shuffling_queue_capacity=100000).
-        shuffler = ShufflingBuffer(self.shuffling_queue_capacity, self._rng(pass_index), ops) \
-            if self.shuffling_queue_capacity else None
-        self._buffers = (batcher, shuffler)
-        as_tuple = False
-        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
-            row_ids = columns.pop(_ROW_IDS, None)
-            table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
-            if row_ids is not None:
-                table[_ROW_IDS] = row_ids
-            if shuffler is not None:
-                table = shuffler.add(table)
-                if table is None:
-                    continue
-            for batch in batcher.add(table):
-                yield self._finish(batch, as_tuple)
-        if shuffler is not None:
-            rest = shuffler.drain()
-            if rest is not None:
-                for batch in batcher.add(rest):
-                    yield self._finish(batch, as_tuple)
-        for batch in batcher.flush():
-            yield self._finish(batch, as_tuple)
+        # The shuffling buffer keeps one tensor per column: on a quiet 2-core machine its gathers beat packed
+        # records by ~20% here (benchmarks/torch_bench.py, shuffling_queue_capacity=100000).
+        return self._stream_batches(pass_index, TensorOps(self.device), self._prepare, self._finish)
+
+    def _prepare(self, columns: Table) -> Table:
+        row_ids = columns.pop(_ROW_IDS, None)
+        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
+        if row_ids is not None:
+            table[_ROW_IDS] = row_ids
+        return table
 
     def _finish(self, batch: Table, as_tuple: bool) -> Any:
         tensors = {name: batch_tensor(values) for name, values in batch.items() if name != _ROW_IDS}
