@@ -257,29 +257,41 @@ def test_shuffling_buffer_keeps_rows_and_is_reproducible(url):
     assert first != other
 
 
+@pytest.mark.parametrize('batch_size', [1, 4])
 @pytest.mark.parametrize('packed', [False, True])
-def test_shuffling_buffer_laws(packed):
+def test_shuffling_buffer_laws(packed, batch_size):
     ops = NumpyOps()
-    for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20])]:
-        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, packed=packed)
+    for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20]), (6, [2, 9, 1, 1, 13])]:
+        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, batch_size, packed=packed)
         out, start = [], 0
         for size in chunks:
             ids = np.arange(start, start + size)
             drawn = buffer.add({'i': ids, 'f': ids.astype(np.float32) / 2, 'b': (ids % 256).astype(np.uint8),
-                                'm': np.stack([ids, -ids], axis=1)})
+                                'h': ids.astype(np.float16), 's': (-ids).astype(np.int16),
+                                'c': ids * (1 + 2j), 'm': np.stack([ids, -ids], axis=1)})
             start += size
-            assert len(buffer) == min(start, capacity - 1)
-            if drawn is not None:
-                assert (drawn['m'][:, 0] == drawn['i']).all()
-                assert (drawn['m'][:, 1] == -drawn['i']).all()
-                assert (drawn['f'] == drawn['i'] / 2).all()
-                assert (drawn['b'] == drawn['i'] % 256).all()
-                out.append(drawn['i'])
+            # At least capacity - 1 rows stay, and fewer than a batch more: draws are whole batches.
+            assert min(start, capacity - 1) <= len(buffer) <= max(capacity - 1, 0) + batch_size - 1
+            assert len(buffer) <= start
+            for piece in drawn:
+                assert len(piece['i']) == batch_size
+                assert (piece['m'][:, 0] == piece['i']).all()
+                assert (piece['m'][:, 1] == -piece['i']).all()
+                assert (piece['f'] == piece['i'] / 2).all()
+                assert (piece['b'] == piece['i'] % 256).all()
+                assert (piece['h'] == piece['i'].astype(np.float16)).all()
+                assert (piece['s'] == -piece['i']).all()
+                assert (piece['c'] == piece['i'] * (1 + 2j)).all()
+                assert all(column.flags.c_contiguous for column in piece.values())
+                out.append(piece['i'])
         rest = buffer.drain()
-        if rest is not None:
-            out.append(rest['i'])
+        assert all(len(piece['i']) == batch_size for piece in rest[:-1])
+        assert len(buffer) == 0
+        out.extend(piece['i'] for piece in rest)
         everything = np.concatenate(out)
         assert sorted(everything.tolist()) == list(range(start))
+        if start > 20:
+            assert everything.tolist() != sorted(everything.tolist())
     batcher = Batcher(4, ops)
     got = [b['x'].tolist() for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]) for b in batcher.add(
         {'x': np.array(chunk)})] + [b['x'].tolist() for b in batcher.flush()]
@@ -295,11 +307,10 @@ def test_tensor_buffers_for_accelerator_devices():
     drawn = []
     for start, stop in ((0, 5), (5, 12), (12, 15)):
         ids = torch.arange(start, stop)
-        out = buffer.add({'i': ids, 'm': torch.stack([ids, ids * 2], dim=1)})
-        if out is not None:
+        for out in buffer.add({'i': ids, 'm': torch.stack([ids, ids * 2], dim=1)}):
             assert torch.equal(out['m'][:, 1], out['i'] * 2)
             drawn.append(out['i'])
-    drawn.append(buffer.drain()['i'])
+    drawn.extend(out['i'] for out in buffer.drain())
     assert sorted(torch.cat(drawn).tolist()) == list(range(15))
     batcher = Batcher(4, ops)
     batches = list(batcher.add({'x': torch.arange(3)})) + list(batcher.add({'x': torch.arange(3, 9)}))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,10 +71,18 @@ class Batcher:
 
     def add(self, table: Table) -> Iterator[Table]:
         """Queue the rows of ``table``; yield every full batch that can now be made."""
+        self.put(table)
+        return self.batches()
+
+    def put(self, table: Table) -> None:
+        """Queue the rows of ``table``."""
         rows = num_rows(table)
         if rows:
             self._chunks.append(table)
             self._rows += rows
+
+    def batches(self) -> Iterator[Table]:
+        """Yield every full batch the queued rows make."""
         while self._rows >= self._batch_size:
             yield self._take(self._batch_size)
 
@@ -88,6 +96,11 @@ class Batcher:
             yield self._take(self._rows)
 
     def _take(self, count: int) -> Table:
+        first = self._chunks[0]
+        if not self._offset and num_rows(first) == count:  # a chunk of exactly one batch goes out whole
+            self._chunks.popleft()
+            self._rows -= count
+            return first
         parts: list[Table] = []
         needed = count
         while needed:
@@ -192,11 +205,14 @@ def _aligned_offsets(dtypes: list[np.dtype]) -> tuple[list[int], int]:
 class PackedColumns:
     """numpy columns of a fixed layout, kept so that the scalar values of one row sit together in memory.
 
-    Columns holding one number per row are packed side by side into one record per row (a structured dtype
-    over raw bytes, widest values first so that most are aligned): gathering a row reads one place in memory
-    instead of one per column, and random gathers are bound by memory latency. Columns holding an array per row
-    keep their own array (each row is contiguous already). Gathers run ``np.take`` on the records as opaque
-    fixed-size items, which is much faster than gathering each column or a structured array.
+    Columns holding one number per row are packed side by side into one record per row, widest values first:
+    gathering a row then reads one place in memory instead of one per column, and random gathers are bound by
+    memory latency. Columns holding an array per row keep their own array (each row is contiguous already).
+
+    Records are moved as opaque fixed-size items (what ``np.take`` moves fastest). Values of one width sit next
+    to each other in every record, so the records of a batch are split into columns one width at a time: the
+    group's words are copied out transposed, one contiguous row per column, instead of one strided copy per
+    column. Writes go a block of rows at a time so that the records being filled stay in the cache.
     """
 
     def __init__(self, like: Table, rows: int) -> None:
@@ -206,15 +222,24 @@ class PackedColumns:
         self._row_shapes = {name: array.shape[1:] for name, array in like.items()}
         packed = sorted((name for name, array in like.items() if array.ndim == 1 and array.dtype.kind in
                          _RECORD_KINDS), key=lambda name: -like[name].dtype.itemsize)
-        self._fields = {name: f'f{i}' for i, name in enumerate(packed)}
         offsets, width = _aligned_offsets([like[name].dtype for name in packed])
-        # An aligned record: numpy then copies fields in and out with its fast aligned loops.
-        self._record = np.dtype({'names': list(self._fields.values()), 'formats': [like[n].dtype for n in packed],
-                                 'offsets': offsets, 'itemsize': width}, align=True) if packed else None
+        self._width = width
+        # Fields of one width, in record order: (word width, first word, names). Sorted widest first, fields of a
+        # width are adjacent and start at a multiple of it; widths without a numpy unsigned type (complex) go alone.
+        self._groups: list[tuple[int, int, list[str]]] = []
+        for name, offset in zip(packed, offsets, strict=True):
+            size = like[name].dtype.itemsize
+            last = self._groups[-1] if self._groups else None
+            if last is not None and last[0] == size and size in _WORDS and \
+                    (last[1] + len(last[2])) * size == offset:
+                last[2].append(name)
+            else:
+                self._groups.append((size, offset // size, [name]))
+        self._packed = frozenset(packed)
         # Opaque items of the record's width: what np.take moves fastest.
         self._records = np.empty(rows, dtype=np.dtype((np.void, width))) if packed else None
         self._others = {name: np.empty((rows, *array.shape[1:]), dtype=array.dtype)
-                        for name, array in like.items() if name not in self._fields}
+                        for name, array in like.items() if name not in self._packed}
 
     @staticmethod
     def can_hold(table: Table) -> bool:
@@ -248,34 +273,63 @@ class PackedColumns:
                 new._others[name][:used] = array[:used]
         return new
 
+    def _words(self, records: np.ndarray, size: int) -> np.ndarray:
+        """``records`` as a 2-d array of ``size``-byte words (rows x words of a record)."""
+        return records.view(_WORDS[size]).reshape(len(records), self._width // size)
+
+    def _field(self, records: np.ndarray, size: int, first: int, name: str) -> np.ndarray:
+        """The (strided) view of one field of a width without a word type: its bytes, viewed as its dtype."""
+        raw = records.view(np.uint8).reshape(len(records), self._width)[:, first * size:(first + 1) * size]
+        return raw.view(self._dtypes[name])[:, 0]
+
     def write(self, start: int, table: Table) -> None:
         stop = start + num_rows(table)
-        fields = self._records[start:stop].view(self._record) if self._records is not None else None
         for name, values in table.items():
-            field = self._fields.get(name)
-            if field is None:
+            if name not in self._packed:
                 self._others[name][start:stop] = values
-            else:
-                fields[field] = values  # type: ignore[index]
+        if self._records is None:
+            return
+        for block in range(start, stop, _WRITE_ROWS):
+            block_stop = min(block + _WRITE_ROWS, stop)
+            records = self._records[block:block_stop]
+            for size, first, names in self._groups:
+                rows = slice(block - start, block_stop - start)
+                if size not in _WORDS:
+                    self._field(records, size, first, names[0])[:] = table[names[0]][rows]
+                    continue
+                words = self._words(records, size)
+                for j, name in enumerate(names):
+                    words[:, first + j] = table[name][rows].view(words.dtype)
 
     def _columns(self, records: np.ndarray | None, others: Table) -> Table:
-        fields = records.view(self._record) if records is not None else None
-        out = {}
-        for name in self.names:
-            field = self._fields.get(name)
-            # Each packed column comes out as a contiguous copy of its own (never a view of the storage).
-            out[name] = others[name] if field is None else np.array(fields[field], order='C')  # type: ignore[index]
-        return out
+        out = dict(others)
+        if records is not None:
+            for size, first, names in self._groups:
+                if size not in _WORDS:
+                    out[names[0]] = np.ascontiguousarray(self._field(records, size, first, names[0]))
+                    continue
+                # One transposed copy per width: row j of ``split`` is the j-th column of the group, contiguous.
+                split = np.ascontiguousarray(self._words(records, size)[:, first:first + len(names)].T)
+                for j, name in enumerate(names):
+                    out[name] = split[j].view(self._dtypes[name])
+        return {name: out[name] for name in self.names}
 
-    def take(self, index: np.ndarray) -> Table:
+    def take(self, index: np.ndarray, take_rows: Callable[[np.ndarray, np.ndarray], Any] | None = None) -> Table:
+        """Copies of the rows at ``index``; ``take_rows(array, index)`` gathers the array columns if given."""
         records = np.take(self._records, index) if self._records is not None else None
-        return self._columns(records, {n: np.take(a, index, axis=0) for n, a in self._others.items()})
+        take_rows = take_rows or _take_rows
+        return self._columns(records, {n: take_rows(a, index) for n, a in self._others.items()})
 
     def column(self, name: str, rows: int) -> np.ndarray:
-        field = self._fields.get(name)
-        if field is None:
+        if name not in self._packed:
             return self._others[name][:rows]
-        return self._records[:rows].view(self._record)[field]  # type: ignore[index]
+        for size, first, names in self._groups:
+            if name in names:
+                records = self._records[:rows]  # type: ignore[index]
+                if size not in _WORDS:
+                    return self._field(records, size, first, name)
+                return self._words(records, size)[:, first + names.index(name)].view(self._dtypes[name])
+        raise KeyError(name)
 
     def slice(self, start: int, stop: int) -> Table:
         records = self._records[start:stop] if self._records is not None else None
@@ -288,26 +342,44 @@ class PackedColumns:
             array[target] = np.take(array, source, axis=0)
 
 
+# numpy's unsigned word for each width: a group of same-width fields is moved as a 2-d array of these.
+_WORDS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+# Rows packed at a time: a block of records stays in the core's cache while each of its fields is written.
+_WRITE_ROWS = 4096
+
+
+def _take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return np.take(array, index, axis=0)
+
+
 class ShufflingBuffer:
     """Holds rows and hands out uniformly random ones, keeping at least ``capacity - 1`` rows while data comes.
 
     This is the columnar form of a classic random shuffling queue: rows are added a chunk at a time; after each
-    chunk every row beyond ``capacity - 1`` is drawn, uniformly at random without replacement, from all rows
-    held; at the end :meth:`drain` hands out the rest in random order. Rows are kept in preallocated storage;
-    drawing gathers the chosen rows and fills their holes with rows from the end of the storage, so every step
-    costs in proportion to the rows drawn, not to the rows held.
+    chunk, whole batches of rows beyond ``capacity - 1`` are drawn, uniformly at random without replacement, from
+    all rows held (so the buffer keeps from ``capacity - 1`` to ``capacity + batch_size - 2`` rows); at the end
+    :meth:`drain` hands out the rest in random order. Rows are kept in preallocated storage; drawing gathers the
+    chosen rows and fills their holes with rows from the end of the storage, so every step costs in proportion
+    to the rows drawn, not to the rows held.
+
+    Drawn rows come out as separate tables of ``batch_size`` rows: each is gathered straight into memory of its
+    own, small enough to be reused by the allocator, instead of one large array per draw whose pages the
+    operating system would have to supply again on every draw.
 
     Args:
         capacity: rows to keep (at least ``capacity - 1``) while data comes.
         rng: the source of randomness.
         ops: array operations for the default per-column storage.
-        packed: keep fixed-layout numpy columns in :class:`PackedColumns` (faster gathers).
+        batch_size: rows of each table handed out (all but the last of :meth:`drain` have that many).
+        packed: keep fixed-layout numpy columns in :class:`PackedColumns`.
     """
 
-    def __init__(self, capacity: int, rng: np.random.Generator, ops: ArrayOps, packed: bool = False) -> None:
+    def __init__(self, capacity: int, rng: np.random.Generator, ops: ArrayOps, batch_size: int = 1,
+                 packed: bool = False) -> None:
         self._capacity = capacity
         self._rng = rng
         self._ops = ops
+        self._batch_size = batch_size
         self._packed = packed
         self._store: Store | None = None
         self._size = 0
@@ -315,27 +387,28 @@ class ShufflingBuffer:
     def __len__(self) -> int:
         return self._size
 
-    def add(self, table: Table) -> Table | None:
-        """Add the rows of ``table``; return the rows drawn because the buffer went over capacity (or None)."""
+    def add(self, table: Table) -> list[Table]:
+        """Add the rows of ``table``; return the batches drawn because the buffer went over capacity."""
         rows = num_rows(table)
         if not rows:
-            return None
+            return []
         self._append(table, rows)
         surplus = self._size - (self._capacity - 1)
-        return self._draw(surplus) if surplus > 0 else None
+        count = surplus - surplus % self._batch_size if surplus > 0 else 0
+        return self._draw(count) if count else []
 
     def held(self, name: str) -> Any:
         """The column ``name`` of every row held (in storage order), or None when the buffer is empty."""
         return None if self._store is None or not self._size else self._store.column(name, self._size)
 
-    def drain(self) -> Table | None:
-        """Return every row still held, in random order (None when empty)."""
-        return self._draw(self._size) if self._size else None
+    def drain(self) -> list[Table]:
+        """Return every row still held, in random order, as batches (the last one may be smaller)."""
+        return self._draw(self._size) if self._size else []
 
     def _append(self, table: Table, rows: int) -> None:
         needed = self._size + rows
         if self._store is None or not self._store.fits(table, needed):
-            allocated = max(needed, 2 * (self._store_rows()), self._capacity + rows)
+            allocated = max(needed, 2 * (self._store_rows()), self._capacity + self._batch_size + rows)
             if self._store is None:
                 self._store = PackedColumns(table, 0) if self._packed and PackedColumns.can_hold(table) else \
                     ColumnStore(self._ops)
@@ -350,22 +423,30 @@ class ShufflingBuffer:
             return self._store._allocated
         return 0
 
-    def _draw(self, count: int) -> Table:
+    def _draw(self, count: int) -> list[Table]:
         assert self._store is not None
         size = self._size
         # An ordered random sample: the same as drawing one row at a time without putting it back.
         chosen = self._rng.permutation(size) if count >= size else self._rng.choice(size, count, replace=False)
-        drawn = self._store.take(chosen)
+        drawn = [self._store.take(chosen[start:start + self._batch_size])
+                 for start in range(0, count, self._batch_size)]
         keep = size - count
-        holes = chosen[chosen < keep]
+        in_tail = chosen >= keep
+        holes = chosen[~in_tail]
         if len(holes):
             # Rows of the tail [keep, size) that were not drawn fill the holes the drawn rows left below keep.
             still_held = np.ones(count, dtype=bool)
-            still_held[chosen[chosen >= keep] - keep] = False
-            movers = keep + np.flatnonzero(still_held)
-            self._store.move(movers, holes)
+            still_held[chosen[in_tail] - keep] = False
+            movers = np.flatnonzero(still_held)
+            movers += keep
+            for start in range(0, len(holes), _MOVE_ROWS):  # in blocks: small temporary arrays
+                self._store.move(movers[start:start + _MOVE_ROWS], holes[start:start + _MOVE_ROWS])
         self._size = keep
         return drawn
+
+
+# Rows moved at a time when filling holes: keeps the temporary copies below the allocator's large-block size.
+_MOVE_ROWS = 8192
 
 
 class NumpyOps:
