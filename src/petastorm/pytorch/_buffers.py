@@ -431,13 +431,13 @@ class ShufflingBuffer:
         drawn = [self._store.take(chosen[start:start + self._batch_size])
                  for start in range(0, count, self._batch_size)]
         keep = size - count
-        in_tail = chosen >= keep
-        holes = chosen[~in_tail]
-        if len(holes):
-            # Rows of the tail [keep, size) that were not drawn fill the holes the drawn rows left below keep.
-            still_held = np.ones(count, dtype=bool)
-            still_held[chosen[in_tail] - keep] = False
-            movers = np.flatnonzero(still_held)
+        if keep:
+            # Rows of the tail [keep, size) that were not drawn fill the holes the drawn rows left below keep
+            # (both in storage order: the moves then walk memory forwards).
+            drawn_mask = np.zeros(size, dtype=bool)
+            drawn_mask[chosen] = True
+            holes = np.flatnonzero(drawn_mask[:keep])
+            movers = np.flatnonzero(~drawn_mask[keep:])
             movers += keep
             for start in range(0, len(holes), _MOVE_ROWS):  # in blocks: small temporary arrays
                 self._store.move(movers[start:start + _MOVE_ROWS], holes[start:start + _MOVE_ROWS])

@@ -53,9 +53,12 @@ def check_no_none(name: str, column: np.ndarray) -> None:
 
 def to_tensor(array: np.ndarray) -> Any:
     """A tensor of a numeric numpy array, sharing its memory unless the array is read-only or reversed."""
-    if not array.flags.writeable or any(stride < 0 for stride in array.strides):
-        array = np.array(array)  # arrays viewing Arrow memory are read-only; torch needs writable memory
-    return torch.from_numpy(array)
+    if array.flags.writeable:
+        try:
+            return torch.from_numpy(array)
+        except ValueError:  # negative strides (a reversed view): torch cannot view those
+            pass
+    return torch.from_numpy(np.array(array))  # arrays viewing Arrow memory are read-only; torch needs writable memory
 
 
 def stack_values(values: list[Any]) -> Any | None:
