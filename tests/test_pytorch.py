@@ -257,9 +257,13 @@ def test_shuffling_buffer_keeps_rows_and_is_reproducible(url):
     assert first != other
 
 
+@pytest.mark.parametrize('piece_rows', [1, 8, 4096])
 @pytest.mark.parametrize('batch_size', [1, 4])
 @pytest.mark.parametrize('packed', [False, True])
-def test_shuffling_buffer_laws(packed, batch_size):
+def test_shuffling_buffer_laws(packed, batch_size, piece_rows, monkeypatch):
+    from petastorm.pytorch import _buffers
+
+    monkeypatch.setattr(_buffers, '_PIECE_ROWS', piece_rows)  # tables of one batch, of several, of all drawn
     ops = NumpyOps()
     for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20]), (6, [2, 9, 1, 1, 13])]:
         buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, batch_size, packed=packed)
@@ -274,7 +278,8 @@ def test_shuffling_buffer_laws(packed, batch_size):
             assert min(start, capacity - 1) <= len(buffer) <= max(capacity - 1, 0) + batch_size - 1
             assert len(buffer) <= start
             for piece in drawn:
-                assert len(piece['i']) == batch_size
+                assert len(piece['i']) > 0
+                assert len(piece['i']) % batch_size == 0  # whole batches
                 assert (piece['m'][:, 0] == piece['i']).all()
                 assert (piece['m'][:, 1] == -piece['i']).all()
                 assert (piece['f'] == piece['i'] / 2).all()
@@ -285,7 +290,7 @@ def test_shuffling_buffer_laws(packed, batch_size):
                 assert all(column.flags.c_contiguous for column in piece.values())
                 out.append(piece['i'])
         rest = buffer.drain()
-        assert all(len(piece['i']) == batch_size for piece in rest[:-1])
+        assert all(len(piece['i']) % batch_size == 0 for piece in rest[:-1])
         assert len(buffer) == 0
         out.extend(piece['i'] for piece in rest)
         everything = np.concatenate(out)

@@ -8,7 +8,8 @@ The same code buffers numpy arrays (:class:`NumpyOps`, used by ``DataLoader``) a
 in :mod:`petastorm.pytorch._tensors`, used by ``BatchedDataLoader``); an *ops* object supplies the few array
 operations that differ between the two. Numeric numpy columns of a fixed layout can instead live in
 :class:`PackedColumns`, which keeps the scalar values of a row together so that random gathers touch one place
-in memory per row (``InMemBatchedDataLoader``; optional for the shuffling buffer).
+in memory per row (``InMemBatchedDataLoader`` for scalar tables, ``BatchedDataLoader``'s shuffling buffer on the
+CPU).
 """
 
 from __future__ import annotations
@@ -362,15 +363,15 @@ class ShufflingBuffer:
     chosen rows and fills their holes with rows from the end of the storage, so every step costs in proportion
     to the rows drawn, not to the rows held.
 
-    Drawn rows come out as separate tables of ``batch_size`` rows: each is gathered straight into memory of its
-    own, small enough to be reused by the allocator, instead of one large array per draw whose pages the
-    operating system would have to supply again on every draw.
+    Drawn rows come out as tables of whole batches (about ``_PIECE_ROWS`` rows): each is gathered straight into
+    memory of its own, small enough to be reused by the allocator, instead of one large array per draw whose
+    pages the operating system would have to supply again on every draw.
 
     Args:
         capacity: rows to keep (at least ``capacity - 1``) while data comes.
         rng: the source of randomness.
         ops: array operations for the default per-column storage.
-        batch_size: rows of each table handed out (all but the last of :meth:`drain` have that many).
+        batch_size: draws are whole batches of this many rows (but the last of :meth:`drain`).
         packed: keep fixed-layout numpy columns in :class:`PackedColumns`.
     """
 
@@ -388,7 +389,7 @@ class ShufflingBuffer:
         return self._size
 
     def add(self, table: Table) -> list[Table]:
-        """Add the rows of ``table``; return the batches drawn because the buffer went over capacity."""
+        """Add the rows of ``table``; return the rows drawn because the buffer went over capacity (as tables)."""
         rows = num_rows(table)
         if not rows:
             return []
@@ -402,7 +403,7 @@ class ShufflingBuffer:
         return None if self._store is None or not self._size else self._store.column(name, self._size)
 
     def drain(self) -> list[Table]:
-        """Return every row still held, in random order, as batches (the last one may be smaller)."""
+        """Return every row still held, in random order (as tables)."""
         return self._draw(self._size) if self._size else []
 
     def _append(self, table: Table, rows: int) -> None:
@@ -428,8 +429,8 @@ class ShufflingBuffer:
         size = self._size
         # An ordered random sample: the same as drawing one row at a time without putting it back.
         chosen = self._rng.permutation(size) if count >= size else self._rng.choice(size, count, replace=False)
-        drawn = [self._store.take(chosen[start:start + self._batch_size])
-                 for start in range(0, count, self._batch_size)]
+        piece = self._batch_size * max(1, _PIECE_ROWS // self._batch_size)
+        drawn = [self._store.take(chosen[start:start + piece]) for start in range(0, count, piece)]
         keep = size - count
         if keep:
             # Rows of the tail [keep, size) that were not drawn fill the holes the drawn rows left below keep
@@ -445,6 +446,9 @@ class ShufflingBuffer:
         return drawn
 
 
+# Rows of each drawn table (whole batches, at least one): a few numpy calls cover many batches, and the arrays
+# stay small enough for the allocator to reuse their memory instead of asking the operating system for it.
+_PIECE_ROWS = 4096
 # Rows moved at a time when filling holes: keeps the temporary copies below the allocator's large-block size.
 _MOVE_ROWS = 8192
 

@@ -361,11 +361,11 @@ class BatchedDataLoader(_LoaderBase):
     """Large batches of tensors from whole columns: the fast loader for numeric columns.
 
     Built for ``make_batch_reader`` (works with ``make_reader`` too). Each column of each row group becomes one
-    tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer that
-    holds one tensor per column on the loader's ``device``. A batch
-    is a dict ``{field: tensor}`` (a list by position for rows of a transform returning tuples); the last batch
-    of a pass may be smaller. Strings, Decimals, None values and arrays whose shape varies are not supported
-    (use :class:`DataLoader`); the error names the fields.
+    tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer (on the
+    CPU, numeric columns packed into one record per row, so that a random row is one memory access; on another
+    ``device``, one tensor per column there). A batch is a dict ``{field: tensor}`` (a list by position for rows
+    of a transform returning tuples); the last batch of a pass may be smaller. Strings, Decimals, None values and
+    arrays whose shape varies are not supported (use :class:`DataLoader`); the error names the fields.
 
     Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
 
