@@ -9,10 +9,11 @@ the same run on the same data (see those scripts for what each limit is):
   cache    cache_bench.py:  a warm local disk cache over a slow filesystem vs reading the local files directly
   storage  storage_bench.py: make_batch_reader from S3 (moto on loopback) vs from local disk
 
-Writes ``benchmarks.md`` and ``benchmarks.png`` into --output-dir (default: the repository's ``docs``).
+Writes ``benchmarks.md`` and ``benchmarks.png`` into --output-dir (default, for a full run only: the repository's
+``docs``; a quick or partial run must name its own directory, so that it never replaces the committed results).
 
-    python benchmarks/run.py                         # full run, several minutes
-    python benchmarks/run.py --quick --cases codecs  # smoke run, a few seconds
+    python benchmarks/run.py                                             # full run, several minutes
+    python benchmarks/run.py --quick --cases codecs --output-dir /tmp/b  # smoke run, a few seconds
 """
 
 from __future__ import annotations
@@ -135,42 +136,32 @@ def cache_cases(settings: Settings) -> list[Measurement]:
     local, cold, warm = [], [], []
     for repeat in range(settings.repeats):
         cache_dir = root / f'cache{repeat}'
-        local.append(cache_bench._epoch(url, workers)[0])
-        cold.append(cache_bench._epoch(url, workers, slow, cache_dir)[0])
-        warm.append(cache_bench._epoch(url, workers, slow, cache_dir)[0])
+        # Rates from the rows each epoch read: a dataset kept in --data may hold another number of rows.
+        for rates, args in ((local, ()), (cold, (slow, cache_dir)), (warm, (slow, cache_dir))):
+            seconds, count = cache_bench._epoch(url, workers, *args)
+            rates.append(count / seconds)
         shutil.rmtree(cache_dir, ignore_errors=True)
-    limit = rows / statistics.median(local)
+    limit = statistics.median(local)
     name = f'{latency * 1000:.0f} ms/open filesystem, {workers} threads'
-    return [Measurement('cache', f'warm local disk cache ({name})', 'rows/s', rows / statistics.median(warm),
+    return [Measurement('cache', f'warm local disk cache ({name})', 'rows/s', statistics.median(warm),
                         'local files, no cache', limit),
-            Measurement('cache', f'cold cache, first epoch ({name})', 'rows/s', rows / statistics.median(cold),
+            Measurement('cache', f'cold cache, first epoch ({name})', 'rows/s', statistics.median(cold),
                         'local files, no cache', limit)]
 
 
 def storage_cases(settings: Settings) -> list[Measurement]:
-    import storage_bench
+    import storage_bench  # puts tests/ on sys.path for conftest_s3
 
-    from conftest_s3 import BUCKET, MotoServer
-    from petastorm.fs import path_to_url, resolve_url
+    from conftest_s3 import MotoServer
 
     rows, workers = (100_000 if settings.quick else 1_000_000), 4
     table = storage_bench.make_table(rows)
-    found = []
     with tempfile.TemporaryDirectory() as tmp, MotoServer() as moto:
         options = moto.storage_options()
-        local_url, s3_url = path_to_url(os.path.join(tmp, 'store')), f's3://{BUCKET}/store'
-        filesystem, _ = resolve_url(f's3://{BUCKET}', options)
-        filesystem.create_dir(BUCKET, recursive=True)
-        storage_bench.write_store(local_url, table, None, files=4)
-        storage_bench.write_store(s3_url, table, options, files=4)
-        for case, columns in (('all columns', None), ('one column', ['c1'])):
-            local = statistics.median(storage_bench.read_time(local_url, None, columns, workers, rows)
-                                      for _ in range(settings.repeats))
-            remote = statistics.median(storage_bench.read_time(s3_url, options, columns, workers, rows)
-                                       for _ in range(settings.repeats))
-            found.append(Measurement('storage', f's3 (moto, loopback) {case}', 'rows/s', rows / remote,
-                                     'local disk', rows / local))
-    return found
+        local_url, s3_url = storage_bench.write_local_and_s3(table, tmp, options)
+        times = storage_bench.median_read_times(local_url, s3_url, options, workers, rows, settings.repeats)
+    return [Measurement('storage', f's3 (moto, loopback) {case}', 'rows/s', rows / remote, 'local disk', rows / local)
+            for case, (local, remote) in times.items()]
 
 
 CASES: dict[str, Callable[[Settings], list[Measurement]]] = {
@@ -274,14 +265,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--quick', action='store_true', help='small data, one repeat, short runs (smoke test)')
     parser.add_argument('--cases', default=','.join(GROUPS), help='comma-separated groups (default: %(default)s)')
     parser.add_argument('--repeats', type=int, default=3, help='repeats per case; the median is kept')
-    parser.add_argument('--output-dir', type=Path, default=DEFAULT_OUTPUT,
-                        help='where benchmarks.md and benchmarks.png go (default: the docs directory)')
+    parser.add_argument('--output-dir', type=Path, default=None,
+                        help='where benchmarks.md and benchmarks.png go (default for a full run: the docs directory)')
     parser.add_argument('--data', type=Path, default=None, help='where to keep the generated datasets')
     args = parser.parse_args(argv)
     groups = [g for g in args.cases.split(',') if g]
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         parser.error(f'unknown --cases {unknown}; expected some of {", ".join(GROUPS)}')
+    if args.output_dir is None:
+        if args.quick or groups != list(GROUPS):
+            parser.error('a --quick or partial run needs --output-dir: by default the results replace the '
+                         f'committed ones in {DEFAULT_OUTPUT}')
+        args.output_dir = DEFAULT_OUTPUT
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix='petastorm-bench-') as scratch:
         settings = Settings(quick=args.quick, repeats=1 if args.quick else args.repeats,

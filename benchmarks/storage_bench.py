@@ -75,6 +75,29 @@ def read_time(url: str, storage_options: dict | None, columns: list[str] | None,
     return elapsed
 
 
+# The read cases: every column (as many bytes cross the network as come from disk), or one of the ten.
+READ_CASES = (('all columns', None), ('one column', ['c1']))
+
+
+def write_local_and_s3(table: pa.Table, directory: str, storage_options: dict) -> tuple[str, str]:
+    """Write ``table`` as a store under ``directory`` and as one in the moto server's bucket: ``(local, s3)`` URLs."""
+    local_url, s3_url = path_to_url(os.path.join(directory, 'store')), f's3://{BUCKET}/store'
+    fs, _ = resolve_url(f's3://{BUCKET}', storage_options)
+    fs.create_dir(BUCKET, recursive=True)
+    write_store(local_url, table, None, files=4)
+    write_store(s3_url, table, storage_options, files=4)
+    return local_url, s3_url
+
+
+def median_read_times(local_url: str, s3_url: str, storage_options: dict, workers: int, rows: int,
+                      repeats: int) -> dict[str, tuple[float, float]]:
+    """``{case: (local seconds, s3 seconds)}``, each the median of ``repeats`` whole reads."""
+    return {case: (statistics.median(read_time(local_url, None, columns, workers, rows) for _ in range(repeats)),
+                   statistics.median(read_time(s3_url, storage_options, columns, workers, rows)
+                                     for _ in range(repeats)))
+            for case, columns in READ_CASES}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--quick', action='store_true', help='100k rows, 1 repeat (a smoke run)')
@@ -89,12 +112,7 @@ def main() -> None:
     table = make_table(rows)
     with tempfile.TemporaryDirectory() as tmp, MotoServer() as moto:
         options = moto.storage_options()
-        local_url = path_to_url(os.path.join(tmp, 'store'))
-        s3_url = f's3://{BUCKET}/store'
-        fs, _ = resolve_url(f's3://{BUCKET}', options)
-        fs.create_dir(BUCKET, recursive=True)
-        write_store(local_url, table, None, files=4)
-        write_store(s3_url, table, options, files=4)
+        local_url, s3_url = write_local_and_s3(table, tmp, options)
         size_mb = sum(os.path.getsize(os.path.join(tmp, 'store', f)) for f in os.listdir(os.path.join(tmp, 'store')))
         size_mb /= 1024 * 1024
 
@@ -103,10 +121,8 @@ def main() -> None:
         print('| case | local s | s3 s | local rows/s | s3 rows/s | s3 / local |')
         print('|---|---|---|---|---|---|')
         ratios = {}
-        for case, columns in (('all columns', None), ('one column', ['c1'])):
-            local = statistics.median(read_time(local_url, None, columns, args.workers, rows) for _ in range(repeats))
-            remote = statistics.median(read_time(s3_url, options, columns, args.workers, rows)
-                                       for _ in range(repeats))
+        for case, (local, remote) in median_read_times(local_url, s3_url, options, args.workers, rows,
+                                                       repeats).items():
             ratios[case] = remote / local
             print(f'| {case} | {local:.3f} | {remote:.3f} | {rows / local:,.0f} | {rows / remote:,.0f} | '
                   f'{remote / local:.2f} |')

@@ -676,6 +676,7 @@ def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
     ('{"secret": "hunter2"', 'is not valid JSON'),
     ('@{list_file}', 'must be a JSON object, got a JSON list'),
     ('endpoint_url', 'has no "="'),
+    ('=hunter2', 'a pair has an empty key'),
     ('@/nonexistent/options.json', "'/nonexistent/options.json' cannot be read"),
 ])
 def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, message, tmp_path):

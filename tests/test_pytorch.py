@@ -257,6 +257,12 @@ def test_shuffling_buffer_keeps_rows_and_is_reproducible(url):
     assert first != other
 
 
+def _cut(batcher, table):
+    """Queue ``table`` in ``batcher`` and return the full batches it can now make."""
+    batcher.put(table)
+    return list(batcher.batches())
+
+
 @pytest.mark.parametrize('piece_rows', [1, 8, 4096])
 @pytest.mark.parametrize('batch_size', [1, 4])
 @pytest.mark.parametrize('packed', [False, True])
@@ -298,8 +304,8 @@ def test_shuffling_buffer_laws(packed, batch_size, piece_rows, monkeypatch):
         if start > 20:
             assert everything.tolist() != sorted(everything.tolist())
     batcher = Batcher(4, ops)
-    got = [b['x'].tolist() for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]) for b in batcher.add(
-        {'x': np.array(chunk)})] + [b['x'].tolist() for b in batcher.flush()]
+    got = [b['x'].tolist() for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]) for b in _cut(
+        batcher, {'x': np.array(chunk)})] + [b['x'].tolist() for b in batcher.flush()]
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
@@ -318,7 +324,7 @@ def test_tensor_buffers_for_accelerator_devices():
     drawn.extend(out['i'] for out in buffer.drain())
     assert sorted(torch.cat(drawn).tolist()) == list(range(15))
     batcher = Batcher(4, ops)
-    batches = list(batcher.add({'x': torch.arange(3)})) + list(batcher.add({'x': torch.arange(3, 9)}))
+    batches = _cut(batcher, {'x': torch.arange(3)}) + _cut(batcher, {'x': torch.arange(3, 9)})
     assert [b['x'].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(TypeError, match="column 'x' changes"):
         ops.concat('x', [torch.zeros(2), torch.zeros(2, dtype=torch.int64)])

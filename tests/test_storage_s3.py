@@ -303,7 +303,9 @@ def test_generate_petastorm_metadata_on_s3_with_storage_options_and_filesystem(m
     generate_petastorm_metadata(None, url, use_summary_metadata=True, storage_options=moto.storage_options())
     assert _s3(moto).exists(f'{url}/_metadata')
     _s3(moto).rm(f'{url}/_metadata')
-    generate_petastorm_metadata(None, url, filesystem=_s3(moto))
+    # Through a ready filesystem: the summary file it writes is what shows that the call reached the store.
+    generate_petastorm_metadata(None, url, use_summary_metadata=True, filesystem=_s3(moto))
+    assert _s3(moto).exists(f'{url}/_metadata')
     assert sorted(_read_ids(url, moto.storage_options(), 'make_reader', 'dummy')) == list(range(ROWS))
 
 

@@ -28,7 +28,6 @@ from petastorm.benchmark.throughput import (
 from petastorm.tools import _cli
 
 PROG = 'petastorm-throughput.py'
-_DEFAULT_MIN_AFTER_DEQUEUE_RATIO = 0.8
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,9 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('-q', '--shuffling-queue-size', type=int, default=500,
                         help='with -d tf: shuffle buffer size (default: %(default)s)')
     parser.add_argument('--min-after-dequeue', type=int, default=None,
-                        help='with -d tf: accepted for compatibility (tf.data has no such setting). Default value '
-                             f'is set to {_DEFAULT_MIN_AFTER_DEQUEUE_RATIO * 100}%% of the --shuffling-queue-size '
-                             'parameter')
+                        help='accepted for compatibility and ignored: tf.data has no such setting')
     parser.add_argument('--batch', action='store_true',
                         help='use make_batch_reader (also reads plain Parquet); a cycle is then one batch and the '
                              'rate counts rows')
@@ -140,16 +137,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             _require('tensorflow', '--read-method tf')
         if args.loader != Loader.NONE.value:
             _require('torch', f'--loader {args.loader}')
-        min_after_dequeue = args.min_after_dequeue
-        if min_after_dequeue is None:
-            min_after_dequeue = int(args.shuffling_queue_size * _DEFAULT_MIN_AFTER_DEQUEUE_RATIO)
         progress = sys.stderr.isatty() if args.progress is None else args.progress
         report = measure_throughput(
             args.dataset_path, args.field_regex, warmup_cycles_count=args.warmup_cycles,
             measure_cycles_count=args.measure_cycles, pool_type=WorkerPoolType(args.pool_type),
             loaders_count=args.workers_count, profile_threads=args.profile_threads,
             read_method=ReadMethod(args.read_method), shuffling_queue_size=args.shuffling_queue_size,
-            min_after_dequeue=min_after_dequeue, batch=args.batch, loader=Loader(args.loader),
+            batch=args.batch, loader=Loader(args.loader),
             loader_batch_size=args.loader_batch_size, time_stages=args.v or args.vv or args.json,
             on_progress=show_progress if progress else None,
             reader_extra_args={'storage_options': storage_options} if storage_options else None)

@@ -288,8 +288,9 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
                              memory_info=memory, cpu=cpu)
     stages = None
     if before is not None and after is not None:
-        stages = stage_breakdown(before, after, duration, rows, loaders_count,
-                                 inline=pool_type is WorkerPoolType.NONE)
+        # From the arguments the reader got: reader_extra_args may override the pool's kind and size.
+        stages = stage_breakdown(before, after, duration, rows, reader_args['workers_count'],
+                                 inline=reader_args['reader_pool_type'] == WorkerPoolType.NONE.value)
     logger.info('Done measuring: %s', result)
     return ThroughputReport(result=result, stages=stages)
 

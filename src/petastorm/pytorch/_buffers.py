@@ -70,11 +70,6 @@ class Batcher:
         self._offset = 0  # rows of the first chunk already handed out
         self._rows = 0  # rows waiting
 
-    def add(self, table: Table) -> Iterator[Table]:
-        """Queue the rows of ``table``; yield every full batch that can now be made."""
-        self.put(table)
-        return self.batches()
-
     def put(self, table: Table) -> None:
         """Queue the rows of ``table``."""
         rows = num_rows(table)

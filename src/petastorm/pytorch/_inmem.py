@@ -144,7 +144,7 @@ _CHUNK_BYTES = 1 << 20
 
 def _chunk_rows(store: Any, batch_size: int) -> int:
     """Rows gathered at once when serving an epoch: whole batches, about ``_CHUNK_BYTES`` of data."""
-    row_nbytes = max(1, getattr(store, 'row_nbytes', 0))
+    row_nbytes = max(1, store.row_nbytes)
     return max(1, _CHUNK_BYTES // row_nbytes // batch_size) * batch_size
 
 

@@ -135,9 +135,6 @@ class _LoaderBase(torch.utils.data.DataLoader):
     ``RuntimeError``.
     """
 
-    # Whether the shuffling buffer may pack numeric columns into records (see BatchedDataLoader).
-    _packed_shuffling = False
-
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False) -> None:
         batch_size = _check_batch_size(batch_size)
@@ -181,12 +178,15 @@ class _LoaderBase(torch.utils.data.DataLoader):
         raise NotImplementedError
 
     def _stream_batches(self, pass_index: int, ops: Any, prepare: Callable[[Table], Table],
-                        finish: Callable[[Table, bool], Any]) -> Iterator[Any]:
-        """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches."""
+                        finish: Callable[[Table, bool], Any], packed: bool = False) -> Iterator[Any]:
+        """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches.
+
+        ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records (:class:`PackedColumns`).
+        """
         batcher = Batcher(self.batch_size, ops)
         capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
         shuffler = ShufflingBuffer(capacity, self._rng(pass_index), ops, self.batch_size,
-                                   packed=self._packed_shuffling) if capacity else None
+                                   packed=packed) if capacity else None
         self._buffers = (batcher, shuffler)
         as_tuple = False
         for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
@@ -391,13 +391,11 @@ class BatchedDataLoader(_LoaderBase):
             self.device = torch.device('cpu') if device is None else torch.device(device)
             _check_tensor_fields(type(self).__name__, reader)
 
-    # Numeric CPU columns are shuffled as packed records (PackedColumns): a drawn row is one memory access
-    # instead of one per column. With the reader's threads running, that made the main thread's shuffling
-    # ~20% cheaper per row on the 5M-row scalar store (capacity 100000) than one array per column.
-    _packed_shuffling = True
-
     def _batches(self, pass_index: int) -> Iterator[Any]:
-        return self._stream_batches(pass_index, TensorOps(self.device), self._prepare, self._finish)
+        # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
+        # column. With the reader's threads running, that made the main thread's shuffling ~20% cheaper per row
+        # on the 5M-row scalar store (capacity 100000) than one array per column.
+        return self._stream_batches(pass_index, TensorOps(self.device), self._prepare, self._finish, packed=True)
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)

@@ -96,9 +96,13 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     options = {}
     for pair in filter(None, (p.strip() for p in stripped.split(','))):
         key, sep, value = pair.partition('=')
-        if not sep or not key.strip():
+        if not sep:
             raise UsageError(f'{source} expects a JSON object or key=value pairs separated by commas; '
-                             f'{key.strip() or pair!r} has no "="')
+                             f'{key.strip()!r} has no "="')
+        if not key.strip():
+            # The value is not echoed: it may be a secret.
+            raise UsageError(f'{source} expects a JSON object or key=value pairs separated by commas; '
+                             f'a pair has an empty key')
         options[key.strip()] = _pair_value(value.strip())
     return options
 
