@@ -388,6 +388,18 @@ def test_dataset_url_with_nothing_there_is_a_clear_error(tmp_path):
         make_spark_converter(str(tmp_path))
 
 
+def test_dataset_url_whose_file_vanishes_keeps_the_original_error(tmp_path, monkeypatch):
+    url = _write_plain_dataset(tmp_path / 'plain')
+
+    def footer_read_fails(dir_url):
+        raise FileNotFoundError(f'{tmp_path}/plain/part-1.parquet')  # as when a file vanishes after the listing
+
+    monkeypatch.setattr(cache_dir, 'describe_store', footer_read_fails)
+    with pytest.raises(FileNotFoundError, match=r'plain/part-1\.parquet') as raised:
+        make_spark_converter(url)
+    assert 'no directory' not in str(raised.value)
+
+
 def test_torch_dataloader_defaults_and_reader_kwargs(tmp_path):
     converter = make_spark_converter(_write_plain_dataset(tmp_path / 'plain'))
     with converter.make_torch_dataloader() as loader:
@@ -543,6 +555,19 @@ def test_a_handed_over_directory_waits_for_its_last_reader(tmp_path):
             (directory / in_use.DELETE_WHEN_UNUSED).write_bytes(b'')  # as the exiting creator does
         assert directory.exists()  # another reader (of this process) is still open
     assert not directory.exists()
+
+
+def test_a_handed_over_directory_that_cannot_be_deleted_is_warned_about(tmp_path, monkeypatch, caplog):
+    directory, url = _cache_dir(tmp_path, 'undeletable')
+
+    def refuse(dir_url):
+        raise PermissionError(f'cannot delete {dir_url}')
+
+    monkeypatch.setattr(cache_dir, 'delete_dir', refuse)
+    with caplog.at_level(logging.WARNING, logger='petastorm.spark'), in_use.reading(url):
+        (directory / in_use.DELETE_WHEN_UNUSED).write_bytes(b'')
+    assert directory.exists()
+    assert f'could not delete converter cache {url}' in caplog.text
 
 
 def test_markers_of_other_hosts_count_as_live(tmp_path):

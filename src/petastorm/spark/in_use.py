@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from petastorm.fs import display_url, resolve_url
+from petastorm.spark import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,13 @@ def _delete_if_handed_over(filesystem: pafs.FileSystem, dir_path: str, dir_url: 
         return
     logger.info('deleting converter cache %s: its creator has exited and its last reader is done',
                 display_url(dir_url))
+    # cache_dir.delete_dir also treats a directory already gone (another reader finishing at the same time got
+    # there first) as done. Other failures get their own warning: the caller only logs at debug level, and a
+    # directory left behind here is one nobody else will delete.
     try:
-        filesystem.delete_dir(dir_path)
-    except FileNotFoundError:
-        pass  # another reader finishing at the same time got there first
+        cache_dir.delete_dir(dir_url)
+    except OSError as err:
+        logger.warning('could not delete converter cache %s: %s', display_url(dir_url), err)
 
 
 def markers(filesystem: pafs.FileSystem, dir_path: str) -> list[Marker]:

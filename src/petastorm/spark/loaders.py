@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
-from petastorm.distributed import RANK_ENVIRONMENT
 from petastorm.spark import cache_dir, in_use
 
 logger = logging.getLogger(__name__)
@@ -25,9 +24,10 @@ DEFAULT_WORKERS_COUNT = 4
 DEFAULT_TF_BATCH_SIZE = 32
 
 #: The variables through which MPI launchers (Horovod, Open MPI, MPICH) tell a process its rank: the converter
-#: checks only these, as Petastorm did (torchrun's RANK is left to ``cur_shard='auto'``).
-_RANK_SIZE_VARIABLES = tuple(pair for pair in RANK_ENVIRONMENT
-                             if pair[0] in ('HOROVOD_RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK'))
+#: checks only these pairs of :data:`petastorm.distributed.RANK_ENVIRONMENT`, as Petastorm did (torchrun's RANK
+#: and SLURM's are left to ``cur_shard='auto'``).
+_RANK_SIZE_VARIABLES = (('HOROVOD_RANK', 'HOROVOD_SIZE'), ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
+                        ('PMI_RANK', 'PMI_SIZE'))
 
 
 def horovod_rank_and_size() -> tuple[int | None, int | None]:

@@ -223,6 +223,10 @@ def _converter_for_dataset_url(url: str) -> SparkDatasetConverter:
         store = cache_dir.describe_store(dataset_url)
         file_urls, dataset_size = store.file_urls, store.dataset_size
     except FileNotFoundError as err:
+        # describe_store also raises this when a footer read fails (a file vanished mid-listing); only a missing
+        # root earns the "no directory" message, any other keeps the original error, which names the file.
+        if cache_dir.dir_exists(dataset_url):
+            raise
         raise FileNotFoundError(f'make_spark_converter was given the dataset URL {display_url(url)!r}, but there is '
                                 f'no directory there') from err
     except (OSError, ImportError) as err:

@@ -9,13 +9,13 @@ have different shapes (a variable-shape field of a row reader) is handed over as
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from petastorm._optional import import_optional
-from petastorm.tf_utils._convert import RaggedColumnError, columns_for_tf, values_for_tf
+from petastorm.tf_utils._convert import RaggedColumnError, column_for_tf, columns_for_tf, value_for_tf
 from petastorm.tf_utils._layout import ElementLayout
 
 # The first sentence is the original's, which users filter on.
@@ -84,9 +84,26 @@ def column_batches(reader: Any, layout: ElementLayout) -> Iterator[list[np.ndarr
         return
     for columns in reader.iter_column_batches():
         flat = layout.row_columns(columns)
-        try:
-            yield columns_for_tf(layout.names, flat)
-        except RaggedColumnError:
-            # A variable-shape field: rows cannot be stacked, so each row travels as a batch of one.
-            for row in zip(*flat, strict=True):
-                yield [np.expand_dims(value, 0) for value in values_for_tf(layout.names, row)]
+        converted: list[np.ndarray | None] = []
+        for name, column in zip(layout.names, flat, strict=True):
+            try:
+                converted.append(column_for_tf(name, column))
+            except RaggedColumnError:
+                converted.append(None)  # converted row by row below
+        if all(column is not None for column in converted):
+            yield converted
+        else:
+            yield from _one_row_batches(layout.names, flat, converted)
+
+
+def _one_row_batches(names: Sequence[str], flat: Sequence[np.ndarray],
+                     converted: Sequence[np.ndarray | None]) -> Iterator[list[np.ndarray]]:
+    """A batch with a variable-shape field, as batches of one row: its rows cannot be stacked into one tensor.
+
+    ``converted`` holds each column already made ready for TensorFlow, or None for a ragged one, whose values
+    are converted here one at a time. A row of a converted column goes through ``expand_dims`` of its element
+    (not a slice) so that it has the dtype the value would have on its own (a ``str`` becomes a unicode array).
+    """
+    for i in range(len(flat[0])):
+        yield [np.expand_dims(value_for_tf(name, column[i]) if ready is None else ready[i], 0)
+               for name, column, ready in zip(names, flat, converted, strict=True)]

@@ -26,7 +26,7 @@ def _numpy_to_tf_dtypes(numpy_dtype: Any) -> Any:
 
 def _schema_to_tf_dtypes(schema: Unischema) -> list[Any]:
     """The ``tf.DType`` of each field of ``schema``, in schema order (imports TensorFlow)."""
-    return [numpy_to_tf_dtype(field.numpy_dtype) for field in schema.fields.values()]
+    return list(schema.as_tf_dtypes().values())
 
 
 @dataclass(frozen=True)
