@@ -23,6 +23,7 @@ from petastorm.codecs import (
     ScalarCodec,
     codec_from_json,
     scalar_column_to_numpy,
+    stack_or_objects,
 )
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
 from petastorm.unischema import UnischemaField
@@ -190,6 +191,29 @@ def test_decode_column_of_empty_column():
     field = _field('col', np.int64, (2,), codec)
     decoded = codec.decode_column(field, pa.array([], pa.binary()))
     assert len(decoded) == 0
+
+
+
+def test_stack_or_objects_takes_a_list_or_a_counted_iterable():
+    values = [np.arange(3), np.arange(3) + 3]
+    np.testing.assert_array_equal(stack_or_objects(values), np.stack(values))
+    np.testing.assert_array_equal(stack_or_objects(iter(values), 2), np.stack(values))
+    ragged = stack_or_objects(value for value in [np.arange(2), None, np.arange(3)])
+    assert ragged.dtype == object
+    assert ragged[1] is None
+    assert ragged[2].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize('codec', [NdarrayCodec(), CompressedNdarrayCodec()])
+@pytest.mark.parametrize('values', [[np.ones(2, np.int64)] * 2, [np.ones(2, np.int64), np.ones(3, np.int64)]],
+                         ids=['stacked', 'ragged'])
+def test_decode_column_refuses_arrays_not_of_the_field(codec, values):
+    written = _field('col', np.int64, (None,), codec)
+    column = _column(codec, written, values)
+    with pytest.raises(CodecError, match='field col: the stored array has dtype int64; the schema expects float32'):
+        codec.decode_column(_field('col', np.float32, (None,), codec), column)
+    with pytest.raises(CodecError, match=r'field col: the stored array has shape \(2,\); the schema expects \(2, 1\)'):
+        codec.decode_column(_field('col', np.int64, (2, 1), codec), column)
 
 
 def test_decode_column_rejects_non_binary_columns():

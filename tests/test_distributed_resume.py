@@ -157,6 +157,31 @@ def test_epoch_length_from_metadata(parquet_url):
         assert reader, 'a reader stays truthy without a len()'
 
 
+def test_len_after_resume_matches_delivery(parquet_url):
+    # A state saved after the last epoch whose rows a loader still held: only those rows remain to be read.
+    options = dict(seed=1, num_epochs=1, workers_count=1)
+    with _make('batches', parquet_url, **options) as reader:
+        list(reader)
+        state = dict(reader.state_dict(), pending=[[0, 0, 3]])
+    with _make('batches', parquet_url, **options) as reader:
+        reader.load_state_dict(state)
+        expected = len(reader)
+        batches = list(reader)
+    assert expected == len(batches) == 1
+    assert len(_ids('batches', batches)) == 3
+
+    # A state saved inside a later epoch of the pass: len() counts only the epochs still to be read.
+    options = dict(seed=1, num_epochs=3, workers_count=1)
+    with _make('batches', parquet_url, **options) as reader:
+        per_epoch = len(reader) // 3
+        for _ in range(per_epoch + 2):
+            next(reader)
+        state = reader.state_dict()
+    with _make('batches', parquet_url, **options) as reader:
+        reader.load_state_dict(state)
+        assert len(reader) == len(list(reader))
+
+
 @pytest.mark.parametrize('loader_kind', ['DataLoader', 'BatchedDataLoader'])
 @pytest.mark.parametrize('capacity', [0, 30])
 def test_torch_loaders_resume(parquet_url, loader_kind, capacity):

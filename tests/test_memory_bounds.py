@@ -118,6 +118,20 @@ def test_column_builder_keeps_odd_values_as_objects():
         partial.result()
 
 
+
+def test_column_builder_releases_the_column_array_when_values_turn_ragged():
+    builder = ColumnBuilder(1000)
+    for i in range(999):
+        builder.add(np.full(64, i, dtype=np.float64))
+    builder.add(np.arange(3.0))  # another shape: the column becomes an object array
+    column = builder.result()
+    assert column.dtype == object
+    # Earlier rows own their data: none keeps the 1000-row array (sized for every row) alive.
+    assert all(value.base is None and value.shape == (64,) for value in column[:999])
+    assert column[5].tolist() == [5.0] * 64
+    assert column[999].tolist() == [0.0, 1.0, 2.0]
+
+
 ImageSchema = Unischema('ImageSchema', [
     UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
     UnischemaField('image', np.uint8, (128, 1024), CompressedImageCodec('png'), False),

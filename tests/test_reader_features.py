@@ -292,3 +292,39 @@ def test_empty_selection_warns(url):
     with pytest.warns(UserWarning, match='No matching data is available'):
         reader = make_reader(url, filters=[('id', '>', 10**6)], reader_pool_type='dummy')
     assert _rows(reader) == []
+
+
+class _RefusingFilesystem:
+    """Opening any file raises the given error, as a user filesystem without access or connection would."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def open_input_file(self, path):
+        raise self.error
+
+
+def _read_from_refusing_filesystem(error):
+    from petastorm.metadata.store import RowGroupPiece
+
+    ctx = petastorm.read.ReadContext(
+        filesystem=_RefusingFilesystem(error), pieces=(), fields=(), predicate_fields=(), predicate=None,
+        transform=None, result_fields=(), batched_output=True, shuffle_rows=False, filter_expression=None,
+        filter_columns=(), partition_names=())
+    petastorm.read._read_columns(ctx, RowGroupPiece('part-0.parquet', 0, 10), ['id'], 0, 10)
+
+
+@pytest.mark.parametrize('error', [PermissionError('access denied'), PermissionError(13, 'Permission denied'),
+                                   ConnectionResetError(104, 'Connection reset by peer')])
+def test_storage_access_errors_are_not_reported_as_corrupt_data(error):
+    with pytest.raises(type(error)) as caught:
+        _read_from_refusing_filesystem(error)
+    assert caught.value is error
+
+
+def test_errno_less_os_errors_still_mean_corrupt_data():
+    from petastorm.errors import CorruptDataError
+
+    # pyarrow reports undecodable Parquet bytes as plain OSErrors without an errno.
+    with pytest.raises(CorruptDataError, match='part-0.parquet'):
+        _read_from_refusing_filesystem(OSError('Unexpected end of stream'))

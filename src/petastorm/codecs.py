@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sized
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +46,38 @@ def _shape_matches(expected: tuple, actual: tuple) -> bool:
     return len(expected) == len(actual) and all(e is None or e == a for e, a in zip(expected, actual, strict=True))
 
 
+def _dtype_matches(expected: Any, dtype: np.dtype) -> bool:
+    return dtype.type == expected
+
+
+def _check_decoded_arrays(field: Any, column: np.ndarray) -> np.ndarray:
+    """Refuse stored arrays whose dtype or shape is not the schema's: they were not written through it.
+
+    ``column`` is what ``decode_column`` built: one stacked array, or an object array of arrays and Nones.
+
+    Raises:
+        CodecError: naming the field, the stored and the expected dtype or shape.
+    """
+    if column.dtype != object:
+        _check_decoded_array(field, column.dtype, column.shape[1:])
+        return column
+    for value in column:
+        if value is not None:
+            _check_decoded_array(field, value.dtype, value.shape)
+    return column
+
+
+def _check_decoded_array(field: Any, dtype: np.dtype, shape: tuple) -> None:
+    expected_shape = tuple(field.shape)
+    # Only a numpy scalar type pins the dtype; anything else in the schema (e.g. None) leaves it open.
+    if isinstance(field.numpy_dtype, type) and not _dtype_matches(field.numpy_dtype, dtype):
+        raise CodecError(f'field {field.name}: the stored array has dtype {dtype}; the schema expects '
+                         f'{np.dtype(field.numpy_dtype)}')
+    if not _shape_matches(expected_shape, tuple(shape)):
+        raise CodecError(f'field {field.name}: the stored array has shape {tuple(shape)}; the schema expects '
+                         f'{expected_shape}')
+
+
 def check_array(field: Any, value: Any) -> np.ndarray:
     """Check that ``value`` is an ndarray of the field's numpy type and shape (``None`` dims are wildcards).
 
@@ -56,7 +88,7 @@ def check_array(field: Any, value: Any) -> np.ndarray:
     if not isinstance(value, np.ndarray):
         raise SchemaError(f'Unexpected type of {name} feature, expected numpy.ndarray of {field.numpy_dtype}, '
                           f'got {type(value).__name__}')
-    if value.dtype.type != field.numpy_dtype:
+    if not _dtype_matches(field.numpy_dtype, value.dtype):
         raise SchemaError(f'Unexpected type of {name} feature, expected {np.dtype(field.numpy_dtype)}, '
                           f'got {value.dtype}')
     if not _shape_matches(tuple(field.shape), value.shape):
@@ -81,7 +113,7 @@ class ColumnBuilder:
     Values are written into their row of a preallocated array as they are decoded, so a column never exists
     twice (a list of per-row arrays and their stacked copy). When a value's shape or dtype differs from the
     first value's, or a value is None or not an array, the column becomes a 1-d object array holding each value
-    instead (rows written so far stay views of the array).
+    instead (rows written so far are copied out and the array, sized for the whole column, is released).
 
     Args:
         num_rows: the number of values that will be added.
@@ -112,8 +144,11 @@ class ColumnBuilder:
                 return
         if self._objects is None:
             self._objects = np.empty(self._num_rows, dtype=object)
-            for i in range(self._count):
-                self._objects[i] = self._array[i, ...]  # type: ignore[index]
+            if self._array is not None:
+                # Copies, not views: a view of one row would keep the whole-column array alive.
+                for i in range(self._count):
+                    self._objects[i] = self._array[i, ...].copy()
+                self._array = None
         self._objects[self._count] = value if convert is None or value is None else convert(value, None)
         self._count += 1
 
@@ -128,9 +163,17 @@ class ColumnBuilder:
         return self._objects
 
 
-def stack_or_objects(values: list[Any]) -> np.ndarray:
-    """Stack equal-shaped arrays into one array; otherwise a 1-d object array holding each value (or None)."""
-    builder = ColumnBuilder(len(values))
+def stack_or_objects(values: Iterable[Any], count: int | None = None) -> np.ndarray:
+    """Stack equal-shaped arrays into one array; otherwise a 1-d object array holding each value (or None).
+
+    Args:
+        values: the values; may be a generator (e.g. decoding lazily) when ``count`` is given.
+        count: how many values ``values`` yields; default ``len(values)``.
+    """
+    if count is None:
+        values = values if isinstance(values, Sized) else list(values)
+        count = len(values)  # type: ignore[arg-type]
+    builder = ColumnBuilder(count)
     for value in values:
         builder.add(value)
     return builder.result()
@@ -174,10 +217,8 @@ class DataframeColumnCodec(ABC):
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Decode a whole column: a stacked array when every value has one shape, else an object array."""
         values = column.to_pylist()
-        builder = ColumnBuilder(len(values))
-        for value in values:
-            builder.add(None if value is None else self.decode(unischema_field, value))
-        return builder.result()
+        return stack_or_objects((None if value is None else self.decode(unischema_field, value)
+                                 for value in values), len(values))
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.to_json() == other.to_json()
@@ -218,8 +259,8 @@ class NdarrayCodec(DataframeColumnCodec):
         payloads = _binary_payloads(column)
         fast = _decode_uniform_npy(payloads)
         if fast is not None:
-            return fast
-        return super().decode_column(unischema_field, payloads)
+            return _check_decoded_arrays(unischema_field, fast)
+        return _check_decoded_arrays(unischema_field, super().decode_column(unischema_field, payloads))
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional
@@ -288,6 +329,9 @@ class CompressedNdarrayCodec(DataframeColumnCodec):
         except Exception as err:
             raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a valid .npz '
                              f'archive holding "arr" ({err})') from err
+
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return _check_decoded_arrays(unischema_field, super().decode_column(unischema_field, column))
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional

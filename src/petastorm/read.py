@@ -21,8 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.cache import RowGroupCache
-from petastorm.codecs import CompressedNdarrayCodec, NdarrayCodec, stack_or_objects
-from petastorm.errors import CodecError, CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
+from petastorm.codecs import stack_or_objects
+from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.plan import ScheduledItem, row_permutation
 from petastorm.predicates import PredicateBase
@@ -117,6 +117,8 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
             raise StorageNotFoundError(f'data file {piece.path} no longer exists (it was listed when the reader '
                                        f'was made): {err}') from err
         except (OSError, pa.ArrowException) as err:
+            if isinstance(err, OSError) and _is_access_error(err):
+                raise  # the storage refused or failed (permissions, network): the file itself may be fine
             raise CorruptDataError(f'cannot read row group {piece.row_group} of the Parquet file {piece.path}: '
                                    f'expected a readable Parquet file with the row groups listed in the dataset '
                                    f'metadata ({type(err).__name__}: {err})') from err
@@ -134,6 +136,15 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     return table
 
 
+def _is_access_error(err: OSError) -> bool:
+    """True when ``err`` comes from reaching the storage rather than from the bytes read.
+
+    Errors of the operating system or of a user filesystem carry an errno or have a specific type; pyarrow's
+    own errors about an undecodable file are plain OSErrors without one.
+    """
+    return err.errno is not None or isinstance(err, (PermissionError, ConnectionError, TimeoutError))
+
+
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
                    where: str) -> dict[str, np.ndarray]:
     """Decode every field's column of ``table`` into numpy (codecs decode whole columns at once)."""
@@ -142,35 +153,13 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
         column = table.column(field.name)
         try:
             if field.codec is not None:
+                # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
                 columns[field.name] = field.codec.decode_column(field, column)
-                if isinstance(field.codec, (NdarrayCodec, CompressedNdarrayCodec)):
-                    _check_decoded_arrays(field, columns[field.name])
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns
-
-
-def _check_decoded_arrays(field: UnischemaField, column: np.ndarray) -> None:
-    """Refuse stored arrays whose dtype or shape is not the schema's: they were not written through it."""
-    if column.dtype != object:
-        _check_array_matches(field, column.dtype, column.shape[1:])
-        return
-    for value in column:
-        if value is not None:
-            _check_array_matches(field, value.dtype, value.shape)
-
-
-def _check_array_matches(field: UnischemaField, dtype: np.dtype, shape: tuple) -> None:
-    expected_shape = tuple(field.shape)
-    if isinstance(field.numpy_dtype, type) and dtype.type is not field.numpy_dtype:
-        raise CodecError(f'field {field.name}: the stored array has dtype {dtype}; the schema expects '
-                         f'{np.dtype(field.numpy_dtype)}')
-    if len(shape) != len(expected_shape) or any(e is not None and e != a for e, a in
-                                                 zip(expected_shape, shape, strict=True)):
-        raise CodecError(f'field {field.name}: the stored array has shape {tuple(shape)}; the schema expects '
-                         f'{expected_shape}')
 
 
 def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:

@@ -345,7 +345,7 @@ class Reader(ResumableReader):
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         self._started = True
-        layout, num_epochs = self._layout, self._options.num_epochs
+        layout = self._layout
         first, pass_start = self._pass
         tags: deque[tuple[Stage, list, int, int]] = deque()  # what each submitted unit is, in submission order
 
@@ -356,15 +356,8 @@ class Reader(ResumableReader):
                 yield unit
 
         def units() -> Iterator[Any]:
-            epoch = first.epoch
-            if num_epochs is not None and epoch >= pass_start + num_epochs and first.pending:
-                # Saved after the last epoch of the pass while a loader still held rows of it: only those remain.
-                yield from submit(Stage(epoch, (), 0, first.pending))
-            while num_epochs is None or epoch < pass_start + num_epochs:
-                yield from submit(first if epoch == first.epoch else Stage(epoch))
-                epoch += 1
-                if not layout.items:
-                    return
+            for stage in self._pass_stages(first, pass_start):
+                yield from submit(stage)
 
         results = self._pool.imap(units())
         if self._stage_totals is not None:

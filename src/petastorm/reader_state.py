@@ -8,6 +8,7 @@ how many rows an epoch holds before reading, and saves and restores the reader's
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,23 @@ class ResumableReader:
         self._pass = (stage, pass_start)
         self._started = False
         self._position.restart(stage, pass_start)
+
+    def _pass_stages(self, first: Stage, pass_start: int) -> Iterator[Stage]:
+        """The stages a pass starting at ``first`` reads, in order; reading and ``len()`` both walk these.
+
+        Sharing one walk keeps ``len()`` equal to what iteration delivers, resumed passes included.
+        """
+        num_epochs = self._options.num_epochs
+        end = None if num_epochs is None else pass_start + num_epochs
+        epoch = first.epoch
+        if end is not None and epoch >= end and first.pending:
+            # Saved after the last epoch of the pass while a loader still held rows of it: only those remain.
+            yield Stage(epoch, (), 0, first.pending)
+        while end is None or epoch < end:
+            yield first if epoch == first.epoch else Stage(epoch)
+            epoch += 1
+            if not self._layout.items:
+                return  # nothing to read: stop instead of walking endless empty epochs
 
     @property
     def num_rows_per_pass(self) -> int | None:
@@ -93,10 +111,7 @@ class ResumableReader:
                             'Reader.num_rows_per_epoch')
         if not self.is_batched_reader:
             return rows
-        first, pass_start = self._pass
-        assert self._options.num_epochs is not None
-        return sum(len(self._layout.units(first if epoch == first.epoch else Stage(epoch))[0])
-                   for epoch in range(pass_start, pass_start + self._options.num_epochs))
+        return sum(len(self._layout.units(stage)[0]) for stage in self._pass_stages(*self._pass))
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0
