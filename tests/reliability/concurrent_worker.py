@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
-from petastorm import make_reader, write_dataset
-from reliability.helpers import SMALL_ROWS, SmallSchema, small_row
+from petastorm import make_reader
+from reliability.helpers import small_row, write_small_dataset
 
 
 def read_through_cache(url: str, cache_dir: str, cache_limit: int, epochs: int, pool: str = 'thread') -> list[int]:
@@ -29,17 +29,12 @@ def read_through_cache(url: str, cache_dir: str, cache_limit: int, epochs: int, 
     return ids
 
 
-def write_small(url: str, first_id: int) -> int:
-    rows = [{**small_row(i), 'id': first_id + i} for i in range(SMALL_ROWS)]
-    return write_dataset(url, SmallSchema, rows, row_group_size_mb=0.0005, file_size_mb=0.002).num_rows
-
-
 def main() -> None:
     command, url = sys.argv[1], sys.argv[2]
     if command == 'read':
         result = read_through_cache(url, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
-        result = write_small(url, int(sys.argv[3]))
+        result = write_small_dataset(url, int(sys.argv[3])).num_rows
     print(json.dumps(result), flush=True)
 
 

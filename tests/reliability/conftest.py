@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from petastorm import write_dataset
-from reliability.helpers import SMALL_ROWS, SmallSchema, small_row
+from reliability.helpers import SMALL_ROWS, write_small_dataset
 
 psutil = pytest.importorskip('psutil')
 
@@ -111,8 +110,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def small_dataset_url(tmp_path_factory) -> str:
     """A Petastorm dataset of ``SMALL_ROWS`` rows in several files and row groups."""
     url = 'file://' + str(tmp_path_factory.mktemp('reliability') / 'small')
-    result = write_dataset(url, SmallSchema, (small_row(i) for i in range(SMALL_ROWS)), row_group_size_mb=0.0005,
-                           file_size_mb=0.002)
+    result = write_small_dataset(url)
     assert sum(len(v) for v in result.row_groups.values()) >= 6, 'the suite needs several row groups'
     return url
 

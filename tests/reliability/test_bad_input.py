@@ -14,8 +14,9 @@ import os
 import pathlib
 import pickle
 import shutil
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +40,7 @@ from petastorm.metadata.legacy import LegacyPickleRefusedError
 from petastorm.metadata.write import update_common_metadata
 from petastorm.predicates import in_set
 from petastorm.unischema import Unischema, UnischemaField
-from reliability.helpers import SMALL_ROWS, SmallSchema, small_row
+from reliability.helpers import SMALL_DATASET_SIZES, SMALL_ROWS, SmallSchema, small_row
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,12 +48,12 @@ pytestmark = pytest.mark.timeout(60)
 @dataclass
 class Env:
     tmp: pathlib.Path
-    dataset_root: pathlib.Path  # a pristine small dataset, copied by builders that damage one
+    dataset_root: pathlib.Path  # the shared small dataset: read only, builders that damage one damage a copy
     url: str = ''
     file: str = ''
     root: str = ''
     marker: str = ''
-    names: dict = field(default_factory=dict)
+    writes: bool = False  # the call writes to ``root``: a failure must leave nothing there that looks complete
 
     def copy_dataset(self) -> pathlib.Path:
         target = self.tmp / 'copy'
@@ -244,10 +245,10 @@ def _object_npy(env: Env) -> bytes:
 def write_rows(rows: Callable[[], object], schema: Unischema = SmallSchema, into: str = 'new', **kwargs):
     def build(env: Env):
         target = env.tmp / into
-        env.names['write'] = True
+        env.writes = True
         env.root = str(target)
         env.url = 'file://' + str(target)
-        sizes = {'row_group_size_mb': 0.0005, 'file_size_mb': 0.002, **kwargs}
+        sizes = {**SMALL_DATASET_SIZES, **kwargs}
         return lambda: write_dataset(env.url, schema, rows(), **sizes)
     return build
 
@@ -270,7 +271,7 @@ def _rows_then_failure():
 def _existing(kind: str):
     def build(env: Env):
         target = env.tmp / 'existing'
-        env.names['write'] = True
+        env.writes = True
         if kind == 'file':
             target.write_text('I am a file')
         else:
@@ -413,12 +414,19 @@ CASES = [
 ]
 
 
+def _catalog_params() -> list:
+    # Checked while collecting: pytest would quietly suffix a duplicated id, and one more test could not stop the
+    # catalog from shrinking unnoticed.
+    repeated = sorted(case_id for case_id, uses in Counter(case[0] for case in CASES).items() if uses > 1)
+    assert not repeated, f'case ids used more than once: {repeated}'
+    assert len(CASES) >= 40, f'the bad input catalog shrank to {len(CASES)} cases'
+    return [pytest.param(*case[1:], id=case[0]) for case in CASES]
+
+
 @pytest.fixture(scope='module')
-def pristine_dataset(tmp_path_factory) -> pathlib.Path:
-    root = tmp_path_factory.mktemp('bad-input') / 'pristine'
-    write_dataset('file://' + str(root), SmallSchema, (small_row(i) for i in range(SMALL_ROWS)),
-                  row_group_size_mb=0.0005, file_size_mb=0.002)
-    return root
+def pristine_dataset(small_dataset_url) -> pathlib.Path:
+    """The directory of the session's small dataset (builders copy it before damaging it)."""
+    return pathlib.Path(small_dataset_url.removeprefix('file://'))
 
 
 def _looks_complete(root: pathlib.Path) -> bool:
@@ -426,7 +434,7 @@ def _looks_complete(root: pathlib.Path) -> bool:
         (root / '_common_metadata').exists() or any(root.rglob('*.parquet')))
 
 
-@pytest.mark.parametrize(('build', 'raises', 'mentions'), [pytest.param(*case[1:], id=case[0]) for case in CASES])
+@pytest.mark.parametrize(('build', 'raises', 'mentions'), _catalog_params())
 def test_bad_input_raises_a_documented_error_naming_the_culprit(build, raises, mentions, pristine_dataset, tmp_path,
                                                                 figures):
     env = Env(tmp=tmp_path, dataset_root=pristine_dataset)
@@ -439,7 +447,7 @@ def test_bad_input_raises_a_documented_error_naming_the_culprit(build, raises, m
         assert expected in message, f'{expected!r} is not in the message: {message}'
     if env.marker:
         assert not os.path.exists(env.marker), 'the hostile payload ran code'
-    if env.names.get('write'):
+    if env.writes:
         root = pathlib.Path(env.root)
         if root.name == 'existing':  # what was there before is untouched, and nothing was added
             contents = sorted(p.name for p in root.iterdir()) if root.is_dir() else root.read_text()
@@ -458,8 +466,3 @@ def test_metadata_naming_a_missing_file_warns_with_the_fix(pristine_dataset, tmp
         rows = len(list(r))
     assert 'petastorm-generate-metadata.py' in str(warned[0].message)
     assert 0 < rows < SMALL_ROWS
-
-
-def test_the_catalog_is_big_enough():
-    assert len(CASES) >= 40
-    assert len({case[0] for case in CASES}) == len(CASES)

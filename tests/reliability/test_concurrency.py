@@ -7,8 +7,6 @@ by several readers at the same time. Every reader must still see every row once 
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import subprocess
 import sys
 import threading
@@ -18,8 +16,8 @@ from collections import Counter
 import pytest
 
 from petastorm import make_reader
-from reliability.concurrent_worker import read_through_cache, write_small
-from reliability.helpers import SMALL_ROWS
+from reliability.concurrent_worker import read_through_cache
+from reliability.helpers import SMALL_ROWS, subprocess_env, write_small_dataset
 
 READERS = 4
 EPOCHS = 2
@@ -48,15 +46,10 @@ def _run_threads(targets) -> list:
     return results
 
 
-def _env() -> dict:
-    tests_dir = str(pathlib.Path(__file__).resolve().parent.parent)
-    return {**os.environ, 'PYTHONPATH': os.pathsep.join(p for p in [tests_dir, os.environ.get('PYTHONPATH')] if p),
-            'PYTHONWARNINGS': 'ignore'}
-
-
 def _run_processes(argvs: list[list[str]]) -> list:
+    env = subprocess_env(silence_warnings=True)
     children = [subprocess.Popen([sys.executable, '-m', 'reliability.concurrent_worker', *argv],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                 for argv in argvs]
     results = []
     for child in children:
@@ -108,7 +101,8 @@ def test_readers_in_several_processes_share_a_dataset_and_a_cache(small_dataset_
 
 def test_parallel_writers_to_different_outputs(tmp_path, figures):
     urls = [f'file://{tmp_path}/thread-{i}' for i in range(4)]
-    counts = _run_threads([lambda url=url, i=i: write_small(url, 1000 * i) for i, url in enumerate(urls)])
+    counts = _run_threads([lambda url=url, i=i: write_small_dataset(url, 1000 * i).num_rows
+                           for i, url in enumerate(urls)])
     assert counts == [SMALL_ROWS] * 4
     for i, url in enumerate(urls):
         with make_reader(url, reader_pool_type='dummy') as reader:

@@ -170,7 +170,7 @@ def test_parsing_codec_descriptions(figures):
     figures.tally('fuzzing (examples, only documented exceptions)', 'codec JSON', examples=len(examples))
 
 
-def test_parsing_legacy_pickles(figures, tmp_path):
+def test_parsing_legacy_pickles(figures):
     examples = []
     protocols = [pickle.dumps({'a': [1, 2.0, 'x']}, protocol=p) for p in range(0, 6)]
 
