@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): pyproject.toml Makefile | $(BIN)/python
+# setup.py builds the one compiled module (src/petastorm/_shuffle.c) in place; a change to it re-installs.
+$(STAMP): pyproject.toml setup.py src/petastorm/_shuffle.c Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q '$(TORCH_PIN)' -e '.[dev]'
 	touch $@
 
@@ -34,4 +35,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so

@@ -265,14 +265,18 @@ def _cut(batcher, table):
 
 @pytest.mark.parametrize('piece_rows', [1, 8, 4096])
 @pytest.mark.parametrize('batch_size', [1, 4])
-@pytest.mark.parametrize('packed', [False, True])
-def test_shuffling_buffer_laws(packed, batch_size, piece_rows, monkeypatch):
+@pytest.mark.parametrize('layout', ['columns', 'numpy records', 'compiled records'])
+def test_shuffling_buffer_laws(layout, batch_size, piece_rows, monkeypatch):
     from petastorm.pytorch import _buffers
 
+    if layout == 'numpy records':  # as installed without a C compiler
+        monkeypatch.setattr(_buffers, '_load_kernel', lambda: None)
+    elif layout == 'compiled records':
+        pytest.importorskip('petastorm._shuffle')
     monkeypatch.setattr(_buffers, '_PIECE_ROWS', piece_rows)  # tables of one batch, of several, of all drawn
     ops = NumpyOps()
     for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20]), (6, [2, 9, 1, 1, 13])]:
-        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, batch_size, packed=packed)
+        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, batch_size, packed=layout != 'columns')
         out, start = [], 0
         for size in chunks:
             ids = np.arange(start, start + size)
@@ -280,6 +284,8 @@ def test_shuffling_buffer_laws(packed, batch_size, piece_rows, monkeypatch):
                                 'h': ids.astype(np.float16), 's': (-ids).astype(np.int16),
                                 'c': ids * (1 + 2j), 'm': np.stack([ids, -ids], axis=1)})
             start += size
+            assert isinstance(buffer._store, PackedColumns) == (layout != 'columns')
+            assert getattr(buffer._store, 'can_draw', False) == (layout == 'compiled records')
             # At least capacity - 1 rows stay, and fewer than a batch more: draws are whole batches.
             assert min(start, capacity - 1) <= len(buffer) <= max(capacity - 1, 0) + batch_size - 1
             assert len(buffer) <= start

@@ -205,10 +205,12 @@ class PackedColumns:
     gathering a row then reads one place in memory instead of one per column, and random gathers are bound by
     memory latency. Columns holding an array per row keep their own array (each row is contiguous already).
 
-    Records are moved as opaque fixed-size items (what ``np.take`` moves fastest). Values of one width sit next
-    to each other in every record, so the records of a batch are split into columns one width at a time: the
-    group's words are copied out transposed, one contiguous row per column, instead of one strided copy per
-    column. Writes go a block of rows at a time so that the records being filled stay in the cache.
+    Where the package was built with its compiled loops (``petastorm._shuffle``), writing rows and drawing random
+    rows (:meth:`draw`) run there: a block of records at a time, one field after the other. Otherwise numpy does
+    the work: records are moved as opaque fixed-size items (what ``np.take`` moves fastest); values of one width
+    sit next to each other in every record, so the records of a batch are split into columns one width at a time
+    (the group's words copied out transposed, one contiguous row per column, instead of one strided copy per
+    column); writes go a block of rows at a time so that the records being filled stay in the cache.
     """
 
     def __init__(self, like: Table, rows: int) -> None:
@@ -232,8 +234,10 @@ class PackedColumns:
             else:
                 self._groups.append((size, offset // size, [name]))
         self._packed = frozenset(packed)
+        self._offsets = dict(zip(packed, offsets, strict=True))
+        self._kernel = _load_kernel()
         # Opaque items of the record's width: what np.take moves fastest.
-        self._records = np.empty(rows, dtype=np.dtype((np.void, width))) if packed else None
+        self._records = _cache_aligned_records(rows, width) if packed else None
         self._others = {name: np.empty((rows, *array.shape[1:]), dtype=array.dtype)
                         for name, array in like.items() if name not in self._packed}
 
@@ -247,6 +251,11 @@ class PackedColumns:
         """Bytes one row takes."""
         return sum(int(np.prod(shape, dtype=np.int64)) * self._dtypes[name].itemsize
                    for name, shape in self._row_shapes.items())
+
+    @property
+    def can_draw(self) -> bool:
+        """True when :meth:`draw` is available (the compiled loops were built)."""
+        return self._kernel is not None
 
     def matches(self, table: Table) -> bool:
         return list(table) == self.names and all(
@@ -285,6 +294,11 @@ class PackedColumns:
                 self._others[name][start:stop] = values
         if self._records is None:
             return
+        if self._kernel is not None:
+            fields = [(np.ascontiguousarray(table[name]), offset, self._dtypes[name].itemsize)
+                      for name, offset in self._offsets.items()]
+            self._kernel.pack(self._records, self._width, start, stop - start, fields)
+            return
         for block in range(start, stop, _WRITE_ROWS):
             block_stop = min(block + _WRITE_ROWS, stop)
             records = self._records[block:block_stop]
@@ -316,6 +330,39 @@ class PackedColumns:
         take_rows = take_rows or _take_rows
         return self._columns(records, {n: take_rows(a, index) for n, a in self._others.items()})
 
+    def draw(self, size: int, count: int, seed: int) -> Table:
+        """Draw ``count`` rows of the first ``size``, one at a time, uniformly at random and without replacement.
+
+        Returns new columns of the drawn rows in the order drawn. Each drawn row's place is taken by the last row
+        held, so the rows kept are the first ``size - count`` afterwards. Needs :attr:`can_draw`; ``seed`` fixes
+        the draw.
+        """
+        out, stores = self._kernel_stores(count)
+        self._kernel.draw(size, count, seed, stores)
+        return out
+
+    def _kernel_stores(self, count: int) -> tuple[Table, list[tuple[Any, ...]]]:
+        """New columns for ``count`` drawn rows, and the compiled loop's description of where they come from.
+
+        One store for the records (a field per packed column) and one per array column (a single field covering
+        the row).
+        """
+        assert self._kernel is not None
+        out: Table = {}
+        stores: list[tuple[Any, ...]] = []
+        if self._records is not None:
+            fields = []
+            for name, offset in self._offsets.items():
+                out[name] = np.empty(count, dtype=self._dtypes[name])
+                fields.append((out[name], offset, out[name].itemsize))
+            stores.append((self._records, self._width, fields))
+        for name, array in self._others.items():
+            out[name] = np.empty((count, *array.shape[1:]), dtype=array.dtype)
+            row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+            if row_bytes:
+                stores.append((array, row_bytes, [(out[name], 0, row_bytes)]))
+        return {name: out[name] for name in self.names}, stores
+
     def column(self, name: str, rows: int) -> np.ndarray:
         if name not in self._packed:
             return self._others[name][:rows]
@@ -344,6 +391,32 @@ _WORDS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
 _WRITE_ROWS = 4096
 
 
+_CACHE_LINE = 64
+
+
+def _cache_aligned_records(rows: int, width: int) -> np.ndarray:
+    """An empty array of ``rows`` opaque ``width``-byte items starting at a cache line (64 bytes).
+
+    A random row then spans as few cache lines as its width allows: one, for records of 64 bytes or less that
+    divide 64.
+    """
+    raw = np.empty(rows * width + _CACHE_LINE, dtype=np.uint8)
+    start = -raw.ctypes.data % _CACHE_LINE
+    return raw[start:start + rows * width].view(np.dtype((np.void, width)))
+
+
+def _load_kernel() -> Any:
+    """The compiled loops of :meth:`PackedColumns.write` and :meth:`PackedColumns.draw` (``petastorm._shuffle``).
+
+    None when the package was installed without them (no C compiler): the numpy code then does the same work.
+    """
+    try:
+        from petastorm import _shuffle
+    except ImportError:
+        return None
+    return _shuffle
+
+
 def _take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.take(array, index, axis=0)
 
@@ -356,7 +429,9 @@ class ShufflingBuffer:
     all rows held (so the buffer keeps from ``capacity - 1`` to ``capacity + batch_size - 2`` rows); at the end
     :meth:`drain` hands out the rest in random order. Rows are kept in preallocated storage; drawing gathers the
     chosen rows and fills their holes with rows from the end of the storage, so every step costs in proportion
-    to the rows drawn, not to the rows held.
+    to the rows drawn, not to the rows held. Packed records with the compiled loops are drawn one row at a time
+    in compiled code (each hole filled at once by the last row held); otherwise a random sample of positions is
+    gathered and the holes are filled afterwards, the same draw in distribution.
 
     Drawn rows come out as tables of whole batches (about ``_PIECE_ROWS`` rows): each is gathered straight into
     memory of its own, small enough to be reused by the allocator, instead of one large array per draw whose
@@ -422,9 +497,15 @@ class ShufflingBuffer:
     def _draw(self, count: int) -> list[Table]:
         assert self._store is not None
         size = self._size
+        piece = self._batch_size * max(1, _PIECE_ROWS // self._batch_size)
+        if isinstance(self._store, PackedColumns) and self._store.can_draw:
+            # Compiled: one random row at a time, its place taken by the last row held (no index arrays).
+            drawn = [self._store.draw(size - start, min(piece, count - start), int(self._rng.integers(2 ** 63)))
+                     for start in range(0, count, piece)]
+            self._size = size - count
+            return drawn
         # An ordered random sample: the same as drawing one row at a time without putting it back.
         chosen = self._rng.permutation(size) if count >= size else self._rng.choice(size, count, replace=False)
-        piece = self._batch_size * max(1, _PIECE_ROWS // self._batch_size)
         drawn = [self._store.take(chosen[start:start + piece]) for start in range(0, count, piece)]
         keep = size - count
         if keep:

@@ -1,0 +1,448 @@
+/*
+ * petastorm._shuffle: the two inner loops of the shuffling buffer, compiled.
+ *
+ * The buffer keeps rows as fixed-width records (see PackedColumns in petastorm/pytorch/_buffers.py). Two
+ * operations touch every row that passes through it, and in numpy each costs several passes over memory plus a
+ * random permutation made one element at a time:
+ *
+ *   pack(store, row_bytes, start, rows, fields)
+ *       writes `rows` rows from contiguous input columns into the records [start, start + rows);
+ *       fields: a sequence of (column buffer, byte offset in the record, bytes per value).
+ *
+ *   draw(size, count, seed, stores)
+ *       draws `count` rows, one at a time and uniformly at random without replacement, from the first `size`
+ *       records of every store, writing their fields to output columns; each drawn row's place is filled by the
+ *       last held row, so the kept rows are the first `size - count` records afterwards. The same draw applies
+ *       to every store (a row can span several stores: its scalars in one, each of its arrays in another).
+ *       stores: a sequence of (store buffer, row bytes, fields), fields: (output buffer, offset, bytes).
+ *       seed: a 64-bit integer; the same seed gives the same draw.
+ *
+ * Both release the GIL while they run. Buffers must be C-contiguous; sizes are checked before any byte moves.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- random numbers: xoshiro256** seeded through splitmix64 (public-domain algorithms by Vigna et al.) ---- */
+
+typedef struct {
+    uint64_t s[4];
+} rng_state;
+
+static uint64_t splitmix64_next(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(rng_state *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) {
+        rng->s[i] = splitmix64_next(&seed);
+    }
+}
+
+static inline uint64_t rotate_left(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t rng_next(rng_state *rng)
+{
+    uint64_t *s = rng->s;
+    const uint64_t result = rotate_left(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotate_left(s[3], 45);
+    return result;
+}
+
+/* A uniform integer in [0, range), 0 < range < 2**32: multiply-and-shift with rejection of the biased low part. */
+static inline uint32_t rng_below(rng_state *rng, uint32_t range)
+{
+    uint64_t product = (rng_next(rng) >> 32) * (uint64_t)range;
+    uint32_t low = (uint32_t)product;
+    if (low < range) {
+        uint32_t threshold = (uint32_t)(-range) % range;
+        while (low < threshold) {
+            product = (rng_next(rng) >> 32) * (uint64_t)range;
+            low = (uint32_t)product;
+        }
+    }
+    return (uint32_t)(product >> 32);
+}
+
+/* ---- byte moves ---- */
+
+/* Values of `nbytes` bytes from every `src_stride` bytes of src to every `dst_stride` bytes of dst. The size is
+ * tested once per call, so that the loop body is one load and one store for the usual sizes. */
+static void copy_strided(char *dst, Py_ssize_t dst_stride, const char *src, Py_ssize_t src_stride, Py_ssize_t n,
+                         Py_ssize_t nbytes)
+{
+#define COPY_LOOP(size) \
+    for (Py_ssize_t r = 0; r < n; r++) { \
+        memcpy(dst + r * dst_stride, src + r * src_stride, size); \
+    } \
+    break;
+    switch (nbytes) {
+    case 1: COPY_LOOP(1)
+    case 2: COPY_LOOP(2)
+    case 4: COPY_LOOP(4)
+    case 8: COPY_LOOP(8)
+    case 16: COPY_LOOP(16)
+    default: COPY_LOOP((size_t)nbytes)
+    }
+#undef COPY_LOOP
+}
+
+typedef struct {
+    char *data;          /* the column: input of pack, output of draw */
+    Py_ssize_t offset;   /* in the record */
+    Py_ssize_t nbytes;   /* per value */
+} field_spec;
+
+typedef struct {
+    char *data;
+    Py_ssize_t row_bytes;
+    Py_ssize_t first_out, num_out;  /* output fields: fields[first_out:first_out + num_out] */
+    char *scratch_out;              /* room for DRAW_BLOCK rows, when outputs must be split from whole rows */
+} store_spec;
+
+/* Every Py_buffer taken by one call, released together. */
+typedef struct {
+    Py_buffer *views;
+    Py_ssize_t used;
+    Py_ssize_t allocated;
+} buffer_list;
+
+static int buffers_init(buffer_list *list, Py_ssize_t allocated)
+{
+    list->used = 0;
+    list->allocated = allocated;
+    list->views = PyMem_Calloc((size_t)(allocated ? allocated : 1), sizeof(Py_buffer));
+    if (list->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void buffers_release(buffer_list *list)
+{
+    for (Py_ssize_t i = 0; i < list->used; i++) {
+        PyBuffer_Release(&list->views[i]);
+    }
+    PyMem_Free(list->views);
+    list->views = NULL;
+}
+
+/* A C-contiguous buffer of exactly `expected` bytes (at least, when `at_least`), writable when asked. */
+static char *take_buffer(buffer_list *list, PyObject *obj, Py_ssize_t expected, int at_least, int writable,
+                         const char *what)
+{
+    Py_buffer *view = &list->views[list->used];
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    list->used++;
+    if (at_least ? view->len < expected : view->len != expected) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %s%zd", what, view->len,
+                     at_least ? "at least " : "", expected);
+        return NULL;
+    }
+    return (char *)view->buf;
+}
+
+/* Reads (buffer, offset, nbytes) triples; `rows` values per buffer; fields must fit in `row_bytes`. */
+static int parse_fields(PyObject *fields, Py_ssize_t rows, Py_ssize_t row_bytes, int writable, buffer_list *list,
+                        field_spec *out, const char *what)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fields);
+    PyObject **items = PySequence_Fast_ITEMS(fields);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *column;
+        Py_ssize_t offset, nbytes;
+        if (!PyTuple_Check(items[i])) {
+            PyErr_Format(PyExc_TypeError, "%s field %zd must be a tuple (column, offset, nbytes)", what, i);
+            return -1;
+        }
+        if (!PyArg_ParseTuple(items[i], "Onn", &column, &offset, &nbytes)) {
+            return -1;
+        }
+        if (offset < 0 || nbytes <= 0 || offset > row_bytes - nbytes) {
+            PyErr_Format(PyExc_ValueError, "%s field %zd: %zd bytes at offset %zd do not fit a %zd-byte row",
+                         what, i, nbytes, offset, row_bytes);
+            return -1;
+        }
+        out[i].data = take_buffer(list, column, rows * nbytes, 0, writable, what);
+        if (out[i].data == NULL) {
+            return -1;
+        }
+        out[i].offset = offset;
+        out[i].nbytes = nbytes;
+    }
+    return 0;
+}
+
+#define PACK_BLOCK 256
+
+static PyObject *shuffle_pack(PyObject *self, PyObject *args)
+{
+    PyObject *store_obj, *fields_obj;
+    Py_ssize_t row_bytes, start, rows;
+    if (!PyArg_ParseTuple(args, "OnnnO", &store_obj, &row_bytes, &start, &rows, &fields_obj)) {
+        return NULL;
+    }
+    if (row_bytes <= 0 || start < 0 || rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "pack: row_bytes must be positive, start and rows non-negative");
+        return NULL;
+    }
+    PyObject *fields = PySequence_Fast(fields_obj, "pack: fields must be a sequence");
+    if (fields == NULL) {
+        return NULL;
+    }
+    Py_ssize_t num_fields = PySequence_Fast_GET_SIZE(fields);
+    buffer_list list;
+    field_spec *specs = PyMem_Calloc((size_t)(num_fields ? num_fields : 1), sizeof(field_spec));
+    if (specs == NULL || buffers_init(&list, num_fields + 1) < 0) {
+        PyMem_Free(specs);
+        Py_DECREF(fields);
+        return specs == NULL ? PyErr_NoMemory() : NULL;
+    }
+    PyObject *result = NULL;
+    char *store = take_buffer(&list, store_obj, (start + rows) * row_bytes, 1, 1, "pack: the store");
+    if (store != NULL && parse_fields(fields, rows, row_bytes, 0, &list, specs, "pack: input") == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        /* A block of records at a time, one field after the other: the block stays in the core's cache. */
+        for (Py_ssize_t block = 0; block < rows; block += PACK_BLOCK) {
+            Py_ssize_t n = rows - block < PACK_BLOCK ? rows - block : PACK_BLOCK;
+            char *records = store + (start + block) * row_bytes;
+            for (Py_ssize_t f = 0; f < num_fields; f++) {
+                copy_strided(records + specs[f].offset, row_bytes, specs[f].data + block * specs[f].nbytes,
+                             specs[f].nbytes, n, specs[f].nbytes);
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    buffers_release(&list);
+    PyMem_Free(specs);
+    Py_DECREF(fields);
+    return result;
+}
+
+/* Draws ahead of the one being copied: their rows are asked from memory early (independent random reads). */
+#define DRAW_BLOCK 256
+#define PREFETCH_AHEAD 16
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(address) __builtin_prefetch(address)
+#else
+#define PREFETCH(address) ((void)0)
+#endif
+
+/* Fields [first, first + num) that are one field covering the whole row: rows move without packing or split. */
+static int is_whole_row(const field_spec *fields, Py_ssize_t first, Py_ssize_t num, Py_ssize_t row_bytes)
+{
+    return num == 1 && fields[first].offset == 0 && fields[first].nbytes == row_bytes;
+}
+
+/* The parsed `stores` argument of draw, with every buffer and allocation it holds. */
+typedef struct {
+    Py_ssize_t num_stores;
+    store_spec *stores;
+    field_spec *fields;
+    PyObject **field_lists;  /* the fast sequence of fields of each store */
+    buffer_list buffers;
+} store_set;
+
+static void stores_release(store_set *set)
+{
+    if (set->buffers.views != NULL) {
+        buffers_release(&set->buffers);
+    }
+    for (Py_ssize_t s = 0; s < set->num_stores; s++) {
+        if (set->stores != NULL) {
+            PyMem_Free(set->stores[s].scratch_out);
+        }
+        if (set->field_lists != NULL) {
+            Py_XDECREF(set->field_lists[s]);
+        }
+    }
+    PyMem_Free(set->field_lists);
+    PyMem_Free(set->stores);
+    PyMem_Free(set->fields);
+}
+
+/* Parses (buffer, row_bytes, output fields) per store: every store holds `held` rows at least, every output
+ * column has room for exactly `rows` values. */
+static int stores_parse(PyObject *stores_seq, Py_ssize_t held, Py_ssize_t rows, store_set *set)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(stores_seq);
+    PyObject **items = PySequence_Fast_ITEMS(stores_seq);
+    Py_ssize_t total_fields = 0;
+    memset(set, 0, sizeof(*set));
+    set->num_stores = n;
+    set->stores = PyMem_Calloc((size_t)(n ? n : 1), sizeof(store_spec));
+    set->field_lists = PyMem_Calloc((size_t)(n ? n : 1), sizeof(PyObject *));
+    if (set->stores == NULL || set->field_lists == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < n; s++) {
+        store_spec *store = &set->stores[s];
+        PyObject *buffer, *outputs;
+        if (!PyTuple_Check(items[s])) {
+            PyErr_Format(PyExc_TypeError, "draw: store %zd must be a tuple (buffer, row_bytes, outputs)", s);
+            return -1;
+        }
+        if (!PyArg_ParseTuple(items[s], "OnO", &buffer, &store->row_bytes, &outputs)) {
+            return -1;
+        }
+        if (store->row_bytes <= 0) {
+            PyErr_Format(PyExc_ValueError, "draw: store %zd has rows of %zd bytes", s, store->row_bytes);
+            return -1;
+        }
+        set->field_lists[s] = PySequence_Fast(outputs, "draw: a store's output fields must be a sequence");
+        if (set->field_lists[s] == NULL) {
+            return -1;
+        }
+        store->first_out = total_fields;
+        store->num_out = PySequence_Fast_GET_SIZE(set->field_lists[s]);
+        total_fields += store->num_out;
+    }
+    set->fields = PyMem_Calloc((size_t)(total_fields ? total_fields : 1), sizeof(field_spec));
+    if (set->fields == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (buffers_init(&set->buffers, n + total_fields) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < n; s++) {
+        store_spec *store = &set->stores[s];
+        store->data = take_buffer(&set->buffers, PyTuple_GET_ITEM(items[s], 0), held * store->row_bytes, 1, 1,
+                                  "draw: a store");
+        if (store->data == NULL || parse_fields(set->field_lists[s], rows, store->row_bytes, 1, &set->buffers,
+                                                set->fields + store->first_out, "draw: output") < 0) {
+            return -1;
+        }
+        if (!is_whole_row(set->fields, store->first_out, store->num_out, store->row_bytes)) {
+            store->scratch_out = PyMem_Malloc((size_t)(DRAW_BLOCK * store->row_bytes));
+            if (store->scratch_out == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static inline void prefetch_row(const store_spec *store, uint32_t row)
+{
+    const char *address = store->data + (Py_ssize_t)row * store->row_bytes;
+    PREFETCH(address);  /* both ends: a row may straddle two cache lines */
+    PREFETCH(address + store->row_bytes - 1);
+}
+
+/* Where a block's drawn rows go: the output column itself for whole rows, else the scratch block to split. */
+static char *drawn_rows(const store_spec *store, const field_spec *fields, Py_ssize_t block)
+{
+    return store->scratch_out != NULL ? store->scratch_out : fields[store->first_out].data + block * store->row_bytes;
+}
+
+/* The scratch block's rows, still in the cache, split into the output columns at rows [block, block + n). */
+static void split_block(const store_spec *store, const field_spec *fields, Py_ssize_t block, Py_ssize_t n)
+{
+    if (store->scratch_out == NULL) {
+        return;
+    }
+    for (Py_ssize_t f = store->first_out; f < store->first_out + store->num_out; f++) {
+        copy_strided(fields[f].data + block * fields[f].nbytes, fields[f].nbytes, store->scratch_out + fields[f].offset,
+                     store->row_bytes, n, fields[f].nbytes);
+    }
+}
+
+/* Swap-remove: draw i takes a random one of the size - i rows still held; the last held row fills its place. */
+static void draw_rows(const store_set *set, Py_ssize_t size, Py_ssize_t count, uint64_t seed)
+{
+    rng_state rng;
+    uint32_t picks[DRAW_BLOCK];
+    rng_seed(&rng, seed);
+    for (Py_ssize_t block = 0; block < count; block += DRAW_BLOCK) {
+        Py_ssize_t n = count - block < DRAW_BLOCK ? count - block : DRAW_BLOCK;
+        for (Py_ssize_t k = 0; k < n; k++) {  /* positions depend on the draw's number only, never on the data */
+            picks[k] = rng_below(&rng, (uint32_t)(size - block - k));
+        }
+        for (Py_ssize_t s = 0; s < set->num_stores; s++) {
+            const store_spec *store = &set->stores[s];
+            const Py_ssize_t row_bytes = store->row_bytes;
+            char *drawn = drawn_rows(store, set->fields, block);
+            for (Py_ssize_t k = 0; k < n; k++) {  /* in order: a later draw may pick a place an earlier one refilled */
+                if (k + PREFETCH_AHEAD < n) {
+                    prefetch_row(store, picks[k + PREFETCH_AHEAD]);
+                }
+                Py_ssize_t last = size - 1 - (block + k);
+                char *row = store->data + (Py_ssize_t)picks[k] * row_bytes;
+                memcpy(drawn + k * row_bytes, row, (size_t)row_bytes);
+                if (picks[k] != last) {
+                    memcpy(row, store->data + last * row_bytes, (size_t)row_bytes);
+                }
+            }
+            split_block(store, set->fields, block, n);
+        }
+    }
+}
+
+static PyObject *shuffle_draw(PyObject *self, PyObject *args)
+{
+    PyObject *stores_obj;
+    Py_ssize_t size, count;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "nnKO", &size, &count, &seed, &stores_obj)) {
+        return NULL;
+    }
+    if (size < 0 || count < 0 || count > size || size > (Py_ssize_t)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "draw: need 0 <= count <= size < 2**32, got count=%zd size=%zd", count, size);
+        return NULL;
+    }
+    PyObject *stores = PySequence_Fast(stores_obj, "draw: stores must be a sequence");
+    if (stores == NULL) {
+        return NULL;
+    }
+    store_set set;
+    PyObject *result = NULL;
+    if (stores_parse(stores, size, count, &set) == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        draw_rows(&set, size, count, (uint64_t)seed);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    stores_release(&set);
+    Py_DECREF(stores);
+    return result;
+}
+
+static PyMethodDef shuffle_methods[] = {
+    {"pack", shuffle_pack, METH_VARARGS,
+     "pack(store, row_bytes, start, rows, fields): write rows of contiguous columns into fixed-width records."},
+    {"draw", shuffle_draw, METH_VARARGS,
+     "draw(size, count, seed, stores): draw rows uniformly at random without replacement into output columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef shuffle_module = {
+    PyModuleDef_HEAD_INIT, "_shuffle", "Compiled inner loops of the shuffling buffer.", -1, shuffle_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__shuffle(void)
+{
+    return PyModule_Create(&shuffle_module);
+}
