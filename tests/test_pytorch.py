@@ -23,7 +23,8 @@ from petastorm.pytorch import (  # noqa: E402
     _sanitize_pytorch_types,
     decimal_friendly_collate,
 )
-from petastorm.pytorch._buffers import Batcher, NumpyOps, PackedColumns, ShufflingBuffer  # noqa: E402
+from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer  # noqa: E402
+from petastorm.pytorch._records import PackedColumns  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')]
@@ -267,10 +268,10 @@ def _cut(batcher, table):
 @pytest.mark.parametrize('batch_size', [1, 4])
 @pytest.mark.parametrize('layout', ['columns', 'numpy records', 'compiled records'])
 def test_shuffling_buffer_laws(layout, batch_size, piece_rows, monkeypatch):
-    from petastorm.pytorch import _buffers
+    from petastorm.pytorch import _buffers, _records
 
     if layout == 'numpy records':  # as installed without a C compiler
-        monkeypatch.setattr(_buffers, '_load_kernel', lambda: None)
+        monkeypatch.setattr(_records, '_load_kernel', lambda: None)
     elif layout == 'compiled records':
         pytest.importorskip('petastorm._shuffle')
     monkeypatch.setattr(_buffers, '_PIECE_ROWS', piece_rows)  # tables of one batch, of several, of all drawn

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip('torch')  # the buffers live in petastorm.pytorch
 
-from petastorm.pytorch import _buffers  # noqa: E402
-from petastorm.pytorch._buffers import PackedColumns  # noqa: E402
+from petastorm.pytorch import _records  # noqa: E402
+from petastorm.pytorch._records import PackedColumns  # noqa: E402
 
 
 def _has_compiler():
@@ -29,7 +29,7 @@ def test_kernel_is_built_where_a_compiler_is():
 
     assert callable(built.pack)
     assert callable(built.draw)
-    assert _buffers._load_kernel() is built
+    assert _records._load_kernel() is built
 
 
 def _table(n, start=0):
@@ -102,7 +102,7 @@ def test_pack_and_numpy_pack_write_the_same_fields(compiled, monkeypatch):
     if compiled:
         pytest.importorskip('petastorm._shuffle')
     else:
-        monkeypatch.setattr(_buffers, '_load_kernel', lambda: None)
+        monkeypatch.setattr(_records, '_load_kernel', lambda: None)
     n = 9
     table = {'u8': np.arange(n, dtype=np.uint8), 'i16': -np.arange(n, dtype=np.int16),
              'c64': (np.arange(n) * (1 + 2j)).astype(np.complex64), 'f64': np.linspace(0, 1, n),
@@ -117,11 +117,11 @@ def test_pack_and_numpy_pack_write_the_same_fields(compiled, monkeypatch):
 
 def test_records_start_at_a_cache_line():
     for rows, width in ((1, 8), (3, 24), (1000, 64)):
-        records = _buffers._cache_aligned_records(rows, width)
+        records = _records._cache_aligned_records(rows, width)
         assert len(records) == rows
         assert records.dtype.itemsize == width
         assert records.ctypes.data % 64 == 0
-    assert len(_buffers._cache_aligned_records(0, 8)) == 0
+    assert len(_records._cache_aligned_records(0, 8)) == 0
 
 
 def test_kernel_refuses_bad_buffers_before_moving_bytes(kernel):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer, Table
+from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -25,6 +25,7 @@ from petastorm.pytorch._collate import (
     prepare_columns,
     rows_of,
 )
+from petastorm.pytorch._tables import Table
 from petastorm.pytorch._tensors import (
     TensorOps,
     TorchTypeError,
@@ -181,7 +182,8 @@ class _LoaderBase(torch.utils.data.DataLoader):
                         finish: Callable[[Table, bool], Any], packed: bool = False) -> Iterator[Any]:
         """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches.
 
-        ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records (:class:`PackedColumns`).
+        ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records
+        (:class:`~petastorm.pytorch._records.PackedColumns`).
         """
         batcher = Batcher(self.batch_size, ops)
         capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
