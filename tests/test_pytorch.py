@@ -677,4 +677,10 @@ def test_torch_bench_quick_prints_its_table(tmp_path):
     assert completed.returncode == 0, completed.stderr
     rows = {line.split('|')[1].strip(): line for line in completed.stdout.splitlines() if line.startswith('| ')}
     assert 'scalars BatchedDataLoader bs1024' in rows
+    assert 'scalars BatchedDataLoader bs1024 shufq100k' in rows
     assert 'mnist InMem shuffled epoch' in rows
+    from petastorm.pytorch import _records
+
+    if _records._load_kernel() is not None:  # the numpy fallback, compared with the compiled shuffle
+        numpy_row = rows['scalars BatchedDataLoader bs1024 shufq100k, numpy shuffle']
+        assert '| scalars BatchedDataLoader bs1024 shufq100k |' in numpy_row
