@@ -181,6 +181,17 @@ def test_len_after_resume_matches_delivery(parquet_url):
         reader.load_state_dict(state)
         assert len(reader) == len(list(reader))
 
+    # A row reader counts rows: after a restore, only those the pass still has to deliver.
+    with _make('rows', parquet_url, **options) as reader:
+        for _ in range(40):
+            next(reader)
+        state = reader.state_dict()
+    with _make('rows', parquet_url, **options) as reader:
+        reader.load_state_dict(state)
+        assert reader.num_rows_per_pass == 3 * PARQUET_ROWS
+        assert len(reader) == reader.num_rows_this_pass == 3 * PARQUET_ROWS - 40
+        assert len(list(reader)) == 3 * PARQUET_ROWS - 40
+
 
 @pytest.mark.parametrize('loader_kind', ['DataLoader', 'BatchedDataLoader'])
 @pytest.mark.parametrize('capacity', [0, 30])
@@ -205,7 +216,9 @@ def test_torch_loaders_resume(parquet_url, loader_kind, capacity):
             state = first.state_dict()
         with loader() as second:
             second.load_state_dict(state)
+            expected_len = len(second)  # the batches still to come, buffered rows read again included
             tail = [b['id'].tolist() for b in second]
+        assert expected_len == len(tail)
         rows, expected = sum(head + tail, []), sum(full, [])
         if capacity:
             assert sorted(rows) == sorted(expected), 'buffered rows are read again, none lost or repeated'

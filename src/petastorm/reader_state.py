@@ -81,6 +81,20 @@ class ResumableReader:
         return per_epoch * self._options.num_epochs
 
     @property
+    def num_rows_this_pass(self) -> int | None:
+        """Rows the pass about to be read (or being read) delivers from its start, or None when only reading can tell.
+
+        :attr:`num_rows_per_pass` for a whole pass; after :meth:`load_state_dict`, only the rows the restored pass
+        still has to deliver (rows a loader held when the state was saved included).
+        """
+        rows = self.num_rows_per_pass
+        first, pass_start = self._pass
+        if rows is None or first == Stage(pass_start):
+            return rows
+        return sum(unit.num_rows for stage in self._pass_stages(first, pass_start)
+                   for unit in self._layout.units(stage)[0])
+
+    @property
     def num_rows_per_epoch(self) -> int | None:
         """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
 
@@ -104,7 +118,7 @@ class ResumableReader:
         Raises:
             TypeError: the count is unknown in advance (see :attr:`num_rows_per_epoch`) or ``num_epochs=None``.
         """
-        rows = self.num_rows_per_pass
+        rows = self.num_rows_this_pass
         if rows is None:
             raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
                             'on non-partition columns, an NGram or a batch transform function); see '

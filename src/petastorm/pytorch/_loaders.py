@@ -268,7 +268,8 @@ class _LoaderBase(torch.utils.data.DataLoader):
         self._restored = True
 
     def __len__(self) -> int:
-        rows = getattr(self.reader, 'num_rows_per_pass', None)
+        # A loader restored with load_state_dict has the rest of its pass to deliver; its reader knows how much.
+        rows = getattr(self.reader, 'num_rows_this_pass', getattr(self.reader, 'num_rows_per_pass', None))
         if rows is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
                             f'(num_epochs set, no predicate, no filters); this one has no len()')
