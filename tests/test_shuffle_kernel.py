@@ -32,8 +32,8 @@ def test_kernel_is_built_where_a_compiler_is():
     assert _records._load_kernel() is built
 
 
-def _table(n, start=0):
-    ids = np.arange(start, start + n)
+def _table(n):
+    ids = np.arange(n)
     return {'i': ids.astype(np.int64), 'f': (ids / 2).astype(np.float32), 'b': (ids % 256).astype(np.uint8),
             'c': (ids * (1 + 2j)).astype(np.complex64), 'm': np.stack([ids, -ids], axis=1).astype(np.int16)}
 

@@ -80,8 +80,11 @@ class PackedColumns:
     @property
     def row_nbytes(self) -> int:
         """Bytes one row takes."""
-        return sum(int(np.prod(shape, dtype=np.int64)) * self._dtypes[name].itemsize
-                   for name, shape in self._row_shapes.items())
+        return sum(self._value_nbytes(name) for name in self.names)
+
+    def _value_nbytes(self, name: str) -> int:
+        """Bytes one row's value of column ``name`` takes."""
+        return int(np.prod(self._row_shapes[name], dtype=np.int64)) * self._dtypes[name].itemsize
 
     @property
     def can_draw(self) -> bool:
@@ -189,7 +192,7 @@ class PackedColumns:
             stores.append((self._records, self._width, fields))
         for name, array in self._others.items():
             out[name] = np.empty((count, *array.shape[1:]), dtype=array.dtype)
-            row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+            row_bytes = self._value_nbytes(name)
             if row_bytes:
                 stores.append((array, row_bytes, [(out[name], 0, row_bytes)]))
         return {name: out[name] for name in self.names}, stores
