@@ -134,3 +134,40 @@ def test_legacy_petastorm_indexes_select_the_same_rows():
         selector = SingleIndexSelector(example['index_name'], example['values'])
         with make_reader(target, reader_pool_type='dummy', rowgroup_selector=selector) as reader:
             assert sorted(int(r.id) for r in reader) == example['ids'], example
+
+
+@pytest.fixture
+def partitioned_copy(tmp_path):
+    """A private copy of the Petastorm-written store partitioned by ``partition_key`` (indexing rewrites metadata)."""
+    import shutil
+
+    target = tmp_path / 'partitioned'
+    shutil.copytree(GOLDEN / 'partitioned', target)
+    return 'file://' + str(target)
+
+
+@pytest.mark.parametrize('distributed', [False, True], ids=['threads', 'spark'])
+def test_index_on_a_hive_partition_column(partitioned_copy, distributed, request):
+    # The partition value lives only in the directory names; indexing reads it from there, as reading does.
+    spark_context = request.getfixturevalue('spark').sparkContext if distributed else None
+    built = build_rowgroup_index(partitioned_copy, spark_context, [SingleFieldIndexer('by_key', 'partition_key'),
+                                                                   SingleFieldIndexer('by_id', 'id')])
+    assert set(built['by_key'].indexed_values) == {'p_0', 'p_1', 'p_2', 'p_3'}
+    with make_reader(partitioned_copy, reader_pool_type='dummy') as reader:
+        expected = {int(r.id) for r in reader if r.partition_key in ('p_1', 'p_3')}
+    assert expected
+    selector = SingleIndexSelector('by_key', ['p_1', 'p_3'])
+    with make_reader(partitioned_copy, reader_pool_type='dummy', rowgroup_selector=selector) as reader:
+        rows = list(reader)
+    assert {int(r.id) for r in rows} == expected
+    assert {r.partition_key for r in rows} == {'p_1', 'p_3'}
+    # Selector and partition predicate together on the same column agree with each other.
+    from petastorm.predicates import in_set
+    with make_reader(partitioned_copy, reader_pool_type='dummy', rowgroup_selector=selector,
+                     predicate=in_set({'p_3'}, 'partition_key')) as reader:
+        assert {int(r.id) for r in reader} == {i for i in expected if i in _ids_in_partition(partitioned_copy, 'p_3')}
+
+
+def _ids_in_partition(url, key):
+    with make_reader(url, reader_pool_type='dummy', schema_fields=['id', 'partition_key']) as reader:
+        return {int(r.id) for r in reader if r.partition_key == key}

@@ -91,7 +91,8 @@ def _context_from_bytes(blob: bytes) -> ReadContext:
     return ReadContext(**cloudpickle.loads(blob))
 
 
-def _partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
+def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
+    """The column of hive partition field ``field`` for ``num_rows`` rows of ``piece`` (its directory's value)."""
     value = dict(piece.partition_keys).get(field.name)
     if value is None:
         return pa.nulls(num_rows)
@@ -127,12 +128,17 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, file_columns, read)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
-    for name in names:
-        if name in ctx.partition_names:
-            field = next((f for f in ctx.fields + ctx.predicate_fields if f.name == name), None)
-            if field is None:
-                field = UnischemaField(name, np.str_, (), None, False)
-            table = table.append_column(name, _partition_column(piece, field, table.num_rows))
+    partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),
+                             UnischemaField(name, np.str_, (), None, False))
+                        for name in names if name in ctx.partition_names]
+    return append_partition_columns(table, piece, partition_fields)
+
+
+def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
+                             partition_fields: list[UnischemaField]) -> pa.Table:
+    """``table`` (rows of ``piece``) with a column for each of the hive partition fields appended."""
+    for field in partition_fields:
+        table = table.append_column(field.name, partition_column(piece, field, table.num_rows))
     return table
 
 

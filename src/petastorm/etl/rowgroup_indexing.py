@@ -39,12 +39,18 @@ PARALLEL_SLICE_NUM = 2000
 
 
 def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_index: int,
-                     fields: Sequence[UnischemaField], indexers: Sequence[RowGroupIndexerBase]) -> list[Any]:
-    """Fresh copies of ``indexers`` holding one row group's values."""
-    from petastorm.read import decode_columns
+                     fields: Sequence[UnischemaField], partition_names: Sequence[str],
+                     indexers: Sequence[RowGroupIndexerBase]) -> list[Any]:
+    """Fresh copies of ``indexers`` holding one row group's values.
 
+    Hive partition columns are not in the files: their values come from the piece's directory, as in reading.
+    """
+    from petastorm.read import append_partition_columns, decode_columns
+
+    file_columns = [f.name for f in fields if f.name not in partition_names]
     with filesystem.open_input_file(piece.path) as handle:
-        table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=[f.name for f in fields])
+        table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=file_columns)
+    table = append_partition_columns(table, piece, [f for f in fields if f.name in partition_names])
     columns = decode_columns(list(fields), table, f'{piece.path} (row group {piece.row_group})')
     built = []
     for indexer in indexers:
@@ -93,19 +99,21 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
                          f'({", ".join(schema.fields)})')
     fields = [schema.fields[c] for c in columns]
     pieces = load_row_groups(store)
+    partition_names = tuple(store.partition_names)
     fs = store.filesystem
     if not pieces:
         raise ValueError(f'Cannot build index with empty decoded_rows: {dataset_url} has no row groups')
     if spark_context is None:
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix='petastorm-index') as pool:
-            parts = list(pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, indexers), range(len(pieces))))
+            parts = list(pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers),
+                                  range(len(pieces))))
         merged = parts[0]
         for part in parts[1:]:
             merged = _merge(merged, part)
     else:
         slices = min(len(pieces), PARALLEL_SLICE_NUM)
         merged = spark_context.parallelize(range(len(pieces)), slices) \
-            .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, indexers)) \
+            .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers)) \
             .reduce(_merge)
     result = {indexer.index_name: indexer for indexer in merged}
     document = {'format_version': INDEXES_FORMAT_VERSION,
