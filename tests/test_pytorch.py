@@ -217,6 +217,11 @@ def test_decimal_friendly_collate():
     assert [t.shape for t in ragged] == [(2,), (3,)]
     assert decimal_friendly_collate([np.array(['a', 'b']), np.array(['c', 'd'])])[1].tolist() == ['c', 'd']
     assert decimal_friendly_collate([b'x', b'y']) == [b'x', b'y']
+    # Rows given as sequences: each position's uncollatable values stay the tuple zip made of them, as in the
+    # original; numbers still become tensors.
+    decimals, numbers = decimal_friendly_collate(([decimal.Decimal('1.0'), 1], [decimal.Decimal('1.1'), 2]))
+    assert decimals == (decimal.Decimal('1.0'), decimal.Decimal('1.1'))
+    assert numbers.tolist() == [1, 2]
 
 
 def test_sanitize_refuses_strings_and_none():
@@ -504,6 +509,38 @@ def test_batched_loader_refuses_strings_and_decimals(url):
     assert reader.stopped
     with BatchedDataLoader(_reader(url, schema_fields=['id', 'seq']), batch_size=8) as loader, \
             pytest.raises(TypeError, match="field 'seq'"):
+        list(loader)
+
+
+def _label_to_int_rows(row):
+    row['label'] = int(row['label'][1:])  # a string field becomes an int; edit_fields does not say so
+    return row
+
+
+def _label_to_int_frame(frame):
+    frame['label'] = frame['label'].str[1:].astype('int64')
+    return frame
+
+
+@pytest.mark.parametrize('loader_cls', [BatchedDataLoader, InMemBatchedDataLoader])
+@pytest.mark.parametrize('reader_kind', ['rows', 'batches'])
+def test_batched_loaders_judge_types_by_what_the_transform_returns(plain_url, loader_cls, reader_kind):
+    if reader_kind == 'rows':
+        reader = make_reader(plain_url, reader_pool_type='dummy', shuffle_row_groups=False,
+                             schema_fields=['id', 'label'], transform_spec=TransformSpec(_label_to_int_rows))
+    else:
+        reader = _batch_reader(plain_url, schema_fields=['id', 'label'],
+                               transform_spec=TransformSpec(_label_to_int_frame))
+    kwargs = {'num_epochs': 1, 'rows_capacity': 300} if loader_cls is InMemBatchedDataLoader else {}
+    with loader_cls(reader, batch_size=100, **kwargs) as loader:
+        batches = list(loader)
+    ids = torch.cat([b['id'] for b in batches])
+    labels = torch.cat([b['label'] for b in batches])
+    assert labels.dtype == torch.int64
+    assert torch.equal(labels, ids % 7)
+    # A transform that leaves the strings as they are is still refused, naming the field, at the first batch.
+    reader = _batch_reader(plain_url, schema_fields=['id', 'label'], transform_spec=TransformSpec(lambda f: f))
+    with pytest.raises(TypeError, match="field 'label'"), loader_cls(reader, batch_size=100, **kwargs) as loader:
         list(loader)
 
 

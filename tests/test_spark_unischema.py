@@ -99,6 +99,14 @@ def test_codec_fields_use_the_codec_spark_type():
     assert not any(f.nullable for f in struct.fields)
 
 
+def test_implicit_scalar_types_follow_petastorm():
+    schema = Unischema('S', [UnischemaField('text', np.str_, ()), UnischemaField('legacy_text', np.bytes_, ()),
+                             UnischemaField('n', np.int64, ()), UnischemaField('f', np.float32, ())])
+    # np.bytes_ is what numpy 1 called np.string_, Petastorm's spelling of a text field: a string column.
+    assert [f.dataType for f in schema.as_spark_schema().fields] == [T.StringType(), T.StringType(), T.LongType(),
+                                                                     T.FloatType()]
+
+
 def test_non_scalar_without_codec_has_no_spark_type():
     schema = Unischema('S', [UnischemaField('v', np.float32, (3,), None, False)])
     with pytest.raises(ValueError, match="non-scalar UnischemaField 'v'"):

@@ -337,10 +337,21 @@ def _pandas_column(values: np.ndarray) -> Any:
     return values
 
 
+# Python scalars a row transform may return, and the dtype torch's default collate gives a list of them.
+_PYTHON_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64}
+
+
 def column_from_values(values: list[Any]) -> np.ndarray:
-    """One column from per-row values: stacked arrays, a typed array of numpy scalars, else an object array."""
+    """One column from per-row values: stacked arrays, a typed array of numpy or Python scalars of one type, else
+    an object array (strings, Decimals, mixed types)."""
     if values and all(isinstance(v, np.generic) for v in values) and len({v.dtype for v in values}) == 1:
         return np.array(values, dtype=values[0].dtype)
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1 and (kind := next(iter(kinds))) in _PYTHON_SCALAR_DTYPES:
+        try:
+            return np.array(values, dtype=_PYTHON_SCALAR_DTYPES[kind])
+        except OverflowError:  # ints beyond 64 bits stay Python objects
+            pass
     return stack_or_objects(values)
 
 

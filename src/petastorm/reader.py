@@ -50,7 +50,7 @@ from petastorm.row_group_selection import (
     prune_by_statistics,
 )
 from petastorm.stage_timing import StageTotals
-from petastorm.transform import transform_schema
+from petastorm.transform import TransformSpec, transform_schema
 from petastorm.unischema import Unischema, UnischemaField
 
 logger = logging.getLogger(__name__)
@@ -458,6 +458,11 @@ class Reader(ResumableReader):
     def seed(self) -> int | None:
         """The ``seed`` the reader was made with (None when unseeded)."""
         return self._options.seed
+
+    @property
+    def transform_spec(self) -> TransformSpec | None:
+        """The ``transform_spec`` the reader was made with (None when rows are delivered as decoded)."""
+        return self._options.transform_spec
 
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""

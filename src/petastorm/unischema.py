@@ -199,6 +199,10 @@ class Unischema:
         for f in self._fields.values():
             if f.codec is not None:
                 spark_type = f.codec.spark_dtype()
+            elif tuple(f.shape) == () and f.numpy_dtype is np.bytes_:
+                # Petastorm maps np.string_ (numpy 1's name of np.bytes_) to a string column, and schemas written
+                # for it use np.string_ for text: keep that column type for Spark.
+                spark_type = types.StringType()
             elif tuple(f.shape) == ():
                 spark_type = spark_type_from_arrow(arrow_type_of_field(f), types)
             else:

@@ -34,7 +34,8 @@ _NUMERIC_KINDS = frozenset('biufc')
 def decimal_friendly_collate(batch: Sequence[Any]) -> Any:
     """Collate a list of rows like torch's default collate, keeping what torch cannot hold as lists.
 
-    * ``Decimal``, ``str``, ``bytes`` and numpy strings, objects or datetimes: the list of values as is;
+    * ``Decimal``, ``str``, ``bytes`` and numpy strings, objects or datetimes: the values as they were given (a
+      list of a mapping's values, a tuple of a position's values);
     * a mapping: a dict collating each key's values; a tuple or list: a list collating each position
       (a namedtuple keeps its type);
     * arrays or tensors whose shapes differ between rows: a list with one tensor per row (torch would fail to
@@ -49,13 +50,13 @@ def decimal_friendly_collate(batch: Sequence[Any]) -> Any:
         return []
     first = batch[0]
     if is_list_value(first):
-        return list(batch)
+        return batch if isinstance(batch, (list, tuple)) else list(batch)
     if isinstance(first, Mapping):
         return {key: decimal_friendly_collate([row[key] for row in batch]) for key in first}
     if isinstance(first, tuple) and hasattr(first, '_fields'):
-        return type(first)(*(decimal_friendly_collate(list(values)) for values in zip(*batch, strict=True)))
+        return type(first)(*(decimal_friendly_collate(values) for values in zip(*batch, strict=True)))
     if isinstance(first, collections.abc.Sequence):
-        return [decimal_friendly_collate(list(values)) for values in zip(*batch, strict=True)]
+        return [decimal_friendly_collate(values) for values in zip(*batch, strict=True)]
     if isinstance(first, (np.ndarray, torch.Tensor)):
         stacked = stack_values(list(batch))
         return stacked if stacked is not None else _tensor_list(batch)

@@ -414,11 +414,19 @@ class BatchedDataLoader(_LoaderBase):
 
 
 def _check_tensor_fields(loader: str, reader: Any) -> None:
-    """Refuse, before reading, fields whose schema type has no tensor (strings, Decimals, objects)."""
+    """Refuse, before reading, fields whose schema type has no tensor (strings, Decimals, objects).
+
+    A transform function may change a field's type without declaring it in ``edit_fields`` (a string field turned
+    into an int): such fields are judged by the values it returns, in the first batch, not by the stored type.
+    """
     import decimal
 
     schema = getattr(reader, 'schema', None)
     fields = getattr(schema, 'fields', {}) or {}
+    spec = getattr(reader, 'transform_spec', None)
+    if spec is not None and getattr(spec, 'func', None) is not None:
+        declared = {edit[0] for edit in spec.edit_fields}  # (name, dtype, shape[, nullable]) or a UnischemaField
+        fields = {name: field for name, field in fields.items() if name in declared}
     bad = []
     for name, field in fields.items():
         dtype = field.numpy_dtype
