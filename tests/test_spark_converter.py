@@ -384,8 +384,21 @@ def test_converter_from_a_dataset_url_reads_it_and_delete_keeps_it(tmp_path, cap
 def test_dataset_url_with_nothing_there_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"dataset URL 'file://.*/missing', but there is no directory"):
         make_spark_converter(f'file://{tmp_path}/missing')
-    with pytest.raises(ValueError, match='scheme-less'):
-        make_spark_converter(str(tmp_path))
+
+
+@pytest.mark.spark
+def test_scheme_less_path_is_qualified_as_spark_does(spark, tmp_path):
+    # A saved DataFrame named by its bare path, as Spark users name it: Spark's default filesystem (file: here).
+    saved = tmp_path / 'saved'
+    spark.range(100, 110, 1, 2).write.parquet(str(saved))
+    converter = make_spark_converter(str(saved))
+    assert converter.cache_dir_url == f'file://{saved}'
+    assert len(converter) == 10
+    assert all(u.startswith(f'file://{saved}/part-') for u in converter.file_urls)
+    assert len(converter.file_urls) == 2
+    assert _ids(converter) == list(range(100, 110))
+    with pytest.raises(Exception, match='PATH_NOT_FOUND|does not exist'):
+        make_spark_converter(str(tmp_path / 'missing'))
 
 
 def test_dataset_url_whose_file_vanishes_keeps_the_original_error(tmp_path, monkeypatch):

@@ -166,6 +166,23 @@ def test_copy_refuses_existing_target_unless_overwrite(spark, animals_url, tmp_p
     assert [r['id'] for r in _rows(target)] == list(range(24))
 
 
+@pytest.mark.spark
+def test_copy_main_in_process_raises_and_keeps_the_callers_session(spark, animals_url, tmp_path):
+    from petastorm.tools import copy_dataset as tool
+
+    target = f'file://{tmp_path}/copy'
+    tool._main([animals_url, target, '--field-regex', 'id', 'kind', '--partition-count', '1'])
+    assert list(get_schema_from_dataset_url(target).fields) == ['id', 'kind']
+    assert len(list((tmp_path / 'copy').glob('*.parquet'))) == 1
+    # In process, errors are raised as copy_dataset raises them (no exit code), and the active session survives.
+    with pytest.raises(Exception, match='already exists') as raised:
+        tool._main([animals_url, target])
+    assert 'AnalysisException' in type(raised.value).__name__
+    tool._main([animals_url, target, '--overwrite', '--not-null-fields', 'image'])
+    assert [r['id'] for r in _rows(target)] == [r['id'] for r in _rows(animals_url) if r['image'] is not None]
+    assert spark.range(3).count() == 3
+
+
 def test_copy_rejects_regexes_that_match_nothing(animals_url, tmp_path):
     with pytest.raises(ValueError, match='do not match any fields'):
         copy_dataset(None, animals_url, f'file://{tmp_path}/copy', ['nothing.*'], None, False, None, None)
@@ -207,6 +224,19 @@ def test_regenerate_with_a_named_schema_and_summary_file(animals_url, tmp_path):
     assert [r['id'] for r in _rows(animals_url)] == list(range(24))
     with pytest.raises(ValueError, match='not a Unischema'):
         generate_petastorm_metadata(None, animals_url, f'{__name__}.KINDS')
+
+
+def test_generate_metadata_main_in_process(animals_url, tmp_path):
+    from petastorm.etl import petastorm_generate_metadata as tool
+
+    root = pathlib.Path(animals_url[len('file://'):])
+    (root / '_common_metadata').unlink()
+    with pytest.raises(PetastormMetadataError, match='unischema_class'):
+        tool._main(['--dataset_url', animals_url])
+    tool._main(['--dataset_url', animals_url, '--unischema_class', f'{__name__}.Animals', '--use-summary-metadata'])
+    assert get_schema_from_dataset_url(animals_url) == Animals
+    assert (root / '_metadata').exists()
+    assert [r['id'] for r in _rows(animals_url)] == list(range(24))
 
 
 # --- command lines ------------------------------------------------------------------------------------------------

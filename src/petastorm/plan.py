@@ -98,8 +98,11 @@ def shard_items(piece_rows: Sequence[tuple[int, int]], cur_shard: int | None,
         return [item for position, item in enumerate(whole) if position % shard_count == cur_shard]
     total = sum(item.num_rows for item in whole)
     if total < shard_count:
-        raise NoDataAvailableError(f'Number of rows in the dataset ({total}, in {len(whole)} row groups) must be '
-                                   f'greater or equal to the number of requested shards ({shard_count}).')
+        # Starts with Petastorm's wording (code may match it); our rule splits row groups, so rows are what count.
+        raise NoDataAvailableError(f'Number of row-groups in the dataset ({len(whole)}) is smaller than the number '
+                                   f'of requested shards ({shard_count}), and so is its number of rows ({total}), '
+                                   f'which are split between the shards in that case: some shards would be empty. '
+                                   f'Use at most {total} shards.')
     start, stop = cur_shard * total // shard_count, (cur_shard + 1) * total // shard_count
     return _global_range(whole, start, stop)
 

@@ -193,6 +193,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _main(argv: Sequence[str]) -> None:
+    """Run the tool in this process on ``argv`` (without the program name), raising what
+    :func:`generate_petastorm_metadata` raises; :func:`main` is the command line (exit codes, one-line errors)."""
+    from petastorm.tools import _cli
+
+    args = _parser().parse_args(argv)
+    generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
+                                args.hdfs_driver, storage_options=_cli.parse_storage_options(args.storage_options))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-generate-metadata.py``."""
     from petastorm.tools import _cli

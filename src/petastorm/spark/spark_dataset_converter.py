@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
 from petastorm.fs import display_url, normalize_dir_url
 from petastorm.spark import cache_dir, loaders
@@ -145,7 +146,8 @@ def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_RO
     to ``dtype``.
 
     Args:
-        df: a ``pyspark.sql.DataFrame``; or the URL of an existing Parquet dataset, which is used as it is.
+        df: a ``pyspark.sql.DataFrame``; or the URL of an existing Parquet dataset, which is used as it is. A path
+            without a scheme (``'/data/saved'``) means what it means to Spark: a path on its default filesystem.
         parquet_row_group_size_bytes: the Parquet row group size to write (``parquet.block.size``).
         compression_codec: ``'uncompressed'`` (None), ``'snappy'``, ``'gzip'``, ``'lz4'``, ``'lz4_raw'``,
             ``'zstd'`` or ``'brotli'``.
@@ -217,7 +219,28 @@ def _full_file_url(url: str) -> str:
     return 'file:///' + url[len('file:/'):].lstrip('/') if url.startswith('file:/') else url
 
 
+def _converter_for_spark_path(path: str) -> SparkDatasetConverter:
+    """A converter for a saved Parquet directory named by a scheme-less path, qualified the way Spark qualifies it
+    (against its default filesystem, ``file:`` in local mode), since Spark is what wrote and names such paths."""
+    saved = _get_spark_session().read.parquet(path)
+    files = list(saved.inputFiles())
+    if not files:
+        raise FileNotFoundError(f'make_spark_converter was given the path {path!r}, which holds no Parquet files')
+    # The first file's URL is the directory's qualified URL, then the file's place inside it.
+    marker = '/' + path.strip('/') + '/'
+    at = files[0].rfind(marker)
+    if at < 0:
+        raise ValueError(f'make_spark_converter could not tell which URL Spark gives the path {path!r} (it lists '
+                         f'{display_url(files[0])}); pass the dataset as a URL with a scheme, e.g. file:///...')
+    dir_url = cache_dir.normalize_dbfs_url(_full_file_url(files[0][:at + len(marker) - 1]))
+    file_urls = sorted(cache_dir.normalize_dbfs_url(_full_file_url(f)) for f in files)
+    logger.info('make_spark_converter: the path %s is %s to Spark', path, display_url(dir_url))
+    return SparkDatasetConverter(dir_url, file_urls, saved.count())
+
+
 def _converter_for_dataset_url(url: str) -> SparkDatasetConverter:
+    if not urlparse(url).scheme:
+        return _converter_for_spark_path(url)
     dataset_url = normalize_dir_url(cache_dir.normalize_dbfs_url(url))
     try:
         store = cache_dir.describe_store(dataset_url)

@@ -111,6 +111,40 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:
+    """Start a Spark session as the arguments configure it (or join the active one), copy, and stop the session if
+    it was started here: a script calling :func:`_main` keeps its own session."""
+    from pyspark.sql import SparkSession
+
+    already_active = SparkSession.getActiveSession() is not None
+    builder = SparkSession.builder.appName('petastorm-copy') \
+        .config('spark.sql.files.maxPartitionBytes', _MAX_PARTITION_BYTES) \
+        .config('spark.ui.showConsoleProgress', 'true')
+    try:
+        builder = configure_spark(builder, args)
+    except ValueError as err:
+        raise _cli.UsageError(str(err)) from err
+    spark = builder.getOrCreate()
+    try:
+        copy_dataset(spark, args.source_url, args.target_url, args.field_regex, args.not_null_fields,
+                     args.overwrite_output, args.partition_count, args.row_group_size_mb, args.hdfs_driver,
+                     storage_options)
+    finally:
+        if not already_active:
+            spark.stop()
+
+
+def _main(argv: Sequence[str]) -> None:
+    """Run the tool in this process on ``argv`` (without the program name), raising what :func:`copy_dataset`
+    raises (e.g. Spark's ``AnalysisException`` for an existing target without ``--overwrite``).
+
+    :func:`main` is the command line: it checks the arguments before Spark starts and turns failures into a
+    one-line message and an exit code.
+    """
+    args = _parser().parse_args(argv)
+    _spark_copy(args, _cli.parse_storage_options(args.storage_options))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-copy-dataset.py``."""
     args = _parser().parse_args(argv)
@@ -127,22 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         schema = _target_schema(get_schema_from_dataset_url(args.source_url, storage_options=storage_options),
                                 args.field_regex)
         logger.info('starting Spark to copy %d fields', len(schema.fields))
-        from pyspark.sql import SparkSession
-
-        builder = SparkSession.builder.appName('petastorm-copy') \
-            .config('spark.sql.files.maxPartitionBytes', _MAX_PARTITION_BYTES) \
-            .config('spark.ui.showConsoleProgress', 'true')
-        try:
-            builder = configure_spark(builder, args)
-        except ValueError as err:
-            raise _cli.UsageError(str(err)) from err
-        spark = builder.getOrCreate()
-        try:
-            copy_dataset(spark, args.source_url, args.target_url, args.field_regex, args.not_null_fields,
-                         args.overwrite_output, args.partition_count, args.row_group_size_mb, args.hdfs_driver,
-                         storage_options)
-        finally:
-            spark.stop()
+        _spark_copy(args, storage_options)
 
     _cli.configure_progress_logging()
     _cli.run(PROG, work)
