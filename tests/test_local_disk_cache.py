@@ -1,9 +1,17 @@
-"""The local disk cache: hits and misses, stale files, eviction, sharing between processes, reader integration."""
+"""The local disk cache: hits and misses, values other than tables, stale files, eviction, cleanup, sharing between
+processes, reader integration."""
 
+import collections
+import decimal
+import enum
+import io
+import json
 import logging
+import math
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,9 +26,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm._cache_values import MAGIC
 from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
 from petastorm.codecs import NdarrayCodec, ScalarCodec
-from petastorm.local_disk_cache import CacheLocationError, LocalDiskCache
+from petastorm.local_disk_cache import CacheLocationError, LocalDiskCache, UncacheableValueError
 from petastorm.ngram import NGram
 from petastorm.predicates import in_lambda
 from petastorm.test_util.latency_fs import SlowLocalHandler
@@ -77,8 +86,9 @@ def row_group_reads(monkeypatch):
 
 
 def _cache_args(location, **extra):
+    # Most tests read through one cache with several readers, so it must outlive each of them.
     return {'cache_type': 'local-disk', 'cache_location': str(location), 'cache_size_limit': LIMIT,
-            'cache_row_size_estimate': 1000, **extra}
+            'cache_row_size_estimate': 1000, 'cache_extra_settings': {'cleanup': False}, **extra}
 
 
 def _ids(reader):
@@ -139,10 +149,198 @@ def test_cache_pickles_as_its_settings_and_works_in_the_copy(tmp_path):
     assert copy.get('key', lambda: pytest.fail('should hit')).equals(_table(1))
 
 
-def test_fill_must_return_a_table(tmp_path):
+class _Point(tuple):
+    """A tuple subclass: it would come back as a plain tuple, so the cache refuses it."""
+
+
+class _Colour(enum.IntEnum):
+    RED = 1
+
+
+STRUCTURED = np.zeros(3, dtype=[('x', '<i4'), ('y', '<f8', (2,))])
+VALUES = {
+    'int': 42,
+    'big int': 2 ** 100,
+    'negative zero': -0.0,
+    'float': 1.5,
+    'infinity': float('-inf'),
+    'bool': True,
+    'str': 'päivää \U0001f600',
+    'bytes': b'\x00\xff' * 10,
+    'decimal': decimal.Decimal('-12.50'),
+    'numpy scalar': np.float32(2.5),
+    'numpy datetime': np.datetime64('2020-01-02T03:04:05', 'ns'),
+    'numpy string': np.str_('abc'),
+    'uint8 record': np.random.default_rng(0).integers(0, 255, 5000, dtype=np.uint8),
+    'fortran matrix': np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)),
+    'strided view': np.arange(20, dtype=np.int16)[::3],
+    'empty array': np.empty((0, 3), dtype=np.float32),
+    'structured array': STRUCTURED,
+    'object array of str': np.array(['a', 'bc', None], dtype=object),
+    'rows': [{'id': np.int64(i), 'name': f'r{i}', 'vec': np.full(2, i, np.float32)} for i in range(3)],
+    'tuple keys and nesting': {(1, 'a'): [(), [], {}], 2: (None, b'', decimal.Decimal('1e-3'))},
+}
+
+
+def _same(left, right):
+    """Equal values of the same types, all the way down (arrays by dtype, shape and content)."""
+    assert type(left) is type(right), (left, right)
+    if isinstance(left, np.ndarray):
+        assert left.dtype == right.dtype
+        assert left.shape == right.shape
+        if left.dtype == object:
+            for a, b in zip(left.flat, right.flat, strict=True):
+                _same(a, b)
+        else:
+            np.testing.assert_array_equal(left, right)
+    elif isinstance(left, dict):
+        assert list(left) == list(right)
+        for key in left:
+            _same(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right, strict=True):
+            _same(a, b)
+    elif isinstance(left, float):
+        assert left == right
+        assert math.copysign(1, left) == math.copysign(1, right)
+    elif isinstance(left, np.generic):
+        assert left.dtype == right.dtype
+        assert left == right
+    else:
+        assert left == right
+
+
+@pytest.mark.parametrize('name', list(VALUES))
+def test_values_other_than_tables_round_trip_through_the_disk(tmp_path, name):
+    value = VALUES[name]
     cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
-    with pytest.raises(TypeError, match='stores pyarrow Tables; fill_cache_func returned list'):
-        cache.get('key', lambda: [1, 2])
+    assert cache.get('key', lambda: value) is value  # a miss returns what the fill made
+    fresh = LocalDiskCache(tmp_path / 'c', LIMIT, None)  # another reader of the directory, nothing in memory
+    _same(fresh.get('key', lambda: pytest.fail('should be read from the disk')), value)
+    [entry] = (tmp_path / 'c' / 'entries').rglob('*.value')
+    assert entry.read_bytes().startswith(MAGIC)
+    assert not list((tmp_path / 'c' / 'entries').rglob('*.arrow'))
+
+
+def test_nan_and_a_shared_sub_value_round_trip(tmp_path):
+    shared = [1, 2]
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    cache.get('nan', lambda: {'x': float('nan'), 'a': shared, 'b': shared})
+    value = LocalDiskCache(tmp_path / 'c', LIMIT, None).get('nan', lambda: pytest.fail('should hit'))
+    assert math.isnan(value['x'])
+    assert value['a'] == value['b'] == [1, 2]  # the same list twice is not a cycle
+
+
+def test_none_is_returned_but_not_stored_as_in_petastorm(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    fills = []
+    assert cache.get('k', lambda: fills.append(1)) is None
+    assert cache.get('k', lambda: fills.append(1)) is None
+    assert len(fills) == 2
+    assert cache.volume() == 0
+    assert not list((tmp_path / 'c' / 'locks').iterdir())  # nothing stored, no lock file left for the key
+
+
+def _cycle():
+    items = [1]
+    items.append(items)
+    return items
+
+
+@pytest.mark.parametrize(('value', 'where', 'kind'), [
+    ({1, 2}, 'the value', 'builtins.set'),
+    (frozenset(), 'the value', 'builtins.frozenset'),
+    (object(), 'the value', 'builtins.object'),
+    (bytearray(b'x'), 'the value', 'builtins.bytearray'),
+    (_Point((1, 2)), 'the value', '_Point'),
+    (_Colour.RED, 'the value', '_Colour'),
+    (collections.OrderedDict(a=1), 'the value', 'collections.OrderedDict'),
+    (np.ma.masked_array([1, 2], mask=[0, 1]), 'the value', 'numpy.ma.MaskedArray'),
+    (np.zeros(2, dtype=[('o', object)]), 'the value', 'numpy.ndarray of dtype'),
+    ({'rows': [1, {'bad': lambda: 0}]}, "the value['rows'][1]['bad']", 'builtins.function'),
+    ({pa.scalar(1): 1}, 'a key of the value', 'pyarrow.'),
+    (np.array([{1}], dtype=object), 'the value.flat[0]', 'builtins.set'),
+    (pa.record_batch({'a': [1]}), 'the value', 'pyarrow.lib.RecordBatch'),
+])
+def test_values_without_a_safe_encoding_are_refused_naming_where(tmp_path, value, where, kind):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    with pytest.raises(TypeError, match='cannot store') as raised:
+        cache.get('the key', lambda: value)
+    message = str(raised.value)
+    assert isinstance(raised.value, UncacheableValueError)
+    assert f'cannot store {where}' in message
+    assert kind in message
+    assert "'the key'" in message
+    assert 'pyarrow Tables' in message  # what it does store
+    assert cache.volume() == 0
+    assert not list((tmp_path / 'c' / 'tmp').iterdir())
+
+
+def test_a_cyclic_value_is_refused(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    with pytest.raises(TypeError, match='contains itself'):
+        cache.get('k', _cycle)
+
+
+def _write_entry(path, header, blobs=()):
+    data = json.dumps(header).encode()
+    path.write_bytes(MAGIC + len(data).to_bytes(8, 'little') + data + b''.join(blobs))
+
+
+def _object_npy_that_would_run_code(marker):
+    """A .npy file of dtype object whose pickle payload creates ``marker`` when unpickled."""
+    class Trap:
+        def __reduce__(self):
+            return (open, (str(marker), 'w'))
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([Trap()], dtype=object), allow_pickle=True)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize('damage', ['unknown tag', 'object npy', 'truncated', 'bad blob index', 'bad decimal',
+                                    'not json', 'wrong magic'])
+def test_damaged_or_crafted_value_entries_are_read_again_and_run_nothing(tmp_path, damage, caplog):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    cache.get('key', lambda: {'a': np.arange(3)})
+    [entry] = (tmp_path / 'c' / 'entries').rglob('*.value')
+    marker = tmp_path / 'code_ran'
+    if damage == 'unknown tag':
+        _write_entry(entry, {'value': {'pickle': 0}, 'blobs': []})
+    elif damage == 'object npy':
+        blob = _object_npy_that_would_run_code(marker)
+        _write_entry(entry, {'value': {'ndarray': 0}, 'blobs': [len(blob)]}, [blob])
+    elif damage == 'truncated':
+        entry.write_bytes(entry.read_bytes()[:-20])
+    elif damage == 'bad blob index':
+        _write_entry(entry, {'value': {'bytes': 3}, 'blobs': []})
+    elif damage == 'bad decimal':
+        _write_entry(entry, {'value': {'decimal': 'twelve'}, 'blobs': []})
+    elif damage == 'not json':
+        entry.write_bytes(MAGIC + (5).to_bytes(8, 'little') + b'{{{{{')
+    else:
+        entry.write_bytes(b'\x80\x04K*.')  # a pickle of 42
+    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+        assert cache.get('key', lambda: 'again') == 'again'
+    assert 'unreadable local disk cache entry' in caplog.text
+    assert not marker.exists()
+    assert cache.get('key', lambda: pytest.fail('should hit')) == 'again'
+
+
+def test_numpy_records_respect_the_size_limit_and_policy_none(tmp_path):
+    record = np.random.default_rng(1).integers(0, 255, 50 << 10, dtype=np.uint8)
+    cache = LocalDiskCache(tmp_path / 'lru', 1 << 20, len(record), shards=1)
+    for i in range(60):
+        cache.get(f'k{i}', lambda: record)
+    assert 0 < cache.volume() <= 1 << 20
+    full = LocalDiskCache(tmp_path / 'none', 300 << 10, len(record), shards=1, eviction_policy='none')
+    for i in range(20):
+        assert full.get(f'k{i}', lambda: record) is record
+    assert full.volume() <= 300 << 10
+    assert len(list((tmp_path / 'none' / 'entries').rglob('*.value'))) == 5  # the first five fit, never evicted
+    full.get('k0', lambda: pytest.fail('k0 stays'))
+    assert len(list((tmp_path / 'none' / 'locks').iterdir())) <= 5  # refused keys leave no lock file
 
 
 def test_an_unreadable_entry_is_read_again(tmp_path, caplog):
@@ -425,27 +623,108 @@ def test_reader_eviction_keeps_the_size_limit(url, tmp_path):
     ids = _ids(make_reader(url, reader_pool_type='dummy', **_cache_args(tmp_path / 'c', cache_size_limit=limit,
                                                                        cache_row_size_estimate=None)))
     assert sorted(ids) == list(range(ROWS))
-    assert LocalDiskCache(tmp_path / 'c', limit, None).volume() <= limit
+    left = LocalDiskCache(tmp_path / 'c', limit, None).volume()
+    assert 0 < left <= limit
 
 
-def test_cache_survives_the_reader_unless_cleanup_is_asked(url, tmp_path, caplog):
-    kept = tmp_path / 'kept'
-    _ids(make_reader(url, reader_pool_type='dummy', **_cache_args(kept)))
-    assert list((kept / 'entries').rglob('*.arrow'))
-    removed = tmp_path / 'removed'
-    removed.mkdir()
-    (removed / 'user_file.txt').write_text('not ours')
-    reader = make_reader(url, reader_pool_type='dummy', **_cache_args(removed, cache_extra_settings={'cleanup': True}))
-    assert isinstance(reader.cache, LocalDiskCache)
-    with caplog.at_level(logging.INFO, logger='petastorm.local_disk_cache'):
-        _ids(reader)
-    assert sorted(p.name for p in removed.iterdir()) == ['user_file.txt']  # only what the cache made is removed
-    assert 'removed the local disk cache' in caplog.text
-    reader.cleanup_cache()  # again: nothing left, no error
-    (removed / 'user_file.txt').unlink()
-    reader = make_reader(url, reader_pool_type='dummy', **_cache_args(removed, cache_extra_settings={'cleanup': True}))
-    _ids(reader)
-    assert not removed.exists()
+def test_cleanup_is_the_default_and_removes_only_what_the_cache_made(tmp_path):
+    alone = tmp_path / 'alone'
+    cache = LocalDiskCache(alone, LIMIT, None)
+    cache.get('table', lambda: _table(1))
+    cache.get('value', lambda: 'text')
+    cache.cleanup()
+    assert not alone.exists()
+    cache.cleanup()  # again: nothing left, no error
+    # A cleaned-up cache only computes values: it reads and writes nothing, and makes no directory again.
+    fills = []
+    assert cache.get('value', lambda: fills.append(1) or 'computed') == 'computed'
+    assert fills == [1]
+    assert not alone.exists()
+
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    (shared / 'user_file.txt').write_text('not ours')
+    cache = LocalDiskCache(shared, LIMIT, None)
+    cache.get('value', lambda: 1)
+    cache.cleanup()
+    assert sorted(p.name for p in shared.iterdir()) == ['user_file.txt']
+
+    kept = LocalDiskCache(tmp_path / 'kept', LIMIT, None, cleanup=False)
+    kept.get('value', lambda: 1)
+    kept.cleanup()
+    assert LocalDiskCache(tmp_path / 'kept', LIMIT, None).get('value', lambda: pytest.fail('kept')) == 1
+
+
+def test_cleanup_errors_are_printed_in_petastorm_words(tmp_path, capsys, monkeypatch):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    cache.get('value', lambda: 1)
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(f'cannot remove {path}')
+
+    with monkeypatch.context() as patched:
+        patched.setattr(shutil, 'rmtree', refuse)
+        cache.cleanup()  # does not raise
+    assert capsys.readouterr().out == f"Error during rmtree: cannot remove {tmp_path / 'c' / 'entries'}\n"
+    assert (tmp_path / 'c').exists()
+
+    cache = LocalDiskCache(tmp_path / 'd', LIMIT, None)
+    monkeypatch.setattr(cache._cache, 'close', lambda: (_ for _ in ()).throw(OSError('still busy')))
+    cache.cleanup()
+    assert capsys.readouterr().out == 'Error closing cache: still busy\n'
+    assert not (tmp_path / 'd').exists()  # removed all the same
+
+
+def test_a_cache_whose_directory_another_process_removed_carries_on(tmp_path):
+    mine = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    theirs = LocalDiskCache(tmp_path / 'c', LIMIT, None)  # another process's view of the same directory
+    mine.get('old', lambda: _table(1))
+    theirs.cleanup()
+    assert not (tmp_path / 'c').exists()
+    assert mine.get('new', lambda: _table(2)).equals(_table(2))  # stored: the layout is made again
+    assert len(list((tmp_path / 'c' / 'entries').rglob('*.arrow'))) == 1
+    fills = []
+    for _ in range(2):
+        assert mine.get('old', lambda: fills.append(1) or _table(1)).equals(_table(1))
+    assert fills == [1]  # filled again once, then a hit
+
+
+def test_a_reader_removes_its_cache_on_exit_by_default_and_quietly(url, tmp_path, capsys):
+    location = tmp_path / 'c'
+    args = {**_cache_args(location), 'cache_extra_settings': None}
+    with make_reader(url, reader_pool_type='thread', workers_count=2, **args) as reader:
+        assert isinstance(reader.cache, LocalDiskCache)
+        assert sorted(int(row.id) for row in reader) == list(range(ROWS))
+        assert list((location / 'entries').rglob('*.arrow'))
+    assert not location.exists()
+    assert capsys.readouterr().out == ''  # only an explicit cleanup_cache() prints
+    _ids(make_batch_reader(url, reader_pool_type='dummy', **_cache_args(location)))  # cleanup=False
+    assert list((location / 'entries').rglob('*.arrow'))
+
+
+def _read_epochs_in_process(url, cache_dir, epochs, go):
+    go.wait(30)
+    with make_reader(url, reader_pool_type='thread', workers_count=2, num_epochs=epochs, cache_type='local-disk',
+                     cache_location=cache_dir, cache_size_limit=LIMIT, cache_row_size_estimate=1000) as reader:
+        rows = [(int(row.id), row.name, row.vec.tolist()) for row in reader]
+    expected = sorted((i, f'row{i}', [float(i)] * 4) for i in range(ROWS)) * epochs
+    if sorted(rows) != sorted(expected):
+        raise AssertionError(f'wrong rows after {epochs} epochs: {len(rows)} rows')
+
+
+def test_processes_that_clean_up_on_exit_do_not_break_the_others(url, tmp_path):
+    # The default cleanup=True: the first process to finish removes the directory while the others still read.
+    context = mp.get_context('spawn')
+    go = context.Event()
+    processes = [context.Process(target=_read_epochs_in_process, args=(url, str(tmp_path / 'c'), epochs, go))
+                 for epochs in (1, 3, 6)]
+    for process in processes:
+        process.start()
+    go.set()
+    for process in processes:
+        process.join(120)
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    assert not (tmp_path / 'c').exists()  # the last one out removed it for good
 
 
 def test_row_group_cache_keys_identify_the_file_content():

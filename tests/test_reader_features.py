@@ -328,3 +328,60 @@ def test_errno_less_os_errors_still_mean_corrupt_data():
     # pyarrow reports undecodable Parquet bytes as plain OSErrors without an errno.
     with pytest.raises(CorruptDataError, match='part-0.parquet'):
         _read_from_refusing_filesystem(OSError('Unexpected end of stream'))
+
+
+PETASTORM_DIAGNOSTICS = ('output_queue_size', 'items_consumed', 'items_produced', 'items_inprocess')
+
+
+@pytest.mark.parametrize('pool', ['dummy', 'thread', 'process'])
+def test_diagnostics_carry_petastorm_names_beside_ours(url, pool):
+    with make_reader(url, reader_pool_type=pool, workers_count=1, shuffle_row_groups=False) as reader:
+        before = reader.diagnostics
+        assert [before[name] for name in PETASTORM_DIAGNOSTICS] == [0, 0, 0, 0]
+        next(reader)
+        after = reader.diagnostics
+        assert after['items_consumed'] == after['items_submitted'] >= 1
+        assert after['items_produced'] == after['items_completed'] >= 1
+        assert after['items_inprocess'] == after['items_consumed'] - after['items_produced']
+        assert after['output_queue_size'] == after['in_flight']
+        assert after['kind'] == pool
+        assert after['work_items_per_epoch'] > 1
+
+
+def test_cleanup_cache_prints_as_petastorm_and_the_with_exit_is_quiet(url, tmp_path, capsys, caplog):
+    with make_reader(url, reader_pool_type='dummy') as reader:  # the null cache
+        next(reader)
+        reader.cleanup_cache()
+        assert capsys.readouterr().out == 'Cache cleanup complete.\n'
+    assert capsys.readouterr().out == ''
+
+    location = tmp_path / 'cache'
+    cache_args = {'cache_type': 'local-disk', 'cache_location': str(location), 'cache_size_limit': 10 ** 7,
+                  'cache_row_size_estimate': 100}
+    reader = make_reader(url, reader_pool_type='thread', workers_count=2, **cache_args)
+    next(reader)
+    assert location.is_dir()
+    reader.cleanup_cache()  # removes the cache by default, as in Petastorm
+    assert not location.exists()
+    assert capsys.readouterr().out == 'Cache cleanup complete.\n'
+    reader.stop()
+    reader.join()
+
+    with make_reader(url, reader_pool_type='dummy', **cache_args) as reader:
+        next(reader)
+
+        def refuse():
+            raise OSError('cache is busy')
+
+        reader.cache.cleanup = refuse
+        reader.cleanup_cache()  # printed, not raised
+        assert capsys.readouterr().out == 'Error cleaning cache: cache is busy\nCache cleanup complete.\n'
+    assert capsys.readouterr().out == ''
+    assert 'could not clean up the cache' in caplog.text  # the with exit logs the same failure
+    assert location.is_dir()
+
+    with make_reader(url, reader_pool_type='dummy', **cache_args,
+                     cache_extra_settings={'cleanup': False}) as reader:
+        assert len(list(reader)) == ROWS
+        reader.cleanup_cache()
+    assert list((location / 'entries').rglob('*.arrow'))  # kept for a later reader

@@ -127,7 +127,7 @@ def make_cache(cache_type: str, location: Any, size_limit: int | None, row_size_
         location: the cache directory (local-disk).
         size_limit: the cache's size limit in bytes (local-disk).
         row_size_estimate: expected size of one entry in bytes, used to check ``size_limit`` (local-disk).
-        extra_settings: more keyword arguments of ``LocalDiskCache`` (for example ``{'cleanup': True}``).
+        extra_settings: more keyword arguments of ``LocalDiskCache`` (for example ``{'cleanup': False}``).
 
     Raises:
         ValueError: unknown ``cache_type`` or bad settings.

@@ -104,8 +104,8 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
         shard_count: number of shards (``'auto'``: the world size, found as for ``cur_shard``).
         shard_seed: deprecated; use ``seed``.
         cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
-            in a local directory, for later epochs and readers (it survives the reader unless
-            ``cache_extra_settings={'cleanup': True}``).
+            in a local directory, for later epochs (removed when the reader exits, as in Petastorm; pass
+            ``cache_extra_settings={'cleanup': False}`` to keep it for later readers).
         cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: the directory, size limit
             (bytes), expected entry size and more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`.
         hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (for ``hdfs://`` URLs).
@@ -484,9 +484,17 @@ class Reader(ResumableReader):
 
     @property
     def diagnostics(self) -> dict[str, Any]:
-        """Counters of the worker pool and the plan; with ``time_stages``, also ``'stages'`` (seconds per stage)."""
-        info = {**self._pool.diagnostics, 'work_items_per_epoch': len(self._items),
-                **self._shard_diagnostics()}
+        """Counters of the worker pool and the plan; with ``time_stages``, also ``'stages'`` (seconds per stage).
+
+        Petastorm's names are there too, for every pool kind: ``output_queue_size`` (items handed to the workers
+        whose results the reader has not taken yet), ``items_consumed`` (items handed to the workers),
+        ``items_produced`` (results taken) and ``items_inprocess`` (the difference).
+        """
+        pool = self._pool.diagnostics
+        submitted, completed = pool.get('items_submitted', 0), pool.get('items_completed', 0)
+        info = {**pool, 'work_items_per_epoch': len(self._items), **self._shard_diagnostics(),
+                'output_queue_size': pool.get('in_flight', submitted - completed), 'items_consumed': submitted,
+                'items_produced': completed, 'items_inprocess': submitted - completed}
         if self._stage_totals is not None:
             info['stages'] = self._stage_totals.snapshot()
         return info
@@ -508,8 +516,25 @@ class Reader(ResumableReader):
         self._pool.join()
 
     def cleanup_cache(self) -> None:
-        """Remove the local disk cache if it was created with ``cache_extra_settings={'cleanup': True}``."""
-        self.cache.cleanup()
+        """Remove the local disk cache and print ``Cache cleanup complete.``, as Petastorm did.
+
+        The cache is kept when made with ``cache_extra_settings={'cleanup': False}``; with the null cache only the
+        line is printed. An ``OSError`` or ``AttributeError`` raised while cleaning is printed (``Error cleaning
+        cache: ...``), not raised. A reader's ``with`` exit cleans the cache too, but prints nothing (a failure is
+        logged instead).
+        """
+        error = self._release_cache()
+        # print, not logging: Petastorm printed these lines, and scripts may look for them.
+        if error is not None:
+            print(f'Error cleaning cache: {error}', flush=True)
+        print('Cache cleanup complete.', flush=True)
+
+    def _release_cache(self) -> BaseException | None:
+        try:
+            self.cache.cleanup()
+        except (OSError, AttributeError) as err:
+            return err
+        return None
 
     def __enter__(self) -> Reader:
         return self
@@ -517,5 +542,7 @@ class Reader(ResumableReader):
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
         self.join()
-        self.cleanup_cache()
+        error = self._release_cache()
+        if error is not None:
+            logger.warning('could not clean up the cache %r: %s', self.cache, error)
 
