@@ -50,7 +50,7 @@ def _epoch(url: str, workers: int, filesystem=None, cache_dir: Path | None = Non
     cache = {}
     if cache_dir is not None:
         cache = {'cache_type': 'local-disk', 'cache_location': str(cache_dir), 'cache_size_limit': 8 << 30,
-                 'cache_row_size_estimate': 1 << 20}
+                 'cache_row_size_estimate': 1 << 20, 'cache_extra_settings': {'cleanup': False}}
     with make_reader(url, reader_pool_type='thread', workers_count=workers, filesystem=filesystem, **cache) as reader:
         start = time.perf_counter()
         count = sum(1 for _ in reader)

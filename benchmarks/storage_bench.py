@@ -138,7 +138,8 @@ def disk_cache_epochs(s3_url: str, options: dict, workers: int, rows: int, repea
     first, second = [], []
     for index in range(repeats):
         cache = {'cache_type': 'local-disk', 'cache_location': os.path.join(tmp, f'cache-{index}'),
-                 'cache_size_limit': 10 ** 10, 'cache_row_size_estimate': 100}
+                 'cache_size_limit': 10 ** 10, 'cache_row_size_estimate': 100,
+                 'cache_extra_settings': {'cleanup': False}}  # kept for the second epoch's reader
         first.append(read_time(s3_url, options, None, workers, rows, **cache))
         second.append(read_time(s3_url, options, None, workers, rows, **cache))
     uncached = statistics.median(read_time(s3_url, options, None, workers, rows) for _ in range(repeats))

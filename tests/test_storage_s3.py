@@ -286,13 +286,14 @@ def test_local_disk_cache_of_an_s3_dataset_serves_the_second_epoch(moto, clean_p
         clean_proxy.reset()
         with make_reader(dataset, storage_options=options, reader_pool_type='thread', workers_count=2,
                          cache_type='local-disk', cache_location=str(tmp_path), cache_size_limit=10 ** 8,
-                         cache_row_size_estimate=1000) as reader:
+                         cache_row_size_estimate=1000, cache_extra_settings={'cleanup': False}) as reader:
             assert sorted(int(row.id) for row in reader) == list(range(ROWS))
         data_reads = [r for r in _settled_requests(clean_proxy) if r.method == 'GET' and r.range]
         if epoch == 0:
             first_epoch_reads = len(data_reads)
     assert first_epoch_reads > 0
-    # The second reader still reads the metadata, but every row group comes from the disk cache.
+    # The second reader still reads the metadata, but every row group comes from the disk cache, which the first
+    # reader kept (cleanup=False).
     assert len(data_reads) < first_epoch_reads
 
 

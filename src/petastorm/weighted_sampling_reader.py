@@ -170,6 +170,5 @@ class WeightedSamplingReader:
         self.stop()
         self.join()
         for reader in self._readers:
-            cleanup = getattr(reader, 'cleanup_cache', None)
-            if cleanup is not None:
-                cleanup()
+            # Each reader's own exit releases its cache quietly (stop and join are done, so they return at once).
+            reader.__exit__(None, None, None)
