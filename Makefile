@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py src/petastorm/_shuffle.c Makefile | $(BIN)/pyt
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/python examples/hello_world/demo.py
+	$(BIN)/python examples/demo.py
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -156,10 +156,10 @@ def test_unknown_scheme_is_a_value_error_naming_the_url():
 
 
 @pytest.mark.parametrize(('url', 'module', 'extra'), [
-    ('s3://bucket/data', 's3fs', 'petastorm[s3]'),
-    ('s3a://bucket/data', 's3fs', 'petastorm[s3]'),
-    ('gs://bucket/data', 'gcsfs', 'petastorm[gcs]'),
-    ('gcs://bucket/data', 'gcsfs', 'petastorm[gcs]'),
+    ('s3://bucket/data', 's3fs', 'neo-petastorm[s3]'),
+    ('s3a://bucket/data', 's3fs', 'neo-petastorm[s3]'),
+    ('gs://bucket/data', 'gcsfs', 'neo-petastorm[gcs]'),
+    ('gcs://bucket/data', 'gcsfs', 'neo-petastorm[gcs]'),
 ])
 def test_missing_optional_package_names_the_pip_extra(monkeypatch, url, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError

@@ -1,11 +1,16 @@
-"""Generates the hello-world dataset with Spark: the example from the Petastorm documentation, unchanged.
+"""Generates the hello-world dataset with Spark: the example from the Petastorm documentation.
 
 Run it with ``python examples/hello_world/generate_hello_world_dataset.py [OUTPUT_URL]``; the dataset goes to
 ``file:///tmp/hello_world_dataset`` unless another URL is given. ``python_hello_world.py`` and
-``pytorch_hello_world.py`` read it back. ``demo.py`` writes the same dataset without Spark.
+``pytorch_hello_world.py`` read it back. ``write_hello_world_dataset.py`` writes the same dataset without Spark.
+
+The code is the documented one; the only addition is ``PYSPARK_PYTHON`` below, so that Spark's Python workers
+run this interpreter (the one petastorm is installed in) even when its environment is not activated.
 """
 
 import argparse
+import os
+import sys
 
 import numpy as np
 from pyspark.sql import SparkSession
@@ -14,6 +19,10 @@ from pyspark.sql.types import IntegerType
 from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
 from petastorm.etl.dataset_metadata import materialize_dataset
 from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row
+
+# Spark starts its Python workers with $PYSPARK_PYTHON, else with the first `python3` on PATH, which may not have
+# petastorm (a virtual environment that is not activated): they would fail with "No module named 'petastorm'".
+os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
 
 # The schema defines how the dataset schema looks like
 HelloWorldSchema = Unischema('HelloWorldSchema', [

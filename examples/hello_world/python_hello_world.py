@@ -1,7 +1,7 @@
 """Reads the hello-world dataset with plain Python: one row at a time, then one row group at a time.
 
-Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``demo.py`` without), then run
-``python examples/hello_world/python_hello_world.py [DATASET_URL]``.
+Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``write_hello_world_dataset.py``
+without), then run ``python examples/hello_world/python_hello_world.py [DATASET_URL]``.
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """Reads the hello-world dataset into PyTorch batches with ``petastorm.pytorch.DataLoader``.
 
-Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``demo.py`` without), then run
-``python examples/hello_world/pytorch_hello_world.py [DATASET_URL]``.
+Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``write_hello_world_dataset.py``
+without), then run ``python examples/hello_world/pytorch_hello_world.py [DATASET_URL]``.
 """
 
 import argparse

@@ -1,7 +1,8 @@
 """Reads the hello-world dataset as a ``tf.data.Dataset`` with ``petastorm.tf_utils.make_petastorm_dataset``.
 
-Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``demo.py`` without), then run
-``python examples/hello_world/tensorflow_hello_world.py [DATASET_URL]`` (needs ``pip install petastorm[tf]``).
+Write the dataset first (``generate_hello_world_dataset.py`` with Spark, or ``write_hello_world_dataset.py``
+without), then run ``python examples/hello_world/tensorflow_hello_world.py [DATASET_URL]`` (needs
+``pip install 'neo-petastorm[tf]'``).
 """
 
 import argparse

@@ -7,6 +7,9 @@ from types import ModuleType
 
 from petastorm.errors import MissingDependencyError
 
+# The name pip knows this package by; the import name stays ``petastorm``.
+_DISTRIBUTION = 'neo-petastorm'
+
 _EXTRA_FOR_MODULE = {
     'cv2': 'image',
     'torch': 'torch',
@@ -29,7 +32,7 @@ def import_optional(module_name: str, feature: str) -> ModuleType:
     except ImportError as err:
         top = module_name.split('.')[0]
         extra = _EXTRA_FOR_MODULE.get(top)
-        hint = f"pip install 'petastorm[{extra}]'" if extra else f'pip install {top}'
+        hint = f"pip install '{_DISTRIBUTION}[{extra}]'" if extra else f'pip install {top}'
         raise MissingDependencyError(
             f'{feature} needs the optional package {top!r}, which could not be imported ({err}). '
             f'Install it with: {hint}') from err

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                         help='accepted for compatibility with Petastorm; has no effect')
     parser.add_argument('-d', '--read-method', choices=[m.value for m in ReadMethod], default='python',
                         help="'python': next(reader); 'tf': through a tf.data dataset, needs "
-                             "pip install 'petastorm[tf]' (default: %(default)s)")
+                             "pip install 'neo-petastorm[tf]' (default: %(default)s)")
     parser.add_argument('-q', '--shuffling-queue-size', type=int, default=500,
                         help='with -d tf: shuffle buffer size (default: %(default)s)')
     parser.add_argument('--min-after-dequeue', type=int, default=None,
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--loader', choices=[loader.value for loader in Loader], default='none',
                         help="read through petastorm.pytorch.DataLoader ('torch') or BatchedDataLoader "
                              "('torch-batched'); a cycle is then one loader batch and the rate counts rows; needs "
-                             "pip install 'petastorm[torch]' (default: %(default)s)")
+                             "pip install 'neo-petastorm[torch]' (default: %(default)s)")
     parser.add_argument('--loader-batch-size', type=int, default=64,
                         help='rows per loader batch with --loader (default: %(default)s)')
     parser.add_argument('--json', action='store_true',

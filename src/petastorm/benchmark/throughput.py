@@ -193,13 +193,13 @@ def measure_throughput(dataset_url: str, field_regex: list[str] | None = None, w
         loaders_count: ``workers_count`` of the reader.
         profile_threads: accepted for compatibility with Petastorm; has no effect (see ``time_stages``).
         read_method: :class:`ReadMethod`; ``TF`` pulls samples through ``petastorm.tf_utils.make_petastorm_dataset``
-            (needs ``pip install 'petastorm[tf]'``).
+            (needs ``pip install 'neo-petastorm[tf]'``).
         shuffling_queue_size: with ``TF``, the size of the ``tf.data`` shuffle buffer (0: no shuffling).
         min_after_dequeue: accepted for compatibility; ``tf.data`` shuffling has no such setting.
         reader_extra_args: more keyword arguments for the reader factory (they override the ones above).
         spawn_new_process: measure in a fresh child process, so that memory reflects this benchmark only.
         batch: use ``make_batch_reader`` instead of ``make_reader``.
-        loader: read through a torch loader (:class:`Loader`; needs ``pip install 'petastorm[torch]'``) with
+        loader: read through a torch loader (:class:`Loader`; needs ``pip install 'neo-petastorm[torch]'``) with
             ``loader_batch_size`` rows per batch; only with ``ReadMethod.PYTHON``.
         loader_batch_size: rows per loader batch.
         time_stages: measure the seconds of every stage and report which one bounds the rate.

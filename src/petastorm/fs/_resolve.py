@@ -6,8 +6,8 @@ scheme                                    filesystem
 ``file://``                               ``pyarrow.fs.LocalFileSystem``
 ``hdfs://``                               ``pyarrow.fs.HadoopFileSystem``, namenode from the URL or the Hadoop
                                           configuration (see :mod:`petastorm.fs.hadoop`)
-``s3://``, ``s3a://``                     s3fs (``pip install 'petastorm[s3]'``)
-``gs://``, ``gcs://``                     gcsfs (``pip install 'petastorm[gcs]'``)
+``s3://``, ``s3a://``                     s3fs (``pip install 'neo-petastorm[s3]'``)
+``gs://``, ``gcs://``                     gcsfs (``pip install 'neo-petastorm[gcs]'``)
 ``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
 ``memory://``                             fsspec's in-memory filesystem (one per process; for tests)
 anything else                             the fsspec implementation registered for the scheme

@@ -1,34 +1,31 @@
-"""Writes the hello-world dataset with the Spark-free writer, then reads it back.
+"""Writes the hello-world dataset without Spark (``petastorm.write_dataset``), then reads it back.
 
-Run with `make demo`. The dataset goes to /tmp/hello_world_dataset (or the URL given as the first argument).
+Run it with ``python examples/hello_world/write_hello_world_dataset.py [OUTPUT_URL]``; the dataset goes to
+``file:///tmp/hello_world_dataset`` unless another URL is given (what was there is replaced). It is the dataset
+``generate_hello_world_dataset.py`` writes with Spark: the same schema, ten rows of random images and arrays.
+``python_hello_world.py``, ``pytorch_hello_world.py`` and ``tensorflow_hello_world.py`` read it.
 """
 
-import sys
+import argparse
 
 import numpy as np
+import pyarrow as pa
 
-from petastorm import write_dataset
+from petastorm import make_reader, write_dataset
 from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url, load_row_groups
 from petastorm.unischema import Unischema, UnischemaField
 
-try:
-    from pyspark.sql.types import IntegerType
-
-    ID_TYPE = IntegerType()
-except ImportError:  # the demo runs without Spark: the same column type, given as an Arrow type
-    import pyarrow as pa
-
-    ID_TYPE = pa.int32()
-
+# Spark's ScalarCodec(IntegerType()) stores the same column; the Arrow type needs no Spark.
 HelloWorldSchema = Unischema('HelloWorldSchema', [
-    UnischemaField('id', np.int32, (), ScalarCodec(ID_TYPE), False),
+    UnischemaField('id', np.int32, (), ScalarCodec(pa.int32()), False),
     UnischemaField('image1', np.uint8, (128, 256, 3), CompressedImageCodec('png'), False),
     UnischemaField('array_4d', np.uint8, (None, 128, 30, None), NdarrayCodec(), False),
 ])
 
 
 def row_generator(x, rng):
+    """One row of the dataset: its id and random values."""
     return {'id': x,
             'image1': rng.integers(0, 255, dtype=np.uint8, size=(128, 256, 3)),
             'array_4d': rng.integers(0, 255, dtype=np.uint8, size=(4, 128, 30, 3))}
@@ -42,10 +39,6 @@ def main(output_url='file:///tmp/hello_world_dataset', rows_count=10):
     print(get_schema_from_dataset_url(output_url))
     pieces = load_row_groups(output_url)
     print(f'{len(pieces)} row group(s), {sum(p.num_rows for p in pieces)} rows')
-    try:
-        from petastorm import make_reader
-    except ImportError:
-        return
     with make_reader(output_url, reader_pool_type='dummy', shuffle_row_groups=False) as reader:
         for row in reader:
             print(f'read id={row.id} image1 {row.image1.shape} {row.image1.dtype} '
@@ -53,4 +46,7 @@ def main(output_url='file:///tmp/hello_world_dataset', rows_count=10):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:2])
+    parser = argparse.ArgumentParser(description='Write the hello-world dataset without Spark and read it back.')
+    parser.add_argument('output_url', nargs='?', default='file:///tmp/hello_world_dataset',
+                        help='dataset URL (default: %(default)s)')
+    main(parser.parse_args().output_url)
