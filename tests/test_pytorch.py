@@ -721,3 +721,17 @@ def test_torch_bench_quick_prints_its_table(tmp_path):
     if _records._load_kernel() is not None:  # the numpy fallback, compared with the compiled shuffle
         numpy_row = rows['scalars BatchedDataLoader bs1024 shufq100k, numpy shuffle']
         assert '| scalars BatchedDataLoader bs1024 shufq100k |' in numpy_row
+
+
+@pytest.mark.parametrize('loader_class', [DataLoader, BatchedDataLoader, InMemBatchedDataLoader])
+@pytest.mark.parametrize('not_a_reader', ['file:///tmp/some/dataset', pathlib.Path('/tmp/some/dataset'),
+                                          [{'id': 1}], torch.utils.data.TensorDataset(torch.zeros(2))])
+def test_loaders_refuse_what_is_not_a_reader_before_reading(loader_class, not_a_reader):
+    with pytest.raises(TypeError, match=f'{loader_class.__name__} takes a reader') as caught:
+        loader_class(not_a_reader, batch_size=2)
+    if isinstance(not_a_reader, (str, pathlib.Path)):
+        assert f"{loader_class.__name__}(make_reader('/tmp/some/dataset'" in str(caught.value) or \
+            f"{loader_class.__name__}(make_reader('file:///tmp/some/dataset'" in str(caught.value)
+    else:
+        assert type(not_a_reader).__name__ in str(caught.value)
+        assert 'stop' in str(caught.value)

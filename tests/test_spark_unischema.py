@@ -125,3 +125,53 @@ def test_rows_round_trip_through_a_dataframe(spark):
         assert decoded['small'] == i
         np.testing.assert_array_equal(decoded['matrix'], expected['matrix'])
         np.testing.assert_array_equal(decoded['image'], expected['image'])
+
+
+AWKWARD_NAMES = ['cls', 'self', 'a.b', 'with space', 'args']
+AwkwardSchema = Unischema('AwkwardSchema', [UnischemaField(name, np.int32, (), ScalarCodec(T.IntegerType()), False)
+                                            for name in AWKWARD_NAMES])
+
+
+def test_any_field_name_makes_a_row_even_row_constructor_argument_names():
+    row = dict_to_spark_row(AwkwardSchema, {name: i for i, name in enumerate(AWKWARD_NAMES)})
+    assert list(row.__fields__) == AWKWARD_NAMES
+    assert row.asDict() == {name: i for i, name in enumerate(AWKWARD_NAMES)}
+    assert row['cls'] == 0
+    assert row['with space'] == 3
+
+
+def _awkward_row(i):
+    return dict_to_spark_row(AwkwardSchema, {name: i + k for k, name in enumerate(AWKWARD_NAMES)})
+
+
+@pytest.mark.spark
+def test_awkward_names_survive_a_spark_task_and_a_dataframe(spark):
+    rows = spark.sparkContext.parallelize(range(4), 2).map(_awkward_row)
+    collected = spark.createDataFrame(rows, AwkwardSchema.as_spark_schema()).orderBy('cls').collect()
+    assert [list(r.asDict().values()) for r in collected] == [[i + k for k in range(len(AWKWARD_NAMES))]
+                                                              for i in range(4)]
+    assert list(collected[0].asDict()) == AWKWARD_NAMES
+
+
+def test_a_missing_field_is_told_on_one_line():
+    without = {k: v for k, v in _row().items() if k not in ('id', 'matrix')}
+    with pytest.raises(ValueError, match='Field id is not found in the row_dict, but is not nullable') as caught:
+        dict_to_spark_row(Schema, without)
+    assert '\n' not in str(caught.value)
+    assert "missing non-nullable fields: ['id', 'matrix']" in str(caught.value)
+    with pytest.raises(ValueError, match=r"Dictionary fields .* do not match schema fields .*unexpected \['bogus'\]") \
+            as caught:
+        dict_to_spark_row(Schema, _row(bogus=1))
+    assert '\n' not in str(caught.value)
+
+
+def test_a_scalar_codec_field_with_a_shape_is_refused_before_writing():
+    with pytest.warns(UserWarning, match=r"The shape field of a scalar field 'v' must be an empty tuple.*NdarrayCodec"):
+        schema = Unischema('S', [UnischemaField('v', np.int32, (3,), ScalarCodec(T.IntegerType()), False)])
+    with pytest.raises(ValueError, match=r"The shape field of a scalar field 'v' must be an empty tuple"):
+        schema.as_spark_schema()
+    with pytest.raises(ValueError, match=r"The shape field of a scalar field 'v' must be an empty tuple"):
+        schema.as_pyarrow_schema()
+    # A list type holds 1-d values: that shape is fine.
+    listed = Unischema('S', [UnischemaField('v', np.int32, (None,), ScalarCodec(pa.list_(pa.int32())), False)])
+    assert listed.as_pyarrow_schema().field('v').type == pa.list_(pa.int32())

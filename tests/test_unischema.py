@@ -352,3 +352,9 @@ def test_tf_and_numpy_dtype_rendering_without_tensorflow():
     schema = Unischema('S', [UnischemaField('a', np.int16, (), None, False),
                              UnischemaField('d', decimal.Decimal, (), None, False)])
     assert schema.as_numpy_dtypes() == {'a': np.dtype(np.int16), 'd': np.dtype(object)}
+
+
+def test_two_fields_of_one_name_are_refused_when_the_schema_is_built():
+    with pytest.raises(SchemaError, match=r"Unischema 'S' has two fields named 'a'.*int32.*int64.*must be unique"):
+        Unischema('S', [UnischemaField('a', np.int32, (), None, False), UnischemaField('b', np.int8, (), None, False),
+                        UnischemaField('a', np.int64, (), None, False)])

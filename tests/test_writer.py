@@ -337,3 +337,18 @@ def test_memory_url():
     finally:
         if fs.exists(base):
             fs.rm(base, recursive=True)
+
+
+def test_a_scalar_codec_field_with_a_shape_is_refused_before_any_row_is_read(tmp_path):
+    with pytest.warns(UserWarning, match='must be an empty tuple'):
+        schema = Unischema('S', [UnischemaField('v', np.int32, (3,), ScalarCodec(pa.int32()), False)])
+    consumed = []
+
+    def rows():
+        consumed.append(1)
+        yield {'v': np.zeros(3, np.int32)}
+
+    with pytest.raises(SchemaError, match=r"The shape field of a scalar field 'v' must be an empty tuple.*Got \(3,\)"):
+        write_dataset(path_to_url(str(tmp_path / 'ds')), schema, rows())
+    assert not consumed
+    assert not (tmp_path / 'ds').exists()

@@ -101,7 +101,9 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
     if predicate is not None and not isinstance(predicate, PredicateBase):
         raise ValueError('predicate parameter is expected to be derived from PredicateBase')
     if num_epochs is not None and (not _is_int(num_epochs) or num_epochs < 1):
-        raise ValueError(f'iterations must be positive integer or None (num_epochs={num_epochs!r})')
+        # The opening words are the original's.
+        raise ValueError(f'iterations must be positive integer or None: num_epochs is the number of passes over '
+                         f'the data (an int >= 1), or None to read forever; got num_epochs={num_epochs!r}')
     if shard_mode not in SHARD_MODES:
         raise ValueError(f'shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}')
     if shard_remainder not in REMAINDER_POLICIES:
@@ -109,8 +111,11 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
     cur_shard, shard_count, shard_source = resolve_shard(cur_shard, shard_count)
     if cur_shard is not None or shard_count is not None:
         if not (_is_int(cur_shard) and _is_int(shard_count) and shard_count):
-            raise ValueError('partition and num_partitions must be ints and both specified to use partitioning '
-                             f'(cur_shard={cur_shard!r}, shard_count={shard_count!r})')
+            # The opening words are the original's.
+            raise ValueError('partition and num_partitions must be ints and both specified to use partitioning: '
+                             'shard_count is the number of shards (an int >= 1) and cur_shard the shard this '
+                             'reader reads (an int in [0, shard_count)), or leave both None to read everything; '
+                             f'got cur_shard={cur_shard!r}, shard_count={shard_count!r}')
         if shard_count < 1 or not 0 <= cur_shard < shard_count:
             raise ValueError(f'cur_shard must be in [0, shard_count); got cur_shard={cur_shard}, '
                              f'shard_count={shard_count}')

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +28,14 @@ from petastorm.plan import ScheduledItem, row_permutation
 from petastorm.predicates import PredicateBase
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import STAGE_SECONDS, StageClock, lap
-from petastorm.transform import TransformSpec
-from petastorm.unischema import UnischemaField
+from petastorm.transform import (
+    TransformResultError,
+    TransformSpec,
+    check_row_result,
+    check_transformed_values,
+    describe_function,
+)
+from petastorm.unischema import Unischema, UnischemaField
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +65,8 @@ class ReadContext:
         cache: caches the raw row-group columns read from the files, or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them in
             ``'.meta'``; off by default, then nothing is measured.
+        result_schema: the schema after the transform, against which the first result of the transform function
+            is checked in each work item (None: only the field names are checked).
     """
 
     filesystem: pafs.FileSystem
@@ -76,6 +84,7 @@ class ReadContext:
     ngram: Any = None
     cache: RowGroupCache | None = None
     time_stages: bool = False
+    result_schema: Unischema | None = None
 
     def __reduce__(self) -> tuple:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -363,32 +372,48 @@ def _apply_transform(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows:
             columns = {name: columns[name] for name in ctx.result_fields}
         return {**columns, META: {'num_rows': num_rows, 'tuple': False}}
     if ctx.batched_output:
-        return _transform_frame(ctx, columns, num_rows)
+        return _transform_frame(ctx, columns, num_rows, where)
     names = list(columns)
     rows = [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)] if names else [
         {} for _ in range(num_rows)]
     results = [spec.func(row) for row in rows]
+    if results:
+        check_row_result(spec, ctx.result_fields, results[0], where, ctx.result_schema)
     if results and isinstance(results[0], tuple) and not hasattr(results[0], '_fields'):
         width = len(results[0])
-        out = {str(i): column_from_values([r[i] for r in results]) for i in range(width)}
-        return {**out, META: {'num_rows': len(results), 'tuple': True}}
-    removed = set(spec.removed_fields)
-    out_columns = {}
-    for name in ctx.result_fields:
         try:
-            out_columns[name] = column_from_values([r[name] for r in results])
-        except KeyError as err:
-            raise ValueError(f'the TransformSpec function returned rows without field {name!r} '
-                             f'(expected {list(ctx.result_fields)}) in {where}') from err
-    if results:
-        unexpected = set(results[0]) - set(ctx.result_fields) - removed
-        if unexpected:
-            raise ValueError(f'the TransformSpec function returned fields {sorted(unexpected)} that the transformed '
-                             f'schema does not declare; add them to edit_fields (in {where})')
+            out = {str(i): column_from_values([r[i] for r in results]) for i in range(width)}
+        except (TypeError, IndexError, KeyError):
+            _raise_for_odd_row(spec, ctx, results, where)
+        return {**out, META: {'num_rows': len(results), 'tuple': True}}
+    try:
+        out_columns = {name: column_from_values([r[name] for r in results]) for name in ctx.result_fields}
+    except (TypeError, IndexError, KeyError):
+        _raise_for_odd_row(spec, ctx, results, where)
     return {**out_columns, META: {'num_rows': len(results), 'tuple': False}}
 
 
-def _transform_frame(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> dict[str, Any]:
+def _raise_for_odd_row(spec: TransformSpec, ctx: ReadContext, results: list[Any], where: str) -> NoReturn:
+    """The first result passed the checks but a later one is not like it: name that row."""
+    first = results[0]
+    function = describe_function(spec.func)
+    for index, result in enumerate(results[1:], start=1):
+        if isinstance(first, tuple):
+            if not isinstance(result, tuple) or len(result) != len(first):
+                raise TransformResultError(f'the TransformSpec function {function} returned {type(result).__name__} '
+                                           f'{result!r:.60} for row {index} of {where}, and a tuple of '
+                                           f'{len(first)} values for its first row')
+        elif isinstance(result, tuple):
+            raise TransformResultError(f'the TransformSpec function {function} returned a tuple for row {index} of '
+                                       f'{where}, and a dict for its first row')
+        else:
+            check_row_result(spec, ctx.result_fields, result, f'row {index} of {where}')
+    raise TransformResultError(f'the TransformSpec function {function} returned rows that cannot be made into '
+                               f'columns ({where})')
+
+
+def _transform_frame(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int,
+                     where: str) -> dict[str, Any]:
     import pandas as pd
 
     spec = ctx.transform
@@ -396,13 +421,21 @@ def _transform_frame(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows:
     assert spec.func is not None
     frame = pd.DataFrame({name: _pandas_column(values) for name, values in columns.items()}, index=range(num_rows))
     result = spec.func(frame)
+    function = describe_function(spec.func)
     if not isinstance(result, pd.DataFrame):
-        raise ValueError(f'a make_batch_reader TransformSpec function must return a pandas DataFrame, got '
-                         f'{type(result).__name__}')
+        raise TransformResultError(f'a make_batch_reader TransformSpec function must return a pandas DataFrame, got '
+                                   f'{type(result).__name__}: {function} returned it for {where}')
     result = result.drop(columns=[c for c in spec.removed_fields if c in result.columns])
     if set(result.columns) != set(ctx.result_fields):
-        raise ValueError(f'Transformed result columns ({", ".join(map(str, result.columns))}) do not match required '
-                         f'schema columns({", ".join(ctx.result_fields)})')
+        missing = [name for name in ctx.result_fields if name not in result.columns]
+        unexpected = [str(name) for name in result.columns if name not in ctx.result_fields]
+        wrong = ' and '.join(part for part in (f'left out {missing}' if missing else '',
+                                               f'returned {unexpected}, not declared' if unexpected else '') if part)
+        # The first sentence is the original's.
+        raise TransformResultError(
+            f'Transformed result columns ({", ".join(map(str, result.columns))}) do not match required schema '
+            f'columns({", ".join(ctx.result_fields)}): the TransformSpec function {function} {wrong} ({where}); '
+            f'declare new columns in edit_fields and dropped ones in removed_fields')
     out = {}
     for name in ctx.result_fields:
         series = result[name]
@@ -410,4 +443,7 @@ def _transform_frame(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows:
             out[name] = column_from_values(list(series))
         else:
             out[name] = series.to_numpy()
+    if len(result) and ctx.result_schema is not None:
+        check_transformed_values(spec, ctx.result_schema, {name: column[0] for name, column in out.items()},
+                                 f'first row of {where}')
     return {**out, META: {'num_rows': len(result), 'tuple': False}}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import re
 import threading
 import warnings
 from collections import deque
@@ -70,6 +72,26 @@ def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
             raise ValueError('dataset url list must be non-empty.')
         return [normalize_dir_url(url) for url in dataset_url_or_urls]
     return normalize_dir_url(dataset_url_or_urls)
+
+
+def check_reader(consumer: str, reader: Any) -> None:
+    """Refuse, before anything is read, what is not a reader: a URL, a path, a list, a torch dataset...
+
+    A reader is what ``make_reader``/``make_batch_reader`` return, or an object that behaves like one (it is
+    iterated and has ``stop()`` and ``join()``, as :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`).
+
+    Raises:
+        TypeError: naming what was passed and how to make a reader of it.
+    """
+    if isinstance(reader, (str, bytes, os.PathLike)):
+        raise TypeError(f'{consumer} takes a reader, not a dataset URL or path: got {reader!r}. Open the dataset '
+                        f'first, for example {consumer}(make_reader({os.fsdecode(reader)!r})) (make_batch_reader '
+                        f'for a Parquet store without Petastorm metadata)')
+    missing = [name for name in ('__iter__', 'stop', 'join') if not callable(getattr(reader, name, None))]
+    if missing:
+        raise TypeError(f'{consumer} takes a reader made by make_reader or make_batch_reader (an object that is '
+                        f'iterated and has stop() and join()), got {type(reader).__name__} (it has no '
+                        f'{", ".join(missing)})')
 
 
 def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', workers_count=10,
@@ -180,10 +202,11 @@ def _load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
                           'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=4)
         return inferred_schema(store)
     if batched_output:
-        warnings.warn("Please use make_reader (instead of 'make_batch_dataset' function to read this dataset. You "
-                      'may get unexpected results. Currently make_batch_reader supports reading only Parquet '
-                      'stores that contain standard Parquet data types and do not require petastorm decoding.',
-                      UserWarning, stacklevel=4)
+        # The opening words are the original's (code filters the warning on them); the rest is what we do.
+        warnings.warn('Please use make_reader (instead of make_batch_reader) to read this Petastorm dataset one row '
+                      'at a time. make_batch_reader reads it too: it decodes the codec fields and yields one '
+                      'namedtuple of column arrays per row group (its TransformSpec function receives a pandas '
+                      'DataFrame).', UserWarning, stacklevel=4)
     return schema
 
 
@@ -194,11 +217,21 @@ def _select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema
         schema_fields.resolve_regex_field_names(schema)
         return schema.create_schema_view([schema.fields[n] for n in schema_fields.get_field_names_at_all_timesteps()])
     if isinstance(schema_fields, (str, bytes)) or not hasattr(schema_fields, '__iter__'):
-        raise ValueError('Fields must be either None, an iterable collection of Unischema fields or an NGram object.')
+        hint = f'; for one field pass a list: schema_fields=[{schema_fields!r}]' if isinstance(
+            schema_fields, (str, bytes)) else ''
+        raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
+                         f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
     schema_fields = list(schema_fields)
     view = schema.create_schema_view(schema_fields)
     if not view.fields:
-        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}.")
+        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}. "
+                           f"The dataset's fields: {', '.join(schema.fields)}")
+    unmatched = [item for item in schema_fields
+                 if isinstance(item, str) and not any(re.fullmatch(item, name) for name in schema.fields)]
+    if unmatched:
+        warnings.warn(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
+                      f"regular expressions must match a whole field name). The dataset's fields: "
+                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=4)
     return view
 
 
@@ -305,6 +338,7 @@ class Reader(ResumableReader):
             predicate=None if self._partition_predicate else options.predicate,
             transform=options.transform_spec,
             result_fields=tuple(self.schema.fields),
+            result_schema=self.schema if options.transform_spec is not None else None,
             batched_output=options.batched_output,
             shuffle_rows=options.shuffle_rows,
             filter_expression=expression,

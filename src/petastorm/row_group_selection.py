@@ -6,9 +6,11 @@ when a reader is built; pruning by statistics reads the Parquet footers, the sel
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from petastorm.metadata.store import ParquetStore, RowGroupPiece
@@ -69,9 +71,24 @@ def prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexe
     dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
                          partitioning=partitioning, partition_base_dir=store.root)
     matching: set[tuple[str, int]] = set()
-    for fragment in dataset.get_fragments():
-        # Bind against the dataset schema: partition columns exist there, not in the file.
-        for row_group_fragment in fragment.split_by_row_group(expression, schema=dataset.schema):
-            for row_group in row_group_fragment.row_groups:
-                matching.add((fragment.path, row_group.id))
+    try:
+        for fragment in dataset.get_fragments():
+            # Bind against the dataset schema: partition columns exist there, not in the file.
+            for row_group_fragment in fragment.split_by_row_group(expression, schema=dataset.schema):
+                for row_group in row_group_fragment.row_groups:
+                    matching.add((fragment.path, row_group.id))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        raise filters_error(expression, dataset.schema, store.url, err) from err
     return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
+
+
+def filters_error(expression: Any, schema: pa.Schema, url: Any, err: BaseException) -> ValueError:
+    """The error for ``filters`` that pyarrow cannot apply to the dataset: an unknown column or a wrong type."""
+    columns = ', '.join(f'{field.name} ({field.type})' for field in schema)
+    unknown = re.findall(r'FieldRef\.Name\(([^)]*)\)', str(err))
+    if unknown:
+        return ValueError(f'filters={expression} name columns the dataset {url} does not have: '
+                          f'{", ".join(unknown)}. Its columns: {columns}')
+    detail = str(err).splitlines()[0] if str(err) else ''
+    return ValueError(f'filters={expression} cannot be applied to the columns of the dataset {url} '
+                      f'({type(err).__name__}: {detail}). Its columns: {columns}')

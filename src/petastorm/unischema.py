@@ -89,9 +89,18 @@ class Unischema:
         fields = list(fields)
         if _UNISCHEMA_FIELD_ORDER == 'alphabetical':
             fields = sorted(fields, key=lambda f: f.name)
+        seen: dict[str, UnischemaField] = {}
         for field in fields:
             if not isinstance(field, tuple) or len(field) != 5:
                 raise SchemaError(f'Unischema {name!r}: expected UnischemaField instances, got {field!r}')
+            if field[0] in seen:
+                raise SchemaError(f'Unischema {name!r} has two fields named {field[0]!r} ({seen[field[0]]!r} and '
+                                  f'{field!r}); field names must be unique')
+            seen[field[0]] = field
+            if _scalar_codec_with_shape(field):
+                warnings.warn(f'Unischema {name!r}: {_scalar_shape_message(field)}. Such a field cannot be '
+                              f'written (as_spark_schema, dict_to_spark_row and write_dataset refuse it)',
+                              UserWarning, stacklevel=2)
         self._fields = OrderedDict((f.name, f) for f in fields)
         for field in self._fields.values():
             if hasattr(type(self), field.name) or field.name in ('_name', '_fields'):
@@ -198,6 +207,7 @@ class Unischema:
         struct_fields = []
         for f in self._fields.values():
             if f.codec is not None:
+                check_storable(f)
                 spark_type = f.codec.spark_dtype()
             elif tuple(f.shape) == () and f.numpy_dtype is np.bytes_:
                 # Petastorm maps np.string_ (numpy 1's name of np.bytes_) to a string column, and schemas written
@@ -245,9 +255,39 @@ _NUMPY_TO_ARROW = {
 }
 
 
+def _scalar_codec_with_shape(field: Any) -> bool:
+    """True for a ``ScalarCodec`` field of a non-list type whose shape is not ``()``: nothing can store it."""
+    from petastorm.codecs import ScalarCodec
+
+    codec = field[3]
+    if not isinstance(codec, ScalarCodec) or tuple(field[2]) == ():
+        return False
+    arrow_type = codec.arrow_type()
+    return not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
+                or pa.types.is_fixed_size_list(arrow_type))
+
+
+def _scalar_shape_message(field: Any) -> str:
+    # The first sentence is the original's write-time message.
+    return (f'The shape field of a scalar field {field[0]!r} must be an empty tuple (i.e. \'()\'). Got '
+            f'{tuple(field[2])} with {field[3]}: store arrays with NdarrayCodec() (or, for 1-d values, a list '
+            f'type such as ScalarCodec(pa.list_(pa.int32())))')
+
+
+def check_storable(field: UnischemaField) -> None:
+    """Refuse, before anything is written, a field that no Parquet column can hold.
+
+    Raises:
+        SchemaError: a ``ScalarCodec`` field of a non-list type has a non-empty shape.
+    """
+    if _scalar_codec_with_shape(field):
+        raise SchemaError(_scalar_shape_message(field))
+
+
 def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
     """The Arrow type of the Parquet column that stores ``field``."""
     if field.codec is not None:
+        check_storable(field)
         return field.codec.arrow_type()
     scalar = _NUMPY_TO_ARROW.get(field.numpy_dtype)
     if scalar is None:
@@ -344,14 +384,16 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> dict[str, A
     if not isinstance(row_dict, Mapping):
         raise SchemaError(f'Expected a dict of field values for schema {unischema._name}, got {type(row_dict)}')
     row = dict(row_dict)
-    extra = set(row) - set(unischema.fields)
-    if extra:
-        raise SchemaError(f'Dictionary fields \n{sorted(row)}\n do not match schema fields \n'
-                          f'{list(unischema.fields)}\n: unexpected {sorted(extra)}')
     missing = [n for n, f in unischema.fields.items() if n not in row and not f.nullable]
     if missing:
-        raise SchemaError(f'Dictionary fields \n{sorted(row)}\n do not match schema fields \n'
-                          f'{list(unischema.fields)}\n: missing non-nullable {missing}')
+        # The first sentence is the original's.
+        raise SchemaError(f'Field {missing[0]} is not found in the row_dict, but is not nullable (missing '
+                          f'non-nullable fields: {missing}; the row_dict has {sorted(row)}; schema '
+                          f'{unischema._name} has {list(unischema.fields)})')
+    extra = set(row) - set(unischema.fields)
+    if extra:
+        raise SchemaError(f'Dictionary fields {sorted(row)} do not match schema fields {list(unischema.fields)}: '
+                          f'unexpected {sorted(extra)} (not fields of schema {unischema._name})')
     encoded = {}
     for name, field in unischema.fields.items():
         value = row.get(name)
@@ -378,4 +420,6 @@ def dict_to_spark_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> Any:
 
     sql = import_optional('pyspark.sql', 'dict_to_spark_row()')
     encoded = encode_row(unischema, row_dict)
-    return sql.Row(**{name: encoded[name] for name in unischema.fields})
+    # Row(*names)(*values), not Row(**cells): any column name works, even 'cls' or 'self' (Row.__new__'s own).
+    names = list(unischema.fields)
+    return sql.Row(*names)(*(encoded[name] for name in names))

@@ -68,8 +68,13 @@ def normalize_dir_url(dataset_url: Any) -> str:
     url = dataset_url[:-1] if dataset_url.endswith('/') and len(dataset_url) > 1 else dataset_url
     if not urlparse(url).scheme:
         raise ValueError(f'A scheme-less dataset url ({dataset_url!r}) is no longer supported. Please prepend '
-                         f'"file://" for local filesystem.')
+                         f'"file://" for local filesystem: {local_url_hint(dataset_url)!r}')
     return url
+
+
+def local_url_hint(path: str) -> str:
+    """The ``file://`` URL a scheme-less local path stands for (relative paths made absolute), for messages."""
+    return 'file://' + os.path.abspath(path) if path else 'file:///absolute/path'
 
 
 def _local_path(parsed: Any, url: str) -> str:

@@ -17,7 +17,7 @@ from urllib.parse import ParseResult, urlparse
 
 import pyarrow.fs as pafs
 
-from petastorm.fs._resolve import _options_for, fsspec_class, normalize_dir_url, path_in
+from petastorm.fs._resolve import _options_for, fsspec_class, local_url_hint, normalize_dir_url, path_in
 from petastorm.fs.hadoop import HdfsConnector, HdfsNamenodeResolver, check_hdfs_driver
 
 #: schemes whose URLs must name a bucket / container.
@@ -105,8 +105,9 @@ class FilesystemResolver:
         else:
             raise ValueError(f'directory url must be a string, got {dataset_url!r}')
         if not parsed.scheme:
+            path = dataset_url if isinstance(dataset_url, str) else dataset_url.path
             raise ValueError(f'ERROR! A scheme-less dataset url ({dataset_url!r}) is no longer supported. Please '
-                             f'prepend "file://" for local filesystem.')
+                             f'prepend "file://" for local filesystem: {local_url_hint(path)!r}')
         self._dataset_url = parsed
         scheme = parsed.scheme.lower()
         self._dataset_path = get_dataset_path(parsed)

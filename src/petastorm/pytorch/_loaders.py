@@ -38,6 +38,7 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
+from petastorm.reader import check_reader
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False) -> None:
+        check_reader(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
         super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
                          pin_memory=bool(pin_memory))
