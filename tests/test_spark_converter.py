@@ -481,6 +481,26 @@ def test_missing_files_time_out_with_their_urls(tmp_path, monkeypatch):
         pass
 
 
+@pytest.mark.spark
+def test_a_deleted_converter_refuses_at_once_and_so_does_an_equal_one(spark, cache_parent, monkeypatch):
+    import time
+
+    first = make_spark_converter(_scalars(spark, rows=20))
+    again = make_spark_converter(_scalars(spark, rows=20))  # the same copy
+    first.delete()
+    monkeypatch.setattr(spark_dataset_converter, '_FILE_AVAILABILITY_WAIT_TIMEOUT_SECS', 5)
+    for converter in (first, again, pickle.loads(pickle.dumps(first))):
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match=r'this SparkDatasetConverter was deleted: delete\(\) removed its copy '
+                                               r'.*make_spark_converter\(df\)'), \
+                converter.make_torch_dataloader(num_epochs=1):
+            pass
+        with pytest.raises(RuntimeError, match='this SparkDatasetConverter was deleted'), \
+                converter.make_tf_dataset(num_epochs=1):
+            pass
+        assert time.monotonic() - started < 1
+
+
 def test_make_tf_dataset_without_tensorflow_names_the_extra(monkeypatch):
     import importlib.util
 

@@ -58,6 +58,7 @@ class SparkDatasetConverter:
         # dataset given as a path (delete() leaves it alone).
         self._owns_directory = False
         self._cache: ConverterCache | None = None  # the session's cache; not sent along when pickled
+        self._deleted = False  # delete() removed the files: loaders refuse at once instead of waiting for them
 
     @property
     def is_cached_copy(self) -> bool:
@@ -96,6 +97,7 @@ class SparkDatasetConverter:
 
         Leaving the ``with`` block stops and joins the reader.
         """
+        self._check_not_deleted()
         return loaders.torch_dataloader(self, batch_size, num_epochs, workers_count, shuffling_queue_capacity,
                                         data_loader_fn, petastorm_reader_kwargs, _FILE_AVAILABILITY_WAIT_TIMEOUT_SECS)
 
@@ -115,6 +117,7 @@ class SparkDatasetConverter:
 
         Leaving the ``with`` block stops and joins the reader.
         """
+        self._check_not_deleted()
         return loaders.tf_dataset(self, batch_size, prefetch, num_epochs, workers_count, shuffling_queue_capacity,
                                   petastorm_reader_kwargs, _FILE_AVAILABILITY_WAIT_TIMEOUT_SECS)
 
@@ -131,6 +134,16 @@ class SparkDatasetConverter:
             self._cache.delete(self.cache_dir_url)
         else:
             cache_dir.delete_dir(self.cache_dir_url)
+        self._deleted = True
+
+    def _check_not_deleted(self) -> None:
+        """Refuse at once to read a copy that ``delete()`` removed (through this converter or an equal one)."""
+        forgotten = self._owns_directory and self._cache is not None and not self._cache.created_here(
+            self.cache_dir_url)
+        if getattr(self, '_deleted', False) or forgotten:
+            raise RuntimeError(f'this SparkDatasetConverter was deleted: delete() removed its copy of the DataFrame '
+                               f'at {display_url(self.cache_dir_url)}. Make a new converter with '
+                               f'make_spark_converter(df) to read the DataFrame again')
 
 
 def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_ROW_GROUP_SIZE_BYTES,
