@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
 from petastorm.metadata.write import write_dataset_metadata
@@ -214,7 +215,8 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
                   row_group_size_mb: float = 32, file_size_mb: float = 512,
                   mode: Literal['error', 'overwrite'] = 'error', workers_count: int | None = None,
                   compression: str | None = 'snappy', storage_options: dict | None = None,
-                  filesystem: Any = None, legacy_metadata: bool = True) -> WriteResult:
+                  filesystem: Any = None, legacy_metadata: bool = True,
+                  progress: bool | None = None) -> WriteResult:
     """Write a Petastorm dataset (Parquet files plus ``_common_metadata``) without Spark.
 
     Args:
@@ -231,6 +233,9 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         filesystem: a ready pyarrow or fsspec filesystem instead of resolving ``dataset_url``.
         legacy_metadata: also store Petastorm's pickled schema entry so that Petastorm releases (0.13.1) can
             open the dataset; ``False`` stores only our JSON metadata.
+        progress: show the rows written: None (default) draws a ``tqdm`` bar (the ``progress`` extra) when stderr
+            is a terminal and the write takes more than a couple of seconds, else logs a line every few seconds
+            (logger ``petastorm.writer``); True always shows it; False never.
 
     Returns:
         A :class:`WriteResult` with the files written and the rows per row group.
@@ -243,6 +248,7 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     if not isinstance(schema, Unischema):
         raise SchemaError(f'write_dataset needs a Unischema, got {type(schema).__name__}')
     _validate_options(row_group_size_mb, file_size_mb, mode, workers_count, compression)
+    progress = check_progress_argument(progress)
     fs, root = resolve_url(dataset_url, storage_options, filesystem)
     arrow_schema = pa.schema([pa.field(f.name, arrow_type_of_field(f), nullable=bool(f.nullable))
                               for f in schema.fields.values()])
@@ -258,17 +264,21 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     roller = _FileRoller(fs, staging, arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
                          compression)
     num_rows = 0
+    meter = ProgressMeter(f'writing {dataset_url}', _known_length(rows), 'rows', progress, logger)
     try:
         for table in _encoded_tables(schema, arrow_schema, _rows_of(rows, schema), workers_count or os.cpu_count()
                                      or 1):
             roller.add(table)
             num_rows += table.num_rows
+            meter.update(table.num_rows)
+        meter.close()
         roller.finish()
         if num_rows == 0:
             raise SchemaError(f'write_dataset got no rows for {dataset_url}; nothing was written')
         _commit(fs, root, staging, list(roller.row_groups), replace=mode == 'overwrite')
         write_dataset_metadata(fs, root, schema, roller.row_groups, legacy_metadata=legacy_metadata)
     except BaseException as err:
+        meter.close()
         roller.abort()
         _remove_quietly(fs, staging)
         for name in roller.row_groups:  # files already moved into place by a commit that failed half-way
@@ -281,6 +291,14 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     files = tuple(posixpath.join(root, name) for name in roller.row_groups)
     logger.info('wrote %d rows in %d files to %s', num_rows, len(files), dataset_url)
     return WriteResult(dataset_url, files, num_rows, roller.row_groups)
+
+
+def _known_length(rows: Any) -> int | None:
+    """The number of rows when ``rows`` knows it (a list, a Table, a DataFrame), else None (a generator)."""
+    try:
+        return len(rows)
+    except TypeError:
+        return None
 
 
 def _commit(fs: pafs.FileSystem, root: str, staging: str, names: list[str], replace: bool) -> None:

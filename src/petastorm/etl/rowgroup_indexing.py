@@ -10,6 +10,7 @@ Petastorm (a pickle under :data:`ROWGROUPS_INDEX_KEY`) are read through the guar
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
 from petastorm.errors import PetastormMetadataError
 from petastorm.etl import RowGroupIndexerBase
 from petastorm.etl.rowgroup_indexers import INDEXERS_BY_KIND, FieldNotNullIndexer, SingleFieldIndexer
@@ -30,6 +32,8 @@ from petastorm.unischema import UnischemaField
 
 __all__ = ['INDEXES_JSON_KEY', 'PARALLEL_SLICE_NUM', 'ROWGROUPS_INDEX_KEY', 'build_rowgroup_index',
            'get_row_group_indexes']
+
+logger = logging.getLogger(__name__)
 
 #: Our index document: ``{"format_version": 1, "indexes": {name: indexer.to_json()}}``.
 INDEXES_JSON_KEY = b'petastorm.rowgroup_indexes.json'
@@ -65,7 +69,7 @@ def _merge(left: list[Any], right: list[Any]) -> list[Any]:
 
 def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequence[RowGroupIndexerBase],
                          hdfs_driver: str = 'libhdfs3', storage_options: dict | None = None,
-                         filesystem: Any = None) -> dict[str, RowGroupIndexerBase]:
+                         filesystem: Any = None, *, progress: bool | None = None) -> dict[str, RowGroupIndexerBase]:
     """Build the indexes and store them in the dataset's ``_common_metadata`` (call after the dataset is written).
 
     Args:
@@ -75,13 +79,18 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         hdfs_driver: accepted for compatibility.
         storage_options: fsspec options for remote URLs.
         filesystem: a ready filesystem instead of resolving the URL.
+        progress: show the row groups indexed (Spark tasks with a ``spark_context``): None (default) draws a
+            ``tqdm`` bar when it is installed and stderr is a terminal, else logs a line every few seconds; True
+            always shows it; False never.
 
     Returns:
         ``{index name: indexer}`` as stored.
 
     Raises:
-        ValueError: no indexers, duplicate index names, or an indexed field that is not in the dataset schema.
+        ValueError: no indexers, duplicate index names, an indexed field that is not in the dataset schema, or
+            ``progress`` is not None, True or False.
     """
+    progress = check_progress_argument(progress)
     indexers = list(indexers)
     if not indexers:
         raise ValueError('build_rowgroup_index needs at least one indexer')
@@ -103,18 +112,24 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
     fs = store.filesystem
     if not pieces:
         raise ValueError(f'Cannot build index with empty decoded_rows: {dataset_url} has no row groups')
+    description = f'indexing {dataset_url}'
     if spark_context is None:
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix='petastorm-index') as pool:
-            parts = list(pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers),
-                                  range(len(pieces))))
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix='petastorm-index') as pool, \
+                ProgressMeter(description, len(pieces), 'row groups', progress, logger) as meter:
+            parts = []
+            for part in pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers),
+                                 range(len(pieces))):
+                parts.append(part)
+                meter.update()
         merged = parts[0]
         for part in parts[1:]:
             merged = _merge(merged, part)
     else:
         slices = min(len(pieces), PARALLEL_SLICE_NUM)
-        merged = spark_context.parallelize(range(len(pieces)), slices) \
-            .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers)) \
-            .reduce(_merge)
+        with SparkJobProgress(spark_context, description, progress, logger):
+            merged = spark_context.parallelize(range(len(pieces)), slices) \
+                .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers)) \
+                .reduce(_merge)
     result = {indexer.index_name: indexer for indexer in merged}
     document = {'format_version': INDEXES_FORMAT_VERSION,
                 'indexes': {name: indexer.to_json() for name, indexer in result.items()}}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+from petastorm._progress import SparkJobProgress, check_progress_argument
 from petastorm.fs import display_url, normalize_dir_url
 from petastorm.spark import cache_dir, loaders
 from petastorm.spark.converter_cache import CacheEntry, ConverterCache
@@ -147,7 +148,8 @@ class SparkDatasetConverter:
 
 
 def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_ROW_GROUP_SIZE_BYTES,
-                         compression_codec: str | None = None, dtype: str | None = 'float32') -> SparkDatasetConverter:
+                         compression_codec: str | None = None, dtype: str | None = 'float32', *,
+                         progress: bool | None = None) -> SparkDatasetConverter:
     """Write a DataFrame once as Parquet under the parent cache directory and return a converter for it.
 
     The parent directory is the Spark conf ``SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF``
@@ -165,12 +167,16 @@ def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_RO
         compression_codec: ``'uncompressed'`` (None), ``'snappy'``, ``'gzip'``, ``'lz4'``, ``'lz4_raw'``,
             ``'zstd'`` or ``'brotli'``.
         dtype: ``'float32'`` (default), ``'float64'``, or None to keep the DataFrame's float types.
+        progress: show the Spark tasks of the write: None (default) draws a ``tqdm`` bar when it is installed and
+            stderr is a terminal (unless Spark draws its own console progress), else logs a line every few seconds;
+            True always shows it; False never.
 
     Raises:
         ValueError: the parent cache directory conf is unset, has no scheme or is not a directory URL; or an
             argument is not supported (:class:`~petastorm.spark.dataframe_prep.ConverterOptionError`, also a
             ``RuntimeError``).
     """
+    progress = check_progress_argument(progress)
     if isinstance(df, str):
         return _converter_for_dataset_url(df)
     spark = df.sparkSession
@@ -182,7 +188,7 @@ def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_RO
         plan_hash = df.semanticHash()
         entry = cache.find(df, plan_hash, options)
         if entry is None:
-            entry = _materialize(df, plan_hash, options, cache)
+            entry = _materialize(df, plan_hash, options, cache, progress)
         else:
             logger.info('reusing the copy of an equal DataFrame at %s', display_url(entry.dir_url))
     converter = SparkDatasetConverter(entry.dir_url, entry.file_urls, entry.dataset_size)
@@ -191,17 +197,19 @@ def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_RO
     return converter
 
 
-def _materialize(df: Any, plan_hash: int, options: ConversionOptions, cache: ConverterCache) -> CacheEntry:
+def _materialize(df: Any, plan_hash: int, options: ConversionOptions, cache: ConverterCache,
+                 progress: bool | None = None) -> CacheEntry:
     spark = df.sparkSession
     dir_url = cache_dir.make_sub_dir_url(options.parent_dir_url, cache_dir.new_cache_dir_name(_application_id(spark)))
     cache.record_created(dir_url)  # before writing, so that exit also removes what a failed write left
     try:
         prepared = prepare_dataframe(df, options.dtype)
         logger.info('writing the DataFrame to %s', display_url(dir_url))
-        (prepared.write
-         .option('compression', options.compression_codec)
-         .option('parquet.block.size', options.row_group_size_bytes)
-         .parquet(dir_url))
+        with SparkJobProgress(spark, f'make_spark_converter: writing {display_url(dir_url)}', progress, logger):
+            (prepared.write
+             .option('compression', options.compression_codec)
+             .option('parquet.block.size', options.row_group_size_bytes)
+             .parquet(dir_url))
         file_urls, dataset_size, file_sizes = _describe(dir_url, spark)
     except BaseException:
         try:
