@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ from petastorm.benchmark.throughput import (
     ReadMethod,
     ThroughputReport,
     WorkerPoolType,
+    _matching_fields,
     measure_throughput,
 )
 from petastorm.tools import _cli
@@ -71,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                         help='show progress on stderr (default: only when stderr is a terminal)')
     parser.add_argument('-vv', action='store_true', help='debug logging')
     parser.add_argument('-v', action='store_true', help='info logging, and print the stage breakdown')
+    _cli.add_version_argument(parser)
     return parser
 
 
@@ -137,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             _require('tensorflow', '--read-method tf')
         if args.loader != Loader.NONE.value:
             _require('torch', f'--loader {args.loader}')
+        if args.field_regex:
+            try:  # in this process, before spawning the benchmark: a regex that matches nothing is a usage error
+                _matching_fields(args.dataset_path, args.field_regex, args.batch,
+                                 {'storage_options': storage_options})
+            except (ValueError, re.error) as err:
+                raise _cli.UsageError(str(err)) from err
         progress = sys.stderr.isatty() if args.progress is None else args.progress
         report = measure_throughput(
             args.dataset_path, args.field_regex, warmup_cycles_count=args.warmup_cycles,

@@ -78,7 +78,8 @@ def stage_breakdown(before: dict[str, Any], after: dict[str, Any], wall_seconds:
     Worker seconds arrive with the work items the consumer takes, which need not match the rows delivered in the
     measurement (a row reader may serve a whole measurement from one item). So a worker stage's share is its cost
     per row (over the items taken during the measurement, or over the whole run when none was) times the rows
-    delivered, divided by ``workers x wall_seconds``.
+    delivered, divided by ``workers x wall_seconds``. No share exceeds 100%, and neither do the worker stages
+    together nor the consumer's two: an estimate claiming more is scaled down to the time there was.
 
     Args:
         before: ``reader.diagnostics['stages']`` when the measurement started.
@@ -102,9 +103,19 @@ def stage_breakdown(before: dict[str, Any], after: dict[str, Any], wall_seconds:
     spent['queue_wait'] = window['queue_wait']
     if inline:
         spent['queue_wait'] = max(0.0, spent['queue_wait'] - sum(window[s] for s in WORKER_STAGES))
-    shares = {stage: spent[stage] / (wall * workers) for stage in WORKER_STAGES}
-    shares['collate'] = spent['collate'] / wall
-    shares['queue_wait'] = spent['queue_wait'] / wall
+    # A worker stage's seconds are estimated from its cost per row: the estimate may claim more than the workers
+    # had (a few items timed while many rows were delivered). Workers cannot be busier than all of their time, so
+    # such an estimate is scaled down to it, keeping the stages' proportions.
+    capacity = wall * workers
+    claimed = sum(spent[stage] for stage in WORKER_STAGES)
+    if claimed > capacity:
+        for stage in WORKER_STAGES:
+            spent[stage] *= capacity / claimed
+    spent['queue_wait'] = min(spent['queue_wait'], wall_seconds)
+    spent['collate'] = min(spent['collate'], max(0.0, wall_seconds - spent['queue_wait']))
+    shares = {stage: min(1.0, spent[stage] / capacity) for stage in WORKER_STAGES}
+    shares['collate'] = min(1.0, spent['collate'] / wall)
+    shares['queue_wait'] = min(1.0, spent['queue_wait'] / wall)
     # The workers as a whole against the consumer; within the busier workers, their largest stage.
     if sum(shares[stage] for stage in WORKER_STAGES) > shares['collate']:
         bound = max(WORKER_STAGES, key=lambda stage: shares[stage])

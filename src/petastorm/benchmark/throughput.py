@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -28,14 +29,16 @@ from petastorm.benchmark.stages import StageBreakdown, stage_breakdown
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['BenchmarkResult', 'Loader', 'ReadMethod', 'ThroughputReport', 'WorkerPoolType', 'measure_throughput',
-           'reader_throughput']
+__all__ = ['BenchmarkProcessError', 'BenchmarkResult', 'Loader', 'ReadMethod', 'ThroughputReport', 'WorkerPoolType',
+           'measure_throughput', 'reader_throughput']
 
 #: ``on_progress(phase, done, total)``; ``phase`` is ``'warmup'`` or ``'measure'``.
 ProgressCallback = Callable[[str, int, int], None]
 
 _PROGRESS_EVERY_SECONDS = 0.25
 _DEBUG_EVERY_CYCLES = 1000
+# The reader's own warning for make_reader on plain Parquet; the benchmark says it with the option to pass instead.
+_READER_PLAIN_PARQUET_WARNING = 'Currently make_reader supports reading only Petastorm datasets'
 
 
 class WorkerPoolType(Enum):
@@ -99,6 +102,21 @@ class ThroughputReport:
 
     result: BenchmarkResult
     stages: StageBreakdown | None
+
+
+class BenchmarkProcessError(RuntimeError):
+    """The benchmark failed in the child process that measured it.
+
+    The message is the original error's; ``error_type`` is the class name of the original exception (the
+    exception itself may not survive the trip between processes).
+    """
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.error_type, str(self))
 
 
 class MemoryInfo(NamedTuple):
@@ -213,7 +231,8 @@ def measure_throughput(dataset_url: str, field_regex: list[str] | None = None, w
         ValueError: a cycle count is negative or ``measure_cycles_count`` is 0, an unknown pool/read method/loader,
             a loader with ``ReadMethod.TF``, or ``loader_batch_size`` < 1.
         MissingDependencyError: TensorFlow or torch is needed and not installed.
-        RuntimeError: the benchmark failed in the child process (the message carries the original error).
+        BenchmarkProcessError: the benchmark failed in the child process (a ``RuntimeError`` with the original
+            error's message; ``error_type`` names its class).
     """
     pool_type = WorkerPoolType(str(pool_type))
     read_method = ReadMethod(str(read_method))
@@ -247,7 +266,7 @@ def _measure_in_child(arguments: dict[str, Any], log_level: int) -> ThroughputRe
     try:
         return _measure(**arguments)
     except Exception as err:
-        raise RuntimeError(f'{type(err).__name__}: {err}') from None
+        raise BenchmarkProcessError(getattr(err, 'error_type', type(err).__name__), str(err)) from None
 
 
 def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_count: int, measure_cycles_count: int,
@@ -265,6 +284,8 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
     reader_args: dict[str, Any] = dict(num_epochs=None, reader_pool_type=pool_type.value,
                                        workers_count=loaders_count, schema_fields=fields or None)
     reader_args.update(reader_extra_args or {})
+    if not batch:
+        _warn_if_plain_parquet(dataset_url, reader_args)
     reader = _open_reader(dataset_url, batch, reader_args, time_stages)
     meter = _ResourceMeter()
     with _wrap_in_loader(reader, loader, loader_batch_size) as source:
@@ -291,8 +312,32 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
         # From the arguments the reader got: reader_extra_args may override the pool's kind and size.
         stages = stage_breakdown(before, after, duration, rows, reader_args['workers_count'],
                                  inline=reader_args['reader_pool_type'] == WorkerPoolType.NONE.value)
-    logger.info('Done measuring: %s', result)
+    logger.info('Done measuring: %s', describe_result(result, measure_cycles_count, rows, duration))
     return ThroughputReport(result=result, stages=stages)
+
+
+def describe_result(result: BenchmarkResult, cycles: int | None = None, rows: int | None = None,
+                    seconds: float | None = None) -> str:
+    """One readable line for a result, e.g. ``1000 cycles (1000 rows) in 0.25 s: 4000.00 samples/sec, RSS 95.1 MB,
+    CPU 101.3%``."""
+    measured = ''
+    if cycles is not None and rows is not None and seconds is not None:
+        measured = f'{cycles} cycles ({rows} rows) in {seconds:.2f} s: '
+    return (f'{measured}{result.samples_per_second:.2f} samples/sec, RSS {result.memory_info.rss / 2**20:.1f} MB, '
+            f'CPU {result.cpu:.1f}%')
+
+
+def _warn_if_plain_parquet(dataset_url: str, reader_args: dict[str, Any]) -> None:
+    """Say, naming the option, that ``make_reader`` is measured on a store without Petastorm metadata."""
+    from petastorm.etl.dataset_metadata import open_dataset
+
+    store = open_dataset(dataset_url, reader_args.get('hdfs_driver', 'libhdfs3'), reader_args.get('storage_options'),
+                         reader_args.get('filesystem'))
+    if any(key.startswith((b'petastorm.', b'dataset-toolkit.')) for key in store.metadata_kv):
+        return
+    logger.warning('%s is a plain Parquet store (no Petastorm metadata): make_reader reads it one row per cycle, '
+                   'with a schema inferred from the files. Pass --batch (batch=True) to measure make_batch_reader, '
+                   'which is made for plain Parquet stores.', dataset_url)
 
 
 def _open_reader(dataset_url: str, batch: bool, reader_args: dict[str, Any], time_stages: bool) -> Any:
@@ -302,7 +347,10 @@ def _open_reader(dataset_url: str, batch: bool, reader_args: dict[str, Any], tim
 
     options = validate_options(dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=batch,
                                **reader_args)
-    return Reader(options, time_stages=time_stages)
+    with warnings.catch_warnings():
+        # _warn_if_plain_parquet said it already, naming the option to pass.
+        warnings.filterwarnings('ignore', message=_READER_PLAIN_PARQUET_WARNING, category=UserWarning)
+        return Reader(options, time_stages=time_stages)
 
 
 def _wrap_in_loader(reader: Any, loader: Loader, batch_size: int) -> Any:
@@ -320,13 +368,13 @@ def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: boo
     if not field_regex:
         return []
     from petastorm.etl.dataset_metadata import infer_or_load_unischema, open_dataset
-    from petastorm.metadata.store import stored_schema
     from petastorm.unischema import match_unischema_fields
 
     # The schema is read with the same storage settings the reader gets (credentials, endpoint).
     store = open_dataset(dataset_url, reader_args.get('hdfs_driver', 'libhdfs3'), reader_args.get('storage_options'),
                          reader_args.get('filesystem'))
-    schema = infer_or_load_unischema(store) if batch else stored_schema(store)
+    # make_reader falls back to the inferred schema on a plain Parquet store too.
+    schema = infer_or_load_unischema(store)
     fields = match_unischema_fields(schema, field_regex)
     if not fields:
         raise ValueError(f'--field-regex {field_regex} matches no field of {dataset_url} '

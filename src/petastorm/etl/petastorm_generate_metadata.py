@@ -7,8 +7,8 @@ threads, so the command works without a JVM and takes seconds for thousands of f
 
 Example::
 
-    petastorm-generate-metadata.py --dataset_url hdfs://namenode:8020/path/to/dataset
-    petastorm-generate-metadata.py --dataset_url file:///tmp/ds --unischema_class my_project.schemas.MySchema
+    petastorm-generate-metadata.py hdfs://namenode:8020/path/to/dataset
+    petastorm-generate-metadata.py file:///tmp/ds --unischema_class my_project.schemas.MySchema
     petastorm-generate-metadata.py --dataset_url s3://bucket/ds --storage-options @s3-credentials.json
 """
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import posixpath
 import pydoc
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -29,11 +29,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
 from petastorm.etl.materialize import write_petastorm_metadata
 from petastorm.fs import resolve_url
-from petastorm.metadata.store import SUMMARY_METADATA, list_data_files
+from petastorm.metadata.store import SUMMARY_METADATA, list_data_files, partition_keys_of
 from petastorm.unischema import Unischema
 
 __all__ = ['generate_petastorm_metadata', 'main']
@@ -42,26 +43,48 @@ logger = logging.getLogger(__name__)
 
 PROG = 'petastorm-generate-metadata.py'
 _FOOTER_THREADS = 16
-_PROGRESS_INTERVAL_S = 5.0
+
+
+def _locate(dotted_name: str) -> Any:
+    """``pydoc.locate``, turning an error raised while importing the module into a ValueError."""
+    try:
+        return pydoc.locate(dotted_name)
+    except pydoc.ErrorDuringImport as err:
+        raise ValueError(f'unischema class {dotted_name!r}: importing {err.filename} failed with '
+                         f'{err.exc.__name__}: {err.value}') from err
 
 
 def load_unischema(dotted_name: str) -> Unischema:
     """The Unischema instance at ``module.attribute`` (e.g. ``'examples.mnist.schema.MnistSchema'``).
 
+    A module in the current directory is found too, as ``python -m`` would find it: an installed command's
+    ``sys.path`` starts with the directory of the command, not the current one.
+
     Raises:
-        ValueError: nothing importable has that name, or it is not a Unischema.
+        ValueError: nothing importable has that name, it is not a Unischema, or importing its module failed.
     """
-    found = pydoc.locate(dotted_name)
+    found = _locate(dotted_name)
+    if found is None:
+        here = os.getcwd()
+        if here not in sys.path and '' not in sys.path:
+            sys.path.append(here)
+            try:
+                found = _locate(dotted_name)
+            finally:
+                sys.path.remove(here)
     if found is None:
         raise ValueError(f'unischema class {dotted_name!r} was not found: give the full dotted path '
-                         f'module.attribute of a Unischema instance, importable from this Python')
+                         f'module.attribute of a Unischema instance, importable from this Python. For a module '
+                         f'outside the current directory, put its directory on the path (PYTHONPATH=. from the '
+                         f'directory holding it, or PYTHONPATH=/path/to/dir)')
     if not isinstance(found, Unischema):
         raise ValueError(f'{dotted_name!r} is a {type(found).__name__}, not a Unischema instance')
     return found
 
 
-def _read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
-    """Every file's Parquet footer, read in parallel threads, with progress logged for long runs."""
+def _read_footers(filesystem: pafs.FileSystem, paths: list[str], progress: bool | None = None,
+                  description: str = 'reading footers') -> dict[str, pq.FileMetaData]:
+    """Every file's Parquet footer, read in parallel threads, with progress shown for long runs."""
 
     def read(path: str) -> pq.FileMetaData:
         try:
@@ -71,16 +94,28 @@ def _read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq
             raise PetastormMetadataGenerationError(f'{path} is not a readable Parquet file: {err}') from err
 
     footers: dict[str, pq.FileMetaData] = {}
-    last_report = time.monotonic()
     with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, max(1, len(paths))),
-                            thread_name_prefix='petastorm-footers') as pool:
+                            thread_name_prefix='petastorm-footers') as pool, \
+            ProgressMeter(description, len(paths), 'files', progress, logger) as meter:
         futures = {pool.submit(read, path): path for path in paths}
         for future in as_completed(futures):
             footers[futures[future]] = future.result()
-            if time.monotonic() - last_report >= _PROGRESS_INTERVAL_S:
-                last_report = time.monotonic()
-                logger.info('read the footers of %d/%d files', len(footers), len(paths))
+            meter.update()
     return footers
+
+
+def _check_fields_are_columns(schema: Unischema, root: str, footers: dict[str, pq.FileMetaData],
+                              dataset_url: str) -> None:
+    """Refuse a schema naming fields that are neither columns of every file nor hive partition directories."""
+    for path in sorted(footers):
+        columns = footers[path].schema.to_arrow_schema().names
+        partitions = [name for name, _ in partition_keys_of(posixpath.relpath(path, root))]
+        missing = [name for name in schema.fields if name not in columns and name not in partitions]
+        if missing:
+            raise PetastormMetadataGenerationError(
+                f'schema {schema._name} does not match {dataset_url}: its fields {missing} are not columns of '
+                f'{posixpath.relpath(path, root)} (columns: {", ".join(columns)}); nothing was written. Name the '
+                f'Unischema the data was written with (--unischema_class, unischema_class=...).')
 
 
 def _replace_file(filesystem: pafs.FileSystem, target: str, write: Any) -> None:
@@ -120,18 +155,26 @@ def _write_summary_metadata(filesystem: pafs.FileSystem, root: str,
 
 
 def _stored_schema(dataset_url: str, storage_options: dict | None, filesystem: Any) -> Unischema:
+    store = open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem)
     try:
-        return get_schema(open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem))
+        return get_schema(store)
     except PetastormMetadataError as err:
+        # Without any metadata file the reason is plain; an unreadable or refused schema needs its own words.
+        reason = 'no metadata file' if store.metadata_path is None else str(err)
         raise PetastormMetadataError(
-            f'{dataset_url} has no stored schema to reuse ({err}). Name the dataset\'s Unischema with '
+            f'{dataset_url} has no stored schema to reuse ({reason}). Name the dataset\'s Unischema with '
             f'--unischema_class module.attribute (unischema_class=... in Python).') from err
 
 
 def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: str | None = None,
                                 use_summary_metadata: bool = False, hdfs_driver: str = 'libhdfs3',
-                                storage_options: dict | None = None, filesystem: Any = None) -> None:
+                                storage_options: dict | None = None, filesystem: Any = None, *,
+                                progress: bool | None = None) -> None:
     """Write (or rewrite) the Petastorm metadata of the Parquet store at ``dataset_url``.
+
+    Before anything is written, every field of the schema must be a column of every data file (or a hive partition
+    directory): a schema that does not describe the files is refused, instead of writing metadata that readers
+    would fail on.
 
     Args:
         spark: accepted for compatibility and may be None: the footers are read on this machine, with threads.
@@ -142,13 +185,18 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
         hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
         storage_options: options of the filesystem behind the URL (credentials, endpoint...).
         filesystem: a ready ``pyarrow.fs`` or fsspec filesystem to use instead of resolving the URL.
+        progress: show the footers read: None (default) draws a ``tqdm`` bar when it is installed and stderr is
+            a terminal, else logs a line every few seconds; True always shows it; False never.
 
     Raises:
-        ValueError: ``unischema_class`` does not name a Unischema, or the URL is malformed.
+        ValueError: ``unischema_class`` does not name a Unischema, the URL is malformed, or ``progress`` is not
+            None, True or False.
         PetastormMetadataError: no ``unischema_class`` and no schema stored in the dataset.
-        PetastormMetadataGenerationError: the directory holds no Parquet data files, or one is unreadable.
+        PetastormMetadataGenerationError: the directory holds no Parquet data files, one is unreadable, or a
+            field of the schema is not a column of the files.
         FileNotFoundError: nothing exists at ``dataset_url``.
     """
+    progress = check_progress_argument(progress)
     schema = (load_unischema(unischema_class) if unischema_class
               else _stored_schema(dataset_url, storage_options, filesystem))
     fs, root = resolve_url(dataset_url, storage_options, filesystem, hdfs_driver=hdfs_driver)
@@ -156,7 +204,8 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
     if not paths:
         raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
     logger.info('reading the footers of %d files of %s', len(paths), dataset_url)
-    footers = _read_footers(fs, paths)
+    footers = _read_footers(fs, paths, progress, f'reading the footers of {dataset_url}')
+    _check_fields_are_columns(schema, root, footers, dataset_url)
     row_groups = {posixpath.relpath(path, root): [footer.row_group(i).num_rows
                                                   for i in range(footer.num_row_groups)]
                   for path, footer in sorted(footers.items())}
@@ -172,12 +221,14 @@ def _parser() -> argparse.ArgumentParser:
         description='Add or regenerate the Petastorm metadata (_common_metadata) of an existing Parquet store.\n'
                     'The schema already stored in the dataset is reused unless --unischema_class names one.\n'
                     'No Spark job is needed: file footers are read in parallel threads. Progress goes to stderr.',
-        epilog=f'examples:\n  {PROG} --dataset_url file:///tmp/hello_world_dataset\n'
+        epilog=f'examples:\n  {PROG} file:///tmp/hello_world_dataset\n'
                f'  {PROG} --dataset_url hdfs://namenode:8020/path/to/dataset '
                f'--unischema_class examples.hello_world.generate_hello_world_dataset.HelloWorldSchema\n'
                f'  spark-submit $(which {PROG}) --dataset_url hdfs:///path/to/dataset',
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--dataset_url', '--dataset-url', dest='dataset_url', required=True,
+    parser.add_argument('dataset_url_positional', nargs='?', metavar='DATASET_URL',
+                        help='URL of the dataset directory (or give it with --dataset_url)')
+    parser.add_argument('--dataset_url', '--dataset-url', dest='dataset_url',
                         help='URL of the dataset directory, e.g. hdfs:///path/to/dataset or file:///tmp/dataset')
     parser.add_argument('--unischema_class', '--unischema-class', dest='unischema_class',
                         help='fully qualified module.attribute of the Unischema to store; default: the schema '
@@ -190,7 +241,22 @@ def _parser() -> argparse.ArgumentParser:
     from petastorm.tools import _cli
 
     _cli.add_storage_options_argument(parser)
+    _cli.add_version_argument(parser)
     return parser
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed arguments, with the dataset URL from the positional argument or ``--dataset_url``."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.dataset_url is None and args.dataset_url_positional is None:
+        parser.error('the dataset URL is required: give it as the argument DATASET_URL or with --dataset_url')
+    if args.dataset_url is not None and args.dataset_url_positional is not None and \
+            args.dataset_url != args.dataset_url_positional:
+        parser.error(f'two different dataset URLs: {args.dataset_url_positional} and --dataset_url '
+                     f'{args.dataset_url}; give one')
+    args.dataset_url = args.dataset_url or args.dataset_url_positional
+    return args
 
 
 def _main(argv: Sequence[str]) -> None:
@@ -198,7 +264,7 @@ def _main(argv: Sequence[str]) -> None:
     :func:`generate_petastorm_metadata` raises; :func:`main` is the command line (exit codes, one-line errors)."""
     from petastorm.tools import _cli
 
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
                                 args.hdfs_driver, storage_options=_cli.parse_storage_options(args.storage_options))
 
@@ -207,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-generate-metadata.py``."""
     from petastorm.tools import _cli
 
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
 
     def work() -> None:
         storage_options = _cli.parse_storage_options(args.storage_options)

@@ -1,4 +1,20 @@
-"""What the command-line tools share: progress on stderr, one-line errors, exit codes and ``--storage-options``."""
+"""What the command-line tools share: progress on stderr, one-line errors, exit codes, ``--version`` and
+``--storage-options``.
+
+Every tool exits with:
+
+* 0 when the work was done;
+* 1 (:data:`EXIT_FAILED`) when the data or the work failed: a store that is not a Parquet dataset, unreadable
+  files, missing or mismatched metadata, a failed Spark job, a storage error while working;
+* 2 (:data:`EXIT_USAGE`) when the command line is wrong, found before any work starts: an unknown flag or a bad
+  value (argparse's own errors), a malformed URL or one where nothing exists, a target that exists without
+  ``--overwrite-output``, or names (field regexes, ``--not-null-fields``, ``--unischema_class``) that match
+  nothing;
+* 130 when interrupted (Ctrl-C).
+
+An error is one line on stderr, ``PROG: error: MESSAGE``, followed for exit code 1 by the kind of error in
+parentheses, e.g. ``(PetastormMetadataError)``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from petastorm import __version__
 from petastorm.fs import resolve_url
 
 #: Exit codes: 1 when the work failed, 2 when the command line is wrong (argparse uses 2 as well).
@@ -20,6 +37,18 @@ _PROGRESS_HANDLER = '_petastorm_progress'
 
 class UsageError(Exception):
     """A command-line argument is wrong (reported with exit code 2)."""
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--version``, which prints ``PROG VERSION`` and exits with 0."""
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}',
+                        help='print the version of petastorm and exit')
+
+
+def error_label(err: BaseException) -> str:
+    """The kind of error shown after a failure's message: the exception's class name, or, for an error carried
+    back from another process, the class name of the original (its ``error_type`` attribute)."""
+    return getattr(err, 'error_type', None) or type(err).__name__
 
 
 def configure_progress_logging() -> None:
@@ -124,6 +153,21 @@ def existing_directory(url: str, what: str, storage_options: dict | None = None)
         raise UsageError(f'{what} {url} is not a directory')
 
 
+def existing_path(url: str, what: str, storage_options: dict | None = None) -> None:
+    """Check that ``url`` parses and names an existing file or directory, before any work starts.
+
+    Raises:
+        UsageError: the URL has no scheme or an unknown scheme, or nothing exists there.
+    """
+    try:
+        filesystem, path = resolve_url(url, storage_options)
+        info = filesystem.get_file_info(path)
+    except (ValueError, OSError) as err:
+        raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
+    if info.type.name == 'NotFound':
+        raise UsageError(f'{what} {url} does not exist')
+
+
 def check_target(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
     """Check that ``url`` parses and, unless ``overwrite``, that nothing is there yet.
 
@@ -149,5 +193,5 @@ def run(prog: str, work: Callable[[], None]) -> None:
     except KeyboardInterrupt:
         fail(prog, 'interrupted', 130)
     except Exception as err:  # the tools' contract: any failure becomes one line and exit code 1
-        fail(prog, f'{one_line(err)} ({type(err).__name__})', EXIT_FAILED)
+        fail(prog, f'{one_line(err)} ({error_label(err)})', EXIT_FAILED)
     logging.getLogger('petastorm.tools').info('done in %.1f s', time.monotonic() - started)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from petastorm._progress import SparkJobProgress, check_progress_argument
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_url
@@ -40,10 +41,17 @@ def _target_schema(schema: Unischema, field_regex: Sequence[str] | None) -> Unis
     return schema.create_schema_view(fields)
 
 
+def _check_not_null_fields(schema: Unischema, not_null_fields: Sequence[str] | None) -> None:
+    unknown = [name for name in not_null_fields or [] if name not in schema.fields]
+    if unknown:
+        raise ValueError(f'not-null fields {unknown} are not among the copied fields ({", ".join(schema.fields)})')
+
+
 def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequence[str] | None,
                  not_null_fields: Sequence[str] | None, overwrite_output: bool, partitions_count: int | None,
                  row_group_size_mb: float | None, hdfs_driver: str = 'libhdfs3',
-                 storage_options: dict | None = None, filesystem: Any = None) -> None:
+                 storage_options: dict | None = None, filesystem: Any = None, *,
+                 progress: bool | None = None) -> None:
     """Copy the dataset at ``source_url`` to ``target_url`` with Spark, writing fresh Petastorm metadata.
 
     Args:
@@ -61,17 +69,20 @@ def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequ
             its Hadoop filesystems: an ``s3a://`` URL needs the hadoop-aws jars and ``spark.hadoop.fs.s3a.*``
             settings (see docs/storage.md).
         filesystem: a ready ``pyarrow.fs`` or fsspec filesystem holding both datasets, instead of resolving the URLs.
+        progress: show the copy's Spark tasks done: None (default) draws a ``tqdm`` bar when it is installed and
+            stderr is a terminal (unless Spark draws its own console progress), else logs a line every few seconds;
+            True always shows it; False never.
 
     Raises:
-        ValueError: ``field_regex`` matches no field, or a ``not_null_fields`` name is not a copied field.
+        ValueError: ``field_regex`` matches no field, a ``not_null_fields`` name is not a copied field, or
+            ``progress`` is not None, True or False.
         PetastormMetadataError: the source has no stored schema.
         pyspark.errors.AnalysisException: ``target_url`` exists and ``overwrite_output`` is False.
     """
+    progress = check_progress_argument(progress)
     schema = _target_schema(get_schema_from_dataset_url(source_url, hdfs_driver, storage_options, filesystem),
                             field_regex)
-    unknown = [name for name in not_null_fields or [] if name not in schema.fields]
-    if unknown:
-        raise ValueError(f'not-null fields {unknown} are not among the copied fields ({", ".join(schema.fields)})')
+    _check_not_null_fields(schema, not_null_fields)
     if partitions_count is not None and partitions_count < 1:
         raise ValueError(f'partitions_count must be a positive number of partitions, got {partitions_count!r}')
     logger.info('copying %d fields from %s to %s', len(schema.fields), source_url, target_url)
@@ -83,8 +94,9 @@ def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequ
             frame = frame.filter(frame[name].isNotNull())
         if partitions_count:
             frame = frame.repartition(partitions_count)
-        frame.write.mode('overwrite' if overwrite_output else 'error').option('compression', 'none') \
-            .parquet(target_url)
+        with SparkJobProgress(spark, f'copying to {target_url}', progress, logger):
+            frame.write.mode('overwrite' if overwrite_output else 'error').option('compression', 'none') \
+                .parquet(target_url)
         logger.info('data written; writing the Petastorm metadata of %s', target_url)
 
 
@@ -103,11 +115,13 @@ def _parser() -> argparse.ArgumentParser:
                         help='copy only rows where all these fields are not null')
     parser.add_argument('--partition-count', type=int, metavar='N',
                         help='repartition the data into N Spark partitions (N files) before writing')
-    parser.add_argument('--row-group-size-mb', type=int, metavar='MB', help='row-group size of the copy')
+    parser.add_argument('--row-group-size-mb', type=float, metavar='MB',
+                        help='row-group size of the copy, in megabytes (e.g. 64 or 0.5)')
     parser.add_argument('--hdfs-driver', type=str, default='libhdfs3',
                         help='accepted for compatibility; the filesystem is chosen from the URL')
     _cli.add_storage_options_argument(parser)
     add_configure_spark_arguments(parser)
+    _cli.add_version_argument(parser)
     return parser
 
 
@@ -119,7 +133,7 @@ def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:
     already_active = SparkSession.getActiveSession() is not None
     builder = SparkSession.builder.appName('petastorm-copy') \
         .config('spark.sql.files.maxPartitionBytes', _MAX_PARTITION_BYTES) \
-        .config('spark.ui.showConsoleProgress', 'true')
+        .config('spark.ui.showConsoleProgress', 'false')  # copy_dataset shows the copy's tasks itself
     try:
         builder = configure_spark(builder, args)
     except ValueError as err:
@@ -154,12 +168,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         _cli.existing_directory(args.source_url, 'source dataset', storage_options)
         if args.partition_count is not None and args.partition_count < 1:
             raise _cli.UsageError(f'--partition-count must be at least 1, got {args.partition_count}')
-        if args.row_group_size_mb is not None and args.row_group_size_mb < 1:
-            raise _cli.UsageError(f'--row-group-size-mb must be at least 1, got {args.row_group_size_mb}')
+        if args.row_group_size_mb is not None and not args.row_group_size_mb > 0:
+            raise _cli.UsageError(f'--row-group-size-mb must be a positive number of megabytes, got '
+                                  f'{args.row_group_size_mb:g}')
         _cli.check_target(args.target_url, args.overwrite_output, storage_options)
-        # Resolve the fields before paying for a JVM: bad regexes fail in a second.
-        schema = _target_schema(get_schema_from_dataset_url(args.source_url, storage_options=storage_options),
-                                args.field_regex)
+        # Resolve the fields before paying for a JVM: bad regexes and not-null fields fail in a second.
+        schema = get_schema_from_dataset_url(args.source_url, storage_options=storage_options)
+        try:
+            schema = _target_schema(schema, args.field_regex)
+            _check_not_null_fields(schema, args.not_null_fields)
+        except ValueError as err:
+            raise _cli.UsageError(str(err)) from err
         logger.info('starting Spark to copy %d fields', len(schema.fields))
         _spark_copy(args, storage_options)
 

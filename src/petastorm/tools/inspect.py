@@ -165,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('dataset_url', help='URL of the dataset, e.g. file:///tmp/dataset or s3://bucket/dataset')
     parser.add_argument('--json', action='store_true', help='print one JSON object instead of the report')
     _cli.add_storage_options_argument(parser)
+    _cli.add_version_argument(parser)
     return parser
 
 
@@ -173,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
 
     def work() -> None:
-        description = inspect_dataset(args.dataset_url, _cli.parse_storage_options(args.storage_options))
+        storage_options = _cli.parse_storage_options(args.storage_options)
+        _cli.existing_path(args.dataset_url, 'dataset', storage_options)
+        description = inspect_dataset(args.dataset_url, storage_options)
         try:
             print(json.dumps(description, indent=2) if args.json else format_description(description))
             sys.stdout.flush()
