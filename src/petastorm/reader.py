@@ -570,6 +570,34 @@ class Reader(ResumableReader):
             return err
         return None
 
+    def __repr__(self) -> str:
+        from petastorm._describe import describe_names, describe_urls
+
+        options = self._options
+        try:
+            rows = self.num_rows_per_epoch
+        except AttributeError:  # shown while __init__ failed half-way (a debugger, a log of the error)
+            return f'<Reader of {describe_urls(options.dataset_url_or_urls)}, not constructed>'
+        parts = [f'{"make_batch_reader" if self.is_batched_reader else "make_reader"} of '
+                 f'{describe_urls(options.dataset_url_or_urls)}',
+                 f'fields={describe_names(self.schema.fields)}',
+                 f'rows_per_epoch={"unknown" if rows is None else rows}',
+                 f'num_epochs={options.num_epochs}',
+                 f'shuffle_row_groups={options.shuffle_row_groups}', f'shuffle_rows={options.shuffle_rows}',
+                 f'seed={options.seed}',
+                 f'reader_pool_type={options.reader_pool_type!r}', f'workers_count={options.workers_count}']
+        if options.shuffle_row_drop_partitions > 1:
+            parts.insert(6, f'shuffle_row_drop_partitions={options.shuffle_row_drop_partitions}')
+        if options.shard_count:
+            parts.append(f'cur_shard={options.cur_shard}, shard_count={options.shard_count}')
+        if self.ngram is not None:
+            parts.append(f'ngram={self.ngram!r}')
+        if self.stopped:
+            parts.append('stopped')
+        elif self.last_row_consumed:
+            parts.append('all rows consumed')
+        return f'<Reader {", ".join(parts)}>'
+
     def __enter__(self) -> Reader:
         return self
 

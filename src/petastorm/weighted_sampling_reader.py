@@ -162,6 +162,13 @@ class WeightedSamplingReader:
         for reader in self._readers:
             reader.join()
 
+    def __repr__(self) -> str:
+        probabilities = np.diff(self._cumulative, prepend=0.0)
+        shown = ', '.join(f'{p:.3g}' for p in probabilities)
+        state = ', exhausted' if self._exhausted else ''
+        readers = ', '.join(repr(reader) for reader in self._readers)
+        return f'<WeightedSamplingReader probabilities=[{shown}]{state}, readers=[{readers}]>'
+
     def __enter__(self) -> WeightedSamplingReader:
         return self
 

@@ -101,6 +101,14 @@ class InMemBatchedDataLoader(_LoaderBase):
     def __len__(self) -> int:
         return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
 
+    def __repr__(self) -> str:
+        from petastorm._describe import describe_names
+
+        state = ', iterated' if self._iterated else ''
+        return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
+                f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
+                f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')
+
     def __exit__(self, *exc_info: Any) -> None:
         """Nothing to release: the reader was stopped once the data was in memory."""
 

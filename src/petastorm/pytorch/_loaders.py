@@ -277,6 +277,23 @@ class _LoaderBase(torch.utils.data.DataLoader):
                             f'(num_epochs set, no predicate, no filters); this one has no len()')
         return math.ceil(rows / self.batch_size)
 
+    def __repr__(self) -> str:
+        parts = [f'batch_size={self.batch_size}',
+                 f'shuffling_queue_capacity={getattr(self, "shuffling_queue_capacity", 0)}']
+        device = getattr(self, 'device', None)
+        if device is not None:
+            parts.append(f'device={str(device)!r}')
+        try:
+            parts.append(f'batches_per_pass={len(self)}')
+        except TypeError:
+            parts.append('batches_per_pass=unknown')
+        parts.append(f'passes_done={self._passes_done}')
+        if self._in_progress:
+            parts.append('pass in progress')
+        if self._error is not None:
+            parts.append(f'failed with {type(self._error).__name__}')
+        return f'<{type(self).__name__} {", ".join(parts)}, reader={self.reader!r}>'
+
     def __enter__(self) -> _LoaderBase:
         return self
 
