@@ -24,6 +24,8 @@ fresh interpreter (defined at module level of an importable module: a function o
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +39,43 @@ logger = logging.getLogger(__name__)
 
 # Kept for compatibility: every worker is a fresh interpreter, whatever the name.
 START_METHODS = ('spawn',)
+
+_oversubscription_warned = False
+_oversubscription_lock = threading.Lock()
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def oversubscribed(workers_count: int, cores: int) -> bool:
+    """True when ``workers_count`` processes are far more than ``cores`` can run: over twice as many, and more
+    than two beyond them."""
+    return workers_count > max(2 * cores, cores + 2)
+
+
+def warn_if_oversubscribed(workers_count: int) -> None:
+    """Log a warning, once per process, when a process pool gets far more workers than the machine has cores.
+
+    ``workers_count=10`` stays the readers' default, as in Petastorm; on a small machine ten interpreters compete
+    for a few cores and each holds its own memory.
+    """
+    global _oversubscription_warned
+    cores = usable_cores()
+    if not oversubscribed(workers_count, cores):
+        return
+    with _oversubscription_lock:
+        if _oversubscription_warned:
+            return
+        _oversubscription_warned = True
+    logger.warning("reader_pool_type='process' with workers_count=%d starts %d worker processes, but this machine "
+                   'has %d CPU cores for them: they compete for the cores and each holds its own interpreter and '
+                   'memory. Pass workers_count=%d (about the number of cores) unless the work waits on storage.',
+                   workers_count, workers_count, cores, cores)
 
 
 class ProcessPool(PoolBase):
@@ -82,6 +121,7 @@ class ProcessPool(PoolBase):
             raise RuntimeError('process pool: start() may be called only once')
         if not is_supported():
             raise RuntimeError('process pool: this platform has no POSIX shared memory; use the thread pool')
+        warn_if_oversubscribed(self.workers_count)
         label = f'process pool {id(self):#x}'
         self._core = ProcessCore(label, self.workers_count, worker_fn, context, self._join_timeout)
         # Runs at garbage collection or interpreter exit if join() was never called.
