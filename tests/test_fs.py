@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import socket
 import sys
 import uuid
 from urllib.parse import urlparse
@@ -212,7 +213,11 @@ def test_url_lists_share_scheme_and_host(memory_dataset):
 
 def test_s3_gets_standard_retries_unless_the_user_sets_them():
     pytest.importorskip('s3fs')
-    fs, path = resolve_url('s3a://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': 'http://127.0.0.1:9'})
+    with socket.socket() as listening:  # resolving checks that something listens at the endpoint
+        listening.bind(('127.0.0.1', 0))
+        listening.listen()
+        endpoint = f'http://127.0.0.1:{listening.getsockname()[1]}'
+        fs, path = resolve_url('s3a://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': endpoint})
     assert path == 'bucket/data'
     assert fs.handler.fs.config_kwargs['retries'] == {'max_attempts': 5, 'mode': 'standard'}
     mine = {'key': 'k', 'secret': SECRET, 'config_kwargs': {'retries': {'max_attempts': 2}, 'read_timeout': 5}}
@@ -687,3 +692,51 @@ def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, mess
     with pytest.raises(UsageError, match=re.escape(message)) as raised:
         parse_storage_options(text.replace('{list_file}', str(list_file)))
     assert 'hunter2' not in str(raised.value)
+
+
+def test_a_refused_connection_is_reported_at_once_not_retried():
+    from petastorm.fs._errors import classify, is_transient, translate
+
+    refused = OSError('Could not connect to the endpoint URL')
+    refused.__cause__ = ConnectionRefusedError(111, 'Connection refused')
+    assert classify(refused) == 'refused'
+    assert not is_transient(refused)
+    assert is_transient(ConnectionResetError(104, 'Connection reset by peer'))
+    error = translate(refused, 'listing', 's3://bucket/data', attempts=1)
+    assert 'listing on s3://bucket/data failed: the storage endpoint refused the connection' in str(error)
+    attempts = []
+
+    def call():
+        attempts.append(1)
+        raise refused
+
+    with pytest.raises(OSError, match='Could not connect'):
+        RetryPolicy(attempts=3, base_delay=0).call(call, 'listing s3://bucket/data')
+    assert len(attempts) == 1
+
+
+def test_each_retry_is_logged_as_a_warning_with_the_url_and_without_secrets(caplog):
+    failures = [ConnectionResetError(104, f'reset while sending {SECRET}'), TimeoutError('timed out')]
+
+    def call():
+        if failures:
+            raise failures.pop(0)
+        return 'ok'
+
+    with caplog.at_level('WARNING', logger='petastorm.fs'):
+        assert RetryPolicy(attempts=3, base_delay=0).call(call, 'reading s3://bucket/data/part-0', [SECRET]) == 'ok'
+    warnings_logged = [r for r in caplog.records if r.levelname == 'WARNING']
+    assert len(warnings_logged) == 2
+    assert all('reading s3://bucket/data/part-0 failed with a transient error' in r.getMessage()
+               for r in warnings_logged)
+    assert SECRET not in caplog.text
+
+
+def test_resolving_an_s3_url_refuses_an_endpoint_that_refuses_connections():
+    pytest.importorskip('s3fs')
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(StorageError, match=rf'cannot reach s3://bucket/data: the S3 endpoint http://127.0.0.1:{port} '
+                                           rf'refused the connection \(nothing listens at 127.0.0.1:{port}\)'):
+        resolve_url('s3://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': f'http://127.0.0.1:{port}'})

@@ -206,6 +206,56 @@ def test_unreachable_endpoint_fails_with_the_url_and_without_the_secret(moto):
     _assert_secret_hidden(raised.value)
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+_OPENERS = {
+    'make_reader': lambda url, options: make_reader(url, storage_options=options),
+    'make_batch_reader': lambda url, options: make_batch_reader(url, storage_options=options),
+    'write_dataset': lambda url, options: write_dataset(url, Schema, (_row(i) for i in range(3)),
+                                                       storage_options=options),
+}
+
+
+@pytest.mark.parametrize('call', sorted(_OPENERS))
+def test_a_refused_endpoint_fails_at_once_with_the_client_s_own_retries_on(moto, call):
+    endpoint = f'http://127.0.0.1:{_closed_port()}'
+    options = moto.storage_options(endpoint)  # botocore's retries as configured by default
+    url = f's3://{BUCKET}/dataset'
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=re.escape(f'cannot reach {url}: the S3 endpoint {endpoint} refused the '
+                                                     f'connection')) as raised:
+        _OPENERS[call](url, options)
+    assert time.monotonic() - started < 5
+    _assert_secret_hidden(raised.value)
+
+
+def test_a_refused_connection_is_not_retried_by_our_layer(moto, caplog):
+    endpoint = f'http://127.0.0.1:{_closed_port()}'
+    fs = s3fs.S3FileSystem(**moto.storage_options(endpoint, config_kwargs={'retries': {'total_max_attempts': 1}}),
+                           skip_instance_cache=True)
+    with caplog.at_level('WARNING', logger='petastorm'), \
+            pytest.raises(StorageError, match='refused the connection.*Nothing listens at that address'):
+        make_reader(f's3://{BUCKET}/dataset', filesystem=fs)  # a given filesystem: no check of the endpoint first
+    assert 'retry' not in caplog.text
+
+
+def test_each_retry_is_a_warning_naming_the_url(moto, clean_proxy, dataset, caplog):
+    clean_proxy.reset(FaultPlan(kinds=('500',), methods=('GET',), first_try_only=True))
+    # botocore's max_attempts counts retries; total_max_attempts=1 leaves every retry to our layer.
+    options = moto.storage_options(clean_proxy.endpoint, config_kwargs={'retries': {'total_max_attempts': 1}})
+    with caplog.at_level('WARNING', logger='petastorm.fs'):
+        assert sorted(_read_ids(dataset, options, 'make_reader', 'dummy')) == list(range(ROWS))
+    retries = [r for r in caplog.records if 'failed with a transient error' in r.getMessage()]
+    assert retries
+    assert all(r.levelname == 'WARNING' for r in retries)
+    assert all(dataset in r.getMessage() for r in retries)
+    assert SECRET_KEY not in caplog.text
+
+
 def test_storage_options_reach_metadata_and_fs_utils(moto, dataset):
     options = moto.storage_options()
     assert list(get_schema_from_dataset_url(dataset, storage_options=options).fields) == ['id', 'label', 'matrix']

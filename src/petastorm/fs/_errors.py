@@ -20,7 +20,7 @@ from petastorm.errors import (
     StoragePermissionError,
 )
 
-Kind = Literal['not_found', 'credentials', 'permission', 'transient', 'other']
+Kind = Literal['not_found', 'credentials', 'permission', 'refused', 'transient', 'other']
 
 #: storage_options keys whose values are never shown (matched as substrings of the lower-cased key).
 SENSITIVE_KEY_PARTS = ('secret', 'password', 'passwd', 'token', 'credential', 'key', 'sas', 'signature',
@@ -154,15 +154,25 @@ def classify(err: BaseException) -> Kind:
         return 'credentials'
     if isinstance(err, PermissionError) or codes & _PERMISSION_CODES or 403 in statuses:
         return 'permission'
+    if is_refused(err):
+        return 'refused'
     if is_transient(err):
         return 'transient'
     return 'other'
 
 
+def is_refused(err: BaseException) -> bool:
+    """True when the endpoint refused the connection: nothing listens there, and retrying will not change it."""
+    return any(isinstance(item, ConnectionRefusedError) for item in _chain(err))
+
+
 def is_transient(err: BaseException) -> bool:
-    """True for errors worth retrying: timeouts, dropped connections, throttling and 5xx answers."""
+    """True for errors worth retrying: timeouts, dropped connections, throttling and 5xx answers.
+
+    A refused connection is not one: the address is wrong or the server is down, so it is reported at once.
+    """
     if isinstance(err, (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError,
-                        NotADirectoryError, PetastormError)):
+                        NotADirectoryError, PetastormError)) or is_refused(err):
         return False
     for item in _chain(err):
         if isinstance(item, (TimeoutError, ConnectionError, ShortReadError)):
@@ -224,6 +234,10 @@ def translate(err: BaseException, operation: str, url: str, secrets: Iterable[st
         return StoragePermissionError(
             f'permission denied: {operation} on {shown} ({detail}). The credentials in use (from storage_options '
             f'or the environment) were refused or are not allowed to do this.')
+    if kind == 'refused':
+        return StorageError(f'{operation} on {shown} failed: the storage endpoint refused the connection ({detail}). '
+                            f'Nothing listens at that address: check the endpoint (for S3, endpoint_url in '
+                            f'storage_options) and that the server is running.')
     if kind == 'transient' and attempts > 1:
         return StorageError(f'{operation} on {shown} still failed after {attempts} attempts with transient errors '
                             f'({detail}); the storage is unreachable, overloaded or throttling. Try again later.')

@@ -24,6 +24,7 @@ filesystem) is used as it is and only the path is taken from the URL.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -121,11 +122,54 @@ def fsspec_filesystem(scheme: str, url: str, storage_options: dict | None = None
     options = dict(cls._get_kwargs_from_urls(url))
     options.update(_options_for(scheme, storage_options))
     try:
-        return cls(**options)
+        fs = cls(**options)
     except (TypeError, ValueError, OSError) as err:
         secrets = secrets_of(storage_options)
         raise StorageError(f'cannot create the {scheme}:// filesystem for {display_url(url)} with the given '
                            f'storage_options: {describe(err, secrets)}') from safe_cause(err, secrets)
+    if scheme in _S3_SCHEMES and not (options.get('config_kwargs') or {}).get('proxies'):
+        check_endpoint_listens(_s3_endpoint(options), url)
+    return fs
+
+
+def _s3_endpoint(options: dict) -> str | None:
+    """The endpoint an S3 filesystem was told to use (options, then the environment), or None for AWS's own."""
+    client_kwargs = options.get('client_kwargs') or {}
+    return (options.get('endpoint_url') or client_kwargs.get('endpoint_url') or os.environ.get('AWS_ENDPOINT_URL_S3')
+            or os.environ.get('AWS_ENDPOINT_URL'))
+
+
+def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0) -> None:
+    """Refuse at once an endpoint that refuses connections, instead of letting the client retry it for a minute.
+
+    One TCP connection is opened and closed. Only a refused connection raises: timeouts and name lookups are left
+    to the client, which reports them with its own retries.
+
+    Raises:
+        StorageError: nothing listens at the endpoint's host and port.
+    """
+    if not endpoint:
+        return
+    parsed = urlparse(endpoint if '://' in endpoint else f'http://{endpoint}')
+    if not parsed.hostname:
+        return
+    import urllib.request
+
+    if parsed.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parsed.hostname):
+        return  # reached through a proxy: a direct connection says nothing
+    try:
+        port = parsed.port or (443 if parsed.scheme == 'https' else 80)
+    except ValueError:
+        return  # a malformed port: the client reports it
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            pass
+    except ConnectionRefusedError as err:
+        raise StorageError(f'cannot reach {display_url(url)}: the S3 endpoint {display_url(endpoint)} refused the '
+                           f'connection (nothing listens at {parsed.hostname}:{port}). Check endpoint_url in '
+                           f'storage_options and that the server is running.') from err
+    except OSError:
+        return
 
 
 def as_arrow_filesystem(filesystem: Any, scheme: str) -> pafs.FileSystem:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from petastorm.fs._errors import is_transient
+from petastorm.fs._errors import is_transient, redact
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +54,13 @@ class RetryPolicy:
         """Seconds to wait before retry number ``retry`` (1-based): full backoff, jittered down to half."""
         return min(self.max_delay, self.base_delay * 2 ** (retry - 1)) * self._rng.uniform(0.5, 1.0)
 
-    def call(self, func: Callable[[], T], what: str) -> T:
-        """``func()``, retried while it raises transient errors.
+    def call(self, func: Callable[[], T], what: str, secrets: Iterable[str] = ()) -> T:
+        """``func()``, retried while it raises transient errors; each retry is logged at WARNING with ``what``.
+
+        Args:
+            func: the storage call.
+            what: the operation and URL, for the log.
+            secrets: texts never to log (credentials of the filesystem).
 
         Raises:
             RetriesExhausted: the last attempt failed with a transient error too.
@@ -70,8 +75,9 @@ class RetryPolicy:
                 if attempt == self.attempts:
                     raise RetriesExhausted(err, attempt) from err
                 delay = self.delay(attempt)
-                logger.debug('%s failed with a transient error (%s: %s); retry %d of %d in %.2fs', what,
-                             type(err).__name__, err, attempt, self.attempts - 1, delay)
+                # WARNING: a person waiting on a slow or failing storage sees why, and which URL.
+                logger.warning('%s failed with a transient error (%s: %s); retry %d of %d in %.2fs', what,
+                               type(err).__name__, redact(str(err), secrets), attempt, self.attempts - 1, delay)
                 time.sleep(delay)
         raise AssertionError('unreachable')  # pragma: no cover
 
