@@ -521,6 +521,16 @@ def test_batch_transforms_are_checked_like_row_transforms(url):
         next(reader)
 
 
+def _frame_with_a_missing_first_label(frame):
+    return frame.assign(label=[np.nan] + ['l'] * (len(frame) - 1))
+
+
+def test_a_missing_first_value_is_not_judged(url):
+    spec = TransformSpec(_frame_with_a_missing_first_label, edit_fields=[('label', np.str_, (), True)])
+    batches = _rows(make_batch_reader(url, transform_spec=spec, reader_pool_type='dummy'))
+    assert sum(len(b.label) for b in batches) == ROWS
+
+
 def test_batch_transform_column_mismatch_names_what_is_missing_and_extra(url):
     reader = make_batch_reader(url, transform_spec=TransformSpec(_bad_frame_transform), reader_pool_type='dummy')
     with reader, pytest.raises(ValueError, match=r"do not match required schema columns.*_bad_frame_transform "
