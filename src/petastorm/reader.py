@@ -16,33 +16,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 import threading
 import warnings
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
 from petastorm.distributed import Stage, StreamPosition
-from petastorm.errors import PetastormMetadataError
 from petastorm.fs import normalize_dir_url, resolve_location
 from petastorm.metadata.store import (
-    ParquetStore,
     RowGroupPiece,
-    inferred_schema,
     load_row_groups,
     open_store,
-    stored_schema,
 )
 from petastorm.ngram import NGram
 from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
 from petastorm.plan import WorkItem, shard_items, split_drop_partitions
 from petastorm.pools import default_max_bytes_in_flight, make_pool
 from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
+from petastorm.reader_inputs import (
+    check_columns_exist,
+    check_ngram_options,
+    load_schema,
+    select_fields,
+)
 from petastorm.reader_state import ResumableReader
 from petastorm.row_group_selection import (
     apply_selector,
@@ -72,26 +70,6 @@ def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
             raise ValueError('dataset url list must be non-empty.')
         return [normalize_dir_url(url) for url in dataset_url_or_urls]
     return normalize_dir_url(dataset_url_or_urls)
-
-
-def check_reader(consumer: str, reader: Any) -> None:
-    """Refuse, before anything is read, what is not a reader: a URL, a path, a list, a torch dataset...
-
-    A reader is what ``make_reader``/``make_batch_reader`` return, or an object that behaves like one (it is
-    iterated and has ``stop()`` and ``join()``, as :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`).
-
-    Raises:
-        TypeError: naming what was passed and how to make a reader of it.
-    """
-    if isinstance(reader, (str, bytes, os.PathLike)):
-        raise TypeError(f'{consumer} takes a reader, not a dataset URL or path: got {reader!r}. Open the dataset '
-                        f'first, for example {consumer}(make_reader({os.fsdecode(reader)!r})) (make_batch_reader '
-                        f'for a Parquet store without Petastorm metadata)')
-    missing = [name for name in ('__iter__', 'stop', 'join') if not callable(getattr(reader, name, None))]
-    if missing:
-        raise TypeError(f'{consumer} takes a reader made by make_reader or make_batch_reader (an object that is '
-                        f'iterated and has stop() and join()), got {type(reader).__name__} (it has no '
-                        f'{", ".join(missing)})')
 
 
 def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', workers_count=10,
@@ -190,76 +168,6 @@ def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type=
     return Reader(options)
 
 
-def _load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
-    try:
-        schema = stored_schema(store)
-    except PetastormMetadataError:
-        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
-                                                   for k in store.metadata_kv):
-            raise  # the metadata is there but unreadable or refused: never silently fall back
-        if not batched_output:
-            warnings.warn('Currently make_reader supports reading only Petastorm datasets. To read from a '
-                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=4)
-        return inferred_schema(store)
-    if batched_output:
-        # The opening words are the original's (code filters the warning on them); the rest is what we do.
-        warnings.warn('Please use make_reader (instead of make_batch_reader) to read this Petastorm dataset one row '
-                      'at a time. make_batch_reader reads it too: it decodes the codec fields and yields one '
-                      'namedtuple of column arrays per row group (its TransformSpec function receives a pandas '
-                      'DataFrame).', UserWarning, stacklevel=4)
-    return schema
-
-
-def _select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
-    if schema_fields is None:
-        return schema
-    if isinstance(schema_fields, NGram):
-        schema_fields.resolve_regex_field_names(schema)
-        return schema.create_schema_view([schema.fields[n] for n in schema_fields.get_field_names_at_all_timesteps()])
-    if isinstance(schema_fields, (str, bytes)) or not hasattr(schema_fields, '__iter__'):
-        hint = f'; for one field pass a list: schema_fields=[{schema_fields!r}]' if isinstance(
-            schema_fields, (str, bytes)) else ''
-        raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
-                         f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
-    schema_fields = list(schema_fields)
-    view = schema.create_schema_view(schema_fields)
-    if not view.fields:
-        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}. "
-                           f"The dataset's fields: {', '.join(schema.fields)}")
-    unmatched = [item for item in schema_fields
-                 if isinstance(item, str) and not any(re.fullmatch(item, name) for name in schema.fields)]
-    if unmatched:
-        warnings.warn(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
-                      f"regular expressions must match a whole field name). The dataset's fields: "
-                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=4)
-    return view
-
-
-def _check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
-    if not store.files:
-        return
-    with store.filesystem.open_input_file(store.files[0]) as f:
-        file_columns = set(pq.read_schema(f).names)
-    partitions = set(store.partition_names)
-    missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
-    if missing:
-        raise PetastormMetadataError(f'fields {missing} of the dataset schema are not columns of {store.files[0]} '
-                                     f'(columns: {sorted(file_columns)}); the metadata does not match the files')
-
-
-def _check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
-    if ngram is None:
-        return
-    if options.transform_spec is not None:
-        raise ValueError('transform_spec cannot be combined with an NGram: transform the windows after reading')
-    if options.shard_mode == 'rows':
-        raise ValueError("shard_mode='rows' splits row groups at any row and would cut NGram windows; use "
-                         "shard_mode='row_groups' with an NGram")
-    if not ngram.timestamp_overlap and options.shuffle_row_drop_partitions > 1:
-        raise NotImplementedError('An NGram with timestamp_overlap=False cannot be combined with '
-                                  'shuffle_row_drop_partitions > 1')
-
-
 class Reader(ResumableReader):
     """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
 
@@ -281,7 +189,7 @@ class Reader(ResumableReader):
         self._stage_totals = StageTotals() if time_stages else None
         self.is_batched_reader = options.batched_output
         self.ngram = options.schema_fields if isinstance(options.schema_fields, NGram) else None
-        _check_ngram_options(self.ngram, options)
+        check_ngram_options(self.ngram, options)
         self.num_epochs = options.num_epochs
         self.last_row_consumed = False
         self.stopped = False
@@ -290,8 +198,8 @@ class Reader(ResumableReader):
                                 options.cache_row_size_estimate, options.cache_extra_settings)
         location = resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem)
         self.dataset = open_store(location)
-        stored = _load_schema(self.dataset, options.batched_output)
-        view = _select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
+        stored = load_schema(self.dataset, options.batched_output)
+        view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
         self.schema = transform_schema(view, options.transform_spec)
         context = self._make_context(stored, view)
         pieces = load_row_groups(self.dataset)
@@ -326,7 +234,7 @@ class Reader(ResumableReader):
             predicate_fields = [stored.fields[n] for n in names]
         self._partition_predicate = options.predicate is not None and bool(self.dataset.partition_names) and {
             f.name for f in predicate_fields} <= set(self.dataset.partition_names)
-        _check_columns_exist(self.dataset, list(view.fields.values()) + predicate_fields)
+        check_columns_exist(self.dataset, list(view.fields.values()) + predicate_fields)
         expression = filter_expression(options.filters)
         partition_names = tuple(self.dataset.partition_names)
         candidates = list(dict.fromkeys(list(stored.fields) + list(partition_names)))

@@ -38,7 +38,7 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
-from petastorm.reader import check_reader
+from petastorm.reader_inputs import check_reader
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,112 @@
+"""What a reader is given, checked before planning: the schema to read, the fields selected, a consumer's reader.
+
+Each check raises as early as possible with a message naming what was passed and what was expected; the
+warnings' ``stacklevel`` points at the user's ``make_reader``/``make_batch_reader`` call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from petastorm.errors import PetastormMetadataError
+from petastorm.metadata.store import ParquetStore, inferred_schema, stored_schema
+from petastorm.ngram import NGram
+from petastorm.options import ReaderOptions
+from petastorm.unischema import Unischema, UnischemaField
+
+__all__ = ['check_columns_exist', 'check_ngram_options', 'check_reader', 'load_schema', 'select_fields']
+
+
+def check_reader(consumer: str, reader: Any) -> None:
+    """Refuse, before anything is read, what is not a reader: a URL, a path, a list, a torch dataset...
+
+    A reader is what ``make_reader``/``make_batch_reader`` return, or an object that behaves like one (it is
+    iterated and has ``stop()`` and ``join()``, as :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`).
+
+    Raises:
+        TypeError: naming what was passed and how to make a reader of it.
+    """
+    if isinstance(reader, (str, bytes, os.PathLike)):
+        raise TypeError(f'{consumer} takes a reader, not a dataset URL or path: got {reader!r}. Open the dataset '
+                        f'first, for example {consumer}(make_reader({os.fsdecode(reader)!r})) (make_batch_reader '
+                        f'for a Parquet store without Petastorm metadata)')
+    missing = [name for name in ('__iter__', 'stop', 'join') if not callable(getattr(reader, name, None))]
+    if missing:
+        raise TypeError(f'{consumer} takes a reader made by make_reader or make_batch_reader (an object that is '
+                        f'iterated and has stop() and join()), got {type(reader).__name__} (it has no '
+                        f'{", ".join(missing)})')
+
+
+def load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
+    try:
+        schema = stored_schema(store)
+    except PetastormMetadataError:
+        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
+                                                   for k in store.metadata_kv):
+            raise  # the metadata is there but unreadable or refused: never silently fall back
+        if not batched_output:
+            warnings.warn('Currently make_reader supports reading only Petastorm datasets. To read from a '
+                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=4)
+        return inferred_schema(store)
+    if batched_output:
+        # The opening words are the original's (code filters the warning on them); the rest is what we do.
+        warnings.warn('Please use make_reader (instead of make_batch_reader) to read this Petastorm dataset one row '
+                      'at a time. make_batch_reader reads it too: it decodes the codec fields and yields one '
+                      'namedtuple of column arrays per row group (its TransformSpec function receives a pandas '
+                      'DataFrame).', UserWarning, stacklevel=4)
+    return schema
+
+
+def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
+    if schema_fields is None:
+        return schema
+    if isinstance(schema_fields, NGram):
+        schema_fields.resolve_regex_field_names(schema)
+        return schema.create_schema_view([schema.fields[n] for n in schema_fields.get_field_names_at_all_timesteps()])
+    if isinstance(schema_fields, (str, bytes)) or not hasattr(schema_fields, '__iter__'):
+        hint = f'; for one field pass a list: schema_fields=[{schema_fields!r}]' if isinstance(
+            schema_fields, (str, bytes)) else ''
+        raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
+                         f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
+    schema_fields = list(schema_fields)
+    view = schema.create_schema_view(schema_fields)
+    if not view.fields:
+        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}. "
+                           f"The dataset's fields: {', '.join(schema.fields)}")
+    unmatched = [item for item in schema_fields
+                 if isinstance(item, str) and not any(re.fullmatch(item, name) for name in schema.fields)]
+    if unmatched:
+        warnings.warn(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
+                      f"regular expressions must match a whole field name). The dataset's fields: "
+                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=4)
+    return view
+
+
+def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
+    if not store.files:
+        return
+    with store.filesystem.open_input_file(store.files[0]) as f:
+        file_columns = set(pq.read_schema(f).names)
+    partitions = set(store.partition_names)
+    missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
+    if missing:
+        raise PetastormMetadataError(f'fields {missing} of the dataset schema are not columns of {store.files[0]} '
+                                     f'(columns: {sorted(file_columns)}); the metadata does not match the files')
+
+
+def check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
+    if ngram is None:
+        return
+    if options.transform_spec is not None:
+        raise ValueError('transform_spec cannot be combined with an NGram: transform the windows after reading')
+    if options.shard_mode == 'rows':
+        raise ValueError("shard_mode='rows' splits row groups at any row and would cut NGram windows; use "
+                         "shard_mode='row_groups' with an NGram")
+    if not ngram.timestamp_overlap and options.shuffle_row_drop_partitions > 1:
+        raise NotImplementedError('An NGram with timestamp_overlap=False cannot be combined with '
+                                  'shuffle_row_drop_partitions > 1')
