@@ -51,7 +51,7 @@ def make_petastorm_dataset(reader: Any) -> Any:
         ...     dataset = make_petastorm_dataset(reader).map(lambda row: (row.image, row.digit)).batch(64)
         ...     model.fit(dataset)
     """
-    from petastorm.reader import check_reader  # refuse a URL or a list before anything starts
+    from petastorm.reader_inputs import check_reader  # refuse a URL or a list before anything starts
     check_reader('make_petastorm_dataset', reader)
     tf = import_optional('tensorflow', 'petastorm.tf_utils.make_petastorm_dataset')
     layout = ElementLayout.of(reader)
