@@ -98,6 +98,46 @@ def test_leaving_the_block_stops_the_reader(converter):
         drain()
 
 
+def _graph_mode_batches(converter, limit=1000, **kwargs):
+    """Every batch of ``converter.make_tf_dataset(**kwargs)``, read by TF1 code in a graph-mode session."""
+    with tf.Graph().as_default(), converter.make_tf_dataset(**kwargs) as dataset:
+        next_batch = dataset.make_one_shot_iterator().get_next()
+        got = []
+        with tf.compat.v1.Session() as session:
+            try:
+                while len(got) < limit:
+                    got.append(session.run(next_batch))
+            except tf.errors.OutOfRangeError:
+                return got
+    raise AssertionError(f'the dataset did not end after {limit} batches')
+
+
+def test_tf1_session_reads_the_same_batches_as_eager_code(converter):
+    graph_batches = _graph_mode_batches(converter, batch_size=7, num_epochs=1, workers_count=1)
+    with converter.make_tf_dataset(batch_size=7, num_epochs=1, workers_count=1) as dataset:
+        assert callable(dataset.make_one_shot_iterator)
+        eager_batches = [{name: value.numpy() for name, value in batch._asdict().items()} for batch in dataset]
+    assert [len(b.id) for b in graph_batches] == [len(b['id']) for b in eager_batches] == [7] * 5 + [5]
+    graph_ids = [int(i) for b in graph_batches for i in b.id]
+    eager_ids = [int(i) for b in eager_batches for i in b['id']]
+    assert sorted(graph_ids) == sorted(eager_ids) == list(range(ROWS))
+    for batch in graph_batches:
+        assert (batch.id.dtype, batch.x.dtype, batch.vec.dtype) == (np.int64, np.float32, np.float64)
+        np.testing.assert_allclose(batch.x, batch.id / 2)
+        np.testing.assert_array_equal(batch.vec, np.stack([batch.id, -np.ones(len(batch.id))], axis=1))
+
+
+def test_tf1_session_over_an_endless_shuffled_dataset(converter):
+    with tf.Graph().as_default(), converter.make_tf_dataset(batch_size=16, shuffling_queue_capacity=20) as dataset:
+        next_batch = dataset.make_one_shot_iterator().get_next()
+        with tf.compat.v1.Session() as session:
+            batches = [session.run(next_batch) for _ in range(6)]
+    assert [len(b.id) for b in batches] == [16] * 6  # num_epochs=None: it goes on past one pass
+    ids = [int(i) for b in batches for i in b.id]
+    assert set(ids) <= set(range(ROWS))
+    assert max(collections.Counter(ids).values()) > 1  # some row came a second time: a later pass began
+
+
 @pytest.mark.spark
 @pytest.mark.slow  # Spark jobs write and count the DataFrame
 def test_dataframe_to_keras_training(spark, tmp_path):

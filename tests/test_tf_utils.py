@@ -6,6 +6,7 @@ import importlib.util
 import os
 import pathlib
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -446,3 +447,142 @@ def test_keras_learns_mnist_like_digits(tmp_path):
         history = model.fit(pairs.batch(32), steps_per_epoch=8, epochs=3, shuffle=False, verbose=0)
     losses = history.history['loss']
     assert losses[-1] < losses[0] / 2, losses
+
+
+# -- one dataset for TF1 graph code and TF2 eager code ----------------------------------------------------------
+
+
+def _graph_mode_elements(make_dataset, via_function=False, limit=1000):
+    """Every element of the dataset ``make_dataset()`` builds inside a fresh graph, read as TF1 code reads it."""
+    with tf.Graph().as_default():
+        dataset = make_dataset()
+        if via_function:
+            iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+        else:
+            iterator = dataset.make_one_shot_iterator()
+        next_element = iterator.get_next()
+        got = []
+        with tf.compat.v1.Session() as session:
+            try:
+                while len(got) < limit:
+                    got.append(session.run(next_element))
+            except tf.errors.OutOfRangeError:
+                return got
+    raise AssertionError(f'the dataset did not end after {limit} elements')
+
+
+def test_row_dataset_serves_tf1_graph_code_and_tf2_eager_code(typed_url):
+    fields = ['i64', 'price', 'matrix', 'seq']
+    with _row_reader(typed_url, schema_fields=fields) as reader:
+        graph_rows = _graph_mode_elements(lambda: make_petastorm_dataset(reader))
+    with _row_reader(typed_url, schema_fields=fields) as reader:
+        dataset = make_petastorm_dataset(reader)
+        assert isinstance(dataset, tf.data.Dataset)
+        assert [shape.as_list() for shape in dataset.output_shapes] == [[], [], [2, 3], [None]]
+        eager_rows = [{name: value.numpy() for name, value in row._asdict().items()} for row in dataset]
+    assert [row.i64 for row in graph_rows] == [row['i64'] for row in eager_rows] == [-(2 ** 40) * i
+                                                                                      for i in range(ROWS)]
+    for i, (graph_row, eager_row) in enumerate(zip(graph_rows, eager_rows, strict=True)):
+        expected = _expected_typed(i)
+        for name in fields:
+            _assert_value(name, getattr(graph_row, name), expected[name])
+            _assert_value(name, eager_row[name], expected[name])
+
+
+def test_batch_dataset_in_a_tf1_session(typed_url):
+    for via_function in (False, True):
+        with _batch_reader(typed_url, schema_fields=['i8', 'matrix']) as reader:
+            batches = _graph_mode_elements(lambda: make_petastorm_dataset(reader), via_function)
+        assert len(batches) > 1
+        assert np.concatenate([b.i8 for b in batches]).tolist() == [-i for i in range(ROWS)]
+        assert all(b.matrix.shape == (len(b.i8), 2, 3) for b in batches)
+
+
+def test_transformed_datasets_keep_the_tf1_iterator_methods(typed_url):
+    def pipeline(first, second):
+        return (make_petastorm_dataset(first).prefetch(4).concatenate(make_petastorm_dataset(second))
+                .map(lambda row: row.i32).batch(10).unbatch().shuffle(5, seed=1).batch(ROWS * 2))
+
+    def two_readers():
+        return _row_reader(typed_url, schema_fields=['i32']), _row_reader(typed_url, schema_fields=['i32'])
+
+    first, second = two_readers()
+    with first, second:
+        (graph_batch,) = _graph_mode_elements(lambda: pipeline(first, second))
+    first, second = two_readers()
+    with first, second:
+        dataset = pipeline(first, second)
+        (eager_batch,) = [batch.numpy() for batch in dataset]
+        assert callable(dataset.make_one_shot_iterator)
+    expected = sorted(2 * [-70000 * i for i in range(ROWS)])
+    assert sorted(graph_batch.tolist()) == sorted(eager_batch.tolist()) == expected
+
+
+def test_graph_mode_repeat_restarts_the_reader_when_the_session_asks_for_more(typed_url):
+    with _row_reader(typed_url, schema_fields=['i32']) as reader, tf.Graph().as_default():
+        next_row = make_petastorm_dataset(reader).repeat(2).make_one_shot_iterator().get_next()
+        with tf.compat.v1.Session() as session:
+            with warnings.catch_warnings(record=True) as early:
+                warnings.simplefilter('always')
+                first = [int(session.run(next_row).i32) for _ in range(ROWS)]
+                time.sleep(0.5)  # time for anything that reads ahead to reach the end and restart the reader
+            assert not [w for w in early if 'multiple iterations' in str(w.message)]  # nothing restarted it unasked
+            with pytest.warns(UserWarning, match='Running multiple iterations over make_petastorm_dataset'):
+                second = [int(session.run(next_row).i32)]
+            second += [int(session.run(next_row).i32) for _ in range(ROWS - 1)]
+            with pytest.raises(tf.errors.OutOfRangeError):
+                session.run(next_row)
+    assert first == second == [-70000 * i for i in range(ROWS)]
+
+
+def test_one_shot_iterator_of_a_dataset_in_eager_mode(typed_url):
+    with _row_reader(typed_url, schema_fields=['i32']) as reader:
+        iterator = make_petastorm_dataset(reader).make_one_shot_iterator()
+        assert [int(iterator.get_next().i32) for _ in range(3)] == [0, -70000, -140000]
+
+
+def test_ngram_dataset_in_a_tf1_session(seq_url):
+    with _row_reader(seq_url, schema_fields=_seq_ngram()) as reader:
+        windows = _graph_mode_elements(lambda: make_petastorm_dataset(reader))
+    assert len(windows) > 10
+    for window in windows:
+        assert window[1].ts == window[0].ts + 1
+        assert window[0].pos.tolist() == [window[0].ts, -window[0].ts]
+        assert window[1].label == f'l{window[1].ts}'.encode()
+
+
+def _mixed(url, **kwargs):
+    from petastorm.weighted_sampling_reader import WeightedSamplingReader
+
+    readers = [_row_reader(url, schema_fields=['i32', 'i64', 'matrix'], **kwargs) for _ in range(2)]
+    return WeightedSamplingReader(readers, [0.5, 0.5], seed=4)
+
+
+def _assert_typed_rows(rows):
+    """Each of ``rows`` (numpy values of i32, i64, matrix) is one row of the typed dataset, whole."""
+    for i32, i64, matrix in rows:
+        i = -int(i32) // 70000
+        assert (int(i64), matrix.tolist()) == (-(2 ** 40) * i, np.full((2, 3), i).tolist())
+
+
+def test_weighted_sampling_of_row_readers_in_graph_and_eager_mode(typed_url):
+    with _mixed(typed_url) as mixed:
+        graph_rows = _graph_mode_elements(lambda: make_petastorm_dataset(mixed))
+    with _mixed(typed_url) as mixed:
+        dataset = make_petastorm_dataset(mixed)
+        assert dataset.element_spec.matrix.shape.as_list() == [2, 3]
+        eager_rows = [tuple(value.numpy() for value in row) for row in dataset]
+    # The mix ends when the reader it picks has no row left: after ROWS to 2 * ROWS - 1 rows.
+    assert ROWS <= len(graph_rows) == len(eager_rows) < 2 * ROWS  # the same seed, the same mix
+    _assert_typed_rows([tuple(row) for row in graph_rows])
+    _assert_typed_rows(eager_rows)
+
+
+def test_weighted_sampling_of_row_readers_through_tf_tensors(typed_url):
+    with _mixed(typed_url) as mixed, tf.Graph().as_default():
+        tensors = tf_tensors(mixed)
+        assert tensors.matrix.shape.as_list() == [2, 3]
+        with tf.compat.v1.Session() as session:
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            rows = [session.run(tensors) for _ in range(ROWS)]
+    _assert_typed_rows([tuple(row) for row in rows])

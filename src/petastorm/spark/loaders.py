@@ -117,6 +117,7 @@ def tf_dataset(converter: Any, batch_size: int | None, prefetch: int | None, num
     from petastorm.tf_utils import make_petastorm_dataset
 
     with open_reader(converter, num_epochs, workers_count, reader_kwargs, wait_timeout_secs) as reader:
+        # A tf.compat.v1.data dataset; unbatch/shuffle/batch/prefetch keep its TF1 methods (make_one_shot_iterator).
         dataset = make_petastorm_dataset(reader).unbatch()
         if shuffling_queue_capacity:
             dataset = dataset.shuffle(shuffling_queue_capacity)

@@ -116,7 +116,10 @@ class SparkDatasetConverter:
             shuffling_queue_capacity: rows of the shuffling buffer; None or 0 keeps the file order.
             **petastorm_reader_kwargs: more ``make_batch_reader`` arguments.
 
-        Leaving the ``with`` block stops and joins the reader.
+        The dataset is built through ``tf.compat.v1.data`` (as :func:`petastorm.tf_utils.make_petastorm_dataset`):
+        TF2 code iterates it or hands it to Keras, and TF1 graph code reads it with
+        ``dataset.make_one_shot_iterator().get_next()`` in a ``tf.compat.v1.Session``, both inside the ``with``
+        block. Leaving the ``with`` block stops and joins the reader.
         """
         self._check_not_deleted()
         return loaders.tf_dataset(self, batch_size, prefetch, num_epochs, workers_count, shuffling_queue_capacity,

@@ -3,7 +3,15 @@
 The Python generator behind the dataset hands TensorFlow one batch of columns per work item (a row group or
 part of one), never one Python object per row: a batch reader's batches go through as they are, and a row
 reader's column batches are cut into rows by ``Dataset.unbatch()`` inside TensorFlow. Only a batch whose rows
-have different shapes (a variable-shape field of a row reader) is handed over as one-row batches.
+have different shapes (a variable-shape field of a row reader) is handed over as one-row batches, and only a
+row source without column batches (a :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader` of row
+readers, which picks a reader per row) is read row by row.
+
+The dataset is built with ``tf.compat.v1.data``: it is a ``tf.data.Dataset`` like any other for TF2 code
+(iteration, ``map``/``batch``/``prefetch``, Keras) and also keeps the TF1 methods (``make_one_shot_iterator()``,
+``output_shapes``) that graph-mode code written for the original Petastorm calls. Every transformation of such a
+dataset returns one of the same kind, so the converter's batched pipeline keeps them too. Built in graph mode, the
+dataset also leaves out the prefetch TF2 would add at its end, so that a session reads nothing it did not ask for.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
-from petastorm.tf_utils._convert import RaggedColumnError, column_for_tf, columns_for_tf, value_for_tf
+from petastorm.tf_utils._convert import RaggedColumnError, column_for_tf, columns_for_tf, value_for_tf, values_for_tf
 from petastorm.tf_utils._layout import ElementLayout
 
 # The first sentence is the original's, which users filter on.
@@ -44,7 +52,9 @@ def make_petastorm_dataset(reader: Any) -> Any:
         reader: a :class:`petastorm.reader.Reader`.
 
     Returns:
-        A ``tf.data.Dataset``.
+        A ``tf.data.Dataset`` made through ``tf.compat.v1.data``, so that it also has the TF1 API: in graph mode
+        ``dataset.make_one_shot_iterator().get_next()`` run in a ``tf.compat.v1.Session`` works as with the
+        original Petastorm (and so does ``tf.compat.v1.data.make_one_shot_iterator(dataset)``).
 
     Example:
         >>> with make_reader('file:///tmp/mnist', num_epochs=1) as reader:
@@ -57,21 +67,61 @@ def make_petastorm_dataset(reader: Any) -> Any:
     layout = ElementLayout.of(reader)
     layout.warn_about_unicode()
 
+    by_rows = not reader.batched_output and not _has_column_batches(reader)
+    source = row_values if by_rows else column_batches
+
     def generate() -> Iterator[Any]:
         if reader.last_row_consumed:
             warnings.warn(_RESET_WARNING, UserWarning, stacklevel=2)
             reader.reset()
         try:
-            for flat in column_batches(reader, layout):
+            for flat in source(reader, layout):
                 yield layout.pack(flat)
         except RuntimeError:
             # TF's prefetch thread may still pull after the caller stopped the reader (e.g. leaving a
             # ``with`` block over an endless dataset): end quietly then; any other failure propagates.
-            if not reader.stopped:
+            if not _stopped(reader):
                 raise
 
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=True))
-    return dataset if reader.batched_output else dataset.unbatch()
+    batched = not by_rows
+    # tf.compat.v1.data.Dataset is the tf.data.Dataset class plus the TF1 methods; its transformations keep them.
+    dataset = tf.compat.v1.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=batched))
+    if batched and not reader.batched_output:
+        dataset = dataset.unbatch()
+    if not tf.executing_eagerly():
+        dataset = dataset.with_options(_graph_mode_options(tf))
+    return dataset
+
+
+def _graph_mode_options(tf: Any) -> Any:
+    """``tf.data`` options for a dataset built in graph mode: TF1's pipeline, without an injected prefetch.
+
+    TF2 adds a prefetch after a pipeline's last step, which reads one element ahead of the session. Across the end
+    of the reader's data that restarts the reader (and warns) before the session asked for another pass; graph
+    code written for TF1, where nothing was read ahead unasked, sees the restart when it asks for it. Eager code
+    keeps TF2's defaults.
+    """
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return options
+
+
+def _stopped(reader: Any) -> bool:
+    """Whether ``reader`` was stopped (a WeightedSamplingReader: whether one of its readers was)."""
+    if hasattr(reader, 'stopped'):
+        return bool(reader.stopped)
+    return any(_stopped(inner) for inner in getattr(reader, 'readers', ()))
+
+
+def _has_column_batches(reader: Any) -> bool:
+    """Whether a row reader hands over whole decoded columns (:meth:`petastorm.reader.Reader.iter_column_batches`)."""
+    return callable(getattr(reader, 'iter_column_batches', None))
+
+
+def row_values(reader: Any, layout: ElementLayout) -> Iterator[list[Any]]:
+    """The rows of a row source without column batches, each as TensorFlow-ready values in ``layout``'s flat order."""
+    for element in reader:
+        yield values_for_tf(layout.names, layout.flatten(element))
 
 
 def column_batches(reader: Any, layout: ElementLayout) -> Iterator[list[np.ndarray]]:
