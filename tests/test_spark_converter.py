@@ -343,7 +343,7 @@ def test_local_cache_dir_on_a_cluster_warns(caplog):
 
 @pytest.mark.spark
 @pytest.mark.parametrize(('kwargs', 'message'), [
-    ({'dtype': 'float16'}, "dtype 'float16' is not supported"),
+    ({'dtype': 'float16'}, r"^dtype float16 is not supported\. +Use 'float32' or float64"),
     ({'dtype': 'int32'}, 'is not supported'),
     ({'compression_codec': 'bzip2'}, "compression_codec 'bzip2' is not supported"),
     ({'parquet_row_group_size_bytes': 0}, 'positive integer'),

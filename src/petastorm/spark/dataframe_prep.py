@@ -72,8 +72,9 @@ def _check_dtype(dtype: Any) -> str | None:
     except TypeError:
         name = None
     if name not in FLOAT_DTYPES:
-        raise ConverterOptionError(f"dtype {dtype!r} is not supported. Use 'float32' or 'float64' (or None to keep "
-                                   f'the DataFrame\'s float types)')
+        # Petastorm's words verbatim, run of spaces included (code and tests match them), then ours.
+        raise ConverterOptionError(f"dtype {dtype} is not supported.             Use 'float32' or float64 "
+                                   f"(dtype='float32', 'float64', or None to keep the DataFrame's float types)")
     return name
 
 
