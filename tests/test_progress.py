@@ -7,32 +7,18 @@ import re
 import time
 from types import SimpleNamespace
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 import petastorm._progress as progress_module
 from petastorm import write_dataset
-from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.etl.rowgroup_indexers import SingleFieldIndexer
 from petastorm.etl.rowgroup_indexing import build_rowgroup_index
-from petastorm.unischema import Unischema, UnischemaField
-
-Readings = Unischema('Readings', [UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
-                                  UnischemaField('sensor', np.int32, (), ScalarCodec(pa.int32()), False),
-                                  UnischemaField('values', np.float32, (3,), NdarrayCodec(), False)])
-ROWS = 300
-
-
-def _rows(count=ROWS):
-    return [{'id': i, 'sensor': i % 5, 'values': np.full(3, i, np.float32)} for i in range(count)]
+from readings import ROWS, Readings, readings_rows, write_readings
 
 
 @pytest.fixture(scope='module')
 def readings_url(tmp_path_factory):
-    url = tmp_path_factory.mktemp('readings').joinpath('ds').as_uri()
-    write_dataset(url, Readings, _rows(), row_group_size_mb=0.002, progress=False)
-    return url
+    return write_readings(tmp_path_factory.mktemp('readings'))
 
 
 @pytest.fixture
@@ -53,7 +39,7 @@ def no_tqdm(monkeypatch):
 # --- progress -----------------------------------------------------------------------------------------------------
 
 def test_write_dataset_draws_a_bar_on_a_terminal(tmp_path, terminal, capsys):
-    write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, _rows(), row_group_size_mb=0.002)
+    write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, readings_rows(), row_group_size_mb=0.002)
     err = capsys.readouterr().err
     assert 'writing file://' in err
     assert f'{ROWS}/{ROWS}' in err
@@ -62,7 +48,7 @@ def test_write_dataset_draws_a_bar_on_a_terminal(tmp_path, terminal, capsys):
 
 def test_write_dataset_logs_progress_without_tqdm(tmp_path, no_tqdm, caplog):
     with caplog.at_level(logging.INFO, logger='petastorm'):
-        write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, iter(_rows()), row_group_size_mb=0.002)
+        write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, iter(readings_rows()), row_group_size_mb=0.002)
     lines = [r.getMessage() for r in caplog.records if r.name == 'petastorm.writer' and 'rows/s' in r.getMessage()]
     assert lines, caplog.text
     assert lines[-1].startswith(f'writing {tmp_path.joinpath("ds").as_uri()}: {ROWS} rows')  # a generator: no total
@@ -70,7 +56,8 @@ def test_write_dataset_logs_progress_without_tqdm(tmp_path, no_tqdm, caplog):
 
 def test_write_dataset_progress_false_shows_nothing(tmp_path, terminal, caplog, capsys):
     with caplog.at_level(logging.INFO, logger='petastorm'):
-        write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, _rows(), row_group_size_mb=0.002, progress=False)
+        write_dataset(tmp_path.joinpath('ds').as_uri(), Readings, readings_rows(), row_group_size_mb=0.002,
+                      progress=False)
     assert capsys.readouterr().err == ''
     assert not [r for r in caplog.records if 'rows/s' in r.getMessage()]
 
@@ -78,7 +65,7 @@ def test_write_dataset_progress_false_shows_nothing(tmp_path, terminal, caplog, 
 def test_a_bad_progress_argument_is_refused_before_anything_is_written(tmp_path):
     target = tmp_path / 'ds'
     with pytest.raises(ValueError, match='progress must be None'):
-        write_dataset(target.as_uri(), Readings, _rows(), progress='yes')
+        write_dataset(target.as_uri(), Readings, readings_rows(), progress='yes')
     assert not target.exists()
 
 
@@ -153,7 +140,7 @@ def test_spark_index_and_converter_show_their_spark_tasks(spark, tmp_path, no_tq
     from petastorm.spark import SparkDatasetConverter, make_spark_converter
 
     url = tmp_path.joinpath('ds').as_uri()
-    write_dataset(url, Readings, _rows(40), row_group_size_mb=0.001, progress=False)
+    write_dataset(url, Readings, readings_rows(40), row_group_size_mb=0.001, progress=False)
     spark.conf.set(SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF, tmp_path.joinpath('cache').as_uri())
     try:
         with caplog.at_level(logging.INFO, logger='petastorm'):

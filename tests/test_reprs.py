@@ -3,30 +3,17 @@ shuffling."""
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
-from petastorm import make_batch_reader, make_reader, write_dataset
-from petastorm.codecs import NdarrayCodec, ScalarCodec
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm import make_batch_reader, make_reader
 from petastorm.weighted_sampling_reader import WeightedSamplingReader
-
-Readings = Unischema('Readings', [UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
-                                  UnischemaField('sensor', np.int32, (), ScalarCodec(pa.int32()), False),
-                                  UnischemaField('values', np.float32, (3,), NdarrayCodec(), False)])
-ROWS = 300
-
-
-def _rows(count=ROWS):
-    return [{'id': i, 'sensor': i % 5, 'values': np.full(3, i, np.float32)} for i in range(count)]
+from readings import ROWS, write_readings
 
 
 @pytest.fixture(scope='module')
 def readings_url(tmp_path_factory):
-    url = tmp_path_factory.mktemp('readings').joinpath('ds').as_uri()
-    write_dataset(url, Readings, _rows(), row_group_size_mb=0.002, progress=False)
-    return url
+    return write_readings(tmp_path_factory.mktemp('readings'))
 
 
 @pytest.fixture(scope='module')

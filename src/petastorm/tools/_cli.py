@@ -136,25 +136,8 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     return options
 
 
-def existing_directory(url: str, what: str, storage_options: dict | None = None) -> None:
-    """Check that ``url`` parses and names an existing directory, before any Spark work starts.
-
-    Raises:
-        UsageError: the URL has no scheme or unknown scheme, or nothing exists there.
-    """
-    try:
-        filesystem, path = resolve_url(url, storage_options)
-        info = filesystem.get_file_info(path)
-    except (ValueError, OSError) as err:
-        raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
-    if info.type.name == 'NotFound':
-        raise UsageError(f'{what} {url} does not exist')
-    if info.type.name != 'Directory':
-        raise UsageError(f'{what} {url} is not a directory')
-
-
-def existing_path(url: str, what: str, storage_options: dict | None = None) -> None:
-    """Check that ``url`` parses and names an existing file or directory, before any work starts.
+def existing_path(url: str, what: str, storage_options: dict | None = None) -> Any:
+    """Check that ``url`` parses and names an existing file or directory, before any work starts; its file info.
 
     Raises:
         UsageError: the URL has no scheme or an unknown scheme, or nothing exists there.
@@ -166,6 +149,17 @@ def existing_path(url: str, what: str, storage_options: dict | None = None) -> N
         raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
     if info.type.name == 'NotFound':
         raise UsageError(f'{what} {url} does not exist')
+    return info
+
+
+def existing_directory(url: str, what: str, storage_options: dict | None = None) -> None:
+    """Check that ``url`` parses and names an existing directory, before any Spark work starts.
+
+    Raises:
+        UsageError: the URL has no scheme or unknown scheme, or nothing exists there, or it is not a directory.
+    """
+    if existing_path(url, what, storage_options).type.name != 'Directory':
+        raise UsageError(f'{what} {url} is not a directory')
 
 
 def check_target(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
