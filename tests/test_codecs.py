@@ -22,10 +22,10 @@ from petastorm.codecs import (
     NdarrayCodec,
     ScalarCodec,
     codec_from_json,
-    scalar_column_to_numpy,
     stack_or_objects,
 )
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
+from petastorm.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 from strategies import ARRAY_DTYPES, NUMERIC_DTYPES, SIMPLE_ARROW_TYPES, arrays, codecs, field_and_array, images
 
