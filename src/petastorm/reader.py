@@ -212,7 +212,9 @@ class Reader(ResumableReader):
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
                                max_bytes_in_flight=default_max_bytes_in_flight())
-        self._pool.start(read_item, dataclasses.replace(context, pieces=tuple(pieces), time_stages=time_stages))
+        # Public: executors other than the pool (Ray Data read tasks) read work items with read_item and it.
+        self.read_context = dataclasses.replace(context, pieces=tuple(pieces), time_stages=time_stages)
+        self._pool.start(read_item, self.read_context)
         self._columns = self._batches()
         self._output = self._deliver()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
@@ -395,6 +397,11 @@ class Reader(ResumableReader):
                 self._position.delivered()
                 batch[META]['row_ids'] = self._position.current_rows()
             yield batch
+
+    @property
+    def work_items(self) -> tuple[WorkItem, ...]:
+        """This shard's work items of one epoch (row ranges of the selected row groups), in piece order."""
+        return tuple(self._items)
 
     @property
     def seed(self) -> int | None:
