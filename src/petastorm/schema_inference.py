@@ -1,4 +1,8 @@
-"""Inferring a Unischema (no codecs) from the Arrow schema of a plain Parquet store."""
+"""Inferring a Unischema from the Arrow schema of a plain Parquet store.
+
+Fields get no codec, except Arrow tensor extension columns (``arrow.fixed_shape_tensor``,
+``arrow.variable_shape_tensor``), which become n-d fields decoded by ``ArrowTensorCodec``.
+"""
 
 from __future__ import annotations
 
@@ -32,9 +36,36 @@ def numpy_type_of_arrow(arrow_type: pa.DataType) -> Any:
     return None
 
 
+def _tensor_field(arrow_field: pa.Field) -> Any:
+    """The n-d field of an Arrow tensor extension column of numbers, or None for any other column."""
+    from petastorm.codecs import ArrowTensorCodec
+    from petastorm.codecs._tensor import FIXED_SHAPE_TENSOR, VARIABLE_SHAPE_TENSOR, VariableShapeTensorType
+    from petastorm.unischema import UnischemaField
+
+    arrow_type = arrow_field.type
+    name = getattr(arrow_type, 'extension_name', None)
+    if name == FIXED_SHAPE_TENSOR:
+        value_type, shape = arrow_type.value_type, tuple(int(d) for d in arrow_type.shape)
+    elif name == VARIABLE_SHAPE_TENSOR:
+        storage = arrow_type.storage_type
+        value_type = storage.field('data').type.value_type
+        # pyarrow's own type does not expose the uniform_shape metadata: every dimension is taken as free.
+        shape = arrow_type.uniform_shape if isinstance(arrow_type, VariableShapeTensorType) else \
+            (None,) * storage.field('shape').type.list_size
+    else:
+        return None
+    numpy_type = numpy_type_of_arrow(value_type)
+    if numpy_type is None or np.dtype(numpy_type).kind not in 'iuf':
+        return None
+    return UnischemaField(arrow_field.name, numpy_type, shape, ArrowTensorCodec(), arrow_field.nullable)
+
+
 def _field_for(arrow_field: pa.Field, omit_unsupported: bool) -> Any:
     from petastorm.unischema import UnischemaField
 
+    tensor = _tensor_field(arrow_field)
+    if tensor is not None:
+        return tensor
     arrow_type = arrow_field.type
     shape: tuple = ()
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):

@@ -208,7 +208,7 @@ class Unischema:
         for f in self._fields.values():
             if f.codec is not None:
                 check_storable(f)
-                spark_type = f.codec.spark_dtype()
+                spark_type = f.codec.spark_dtype(f) if _typed_by_field(f.codec) else f.codec.spark_dtype()
             elif tuple(f.shape) == () and f.numpy_dtype is np.bytes_:
                 # Petastorm maps np.string_ (numpy 1's name of np.bytes_) to a string column, and schemas written
                 # for it use np.string_ for text: keep that column type for Spark.
@@ -284,11 +284,18 @@ def check_storable(field: UnischemaField) -> None:
         raise SchemaError(_scalar_shape_message(field))
 
 
+def _typed_by_field(codec: Any) -> bool:
+    """Whether the codec's Arrow and Spark types follow the field's dtype and shape (they take the field)."""
+    from petastorm.codecs import ArrowTensorCodec
+
+    return isinstance(codec, ArrowTensorCodec)
+
+
 def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
     """The Arrow type of the Parquet column that stores ``field``."""
     if field.codec is not None:
         check_storable(field)
-        return field.codec.arrow_type()
+        return field.codec.arrow_type(field) if _typed_by_field(field.codec) else field.codec.arrow_type()
     scalar = _NUMPY_TO_ARROW.get(field.numpy_dtype)
     if scalar is None:
         raise ValueError(f'Was not able to map type {field.numpy_dtype} of field {field.name!r} to an Arrow '
@@ -372,10 +379,12 @@ def insert_explicit_nulls(unischema: Unischema, row_dict: dict) -> None:
                 raise ValueError(f'Field {name} is not found in the row_dict, but is not nullable.')
 
 
-def encode_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> dict[str, Any]:
+def encode_row(unischema: Unischema, row_dict: Mapping[str, Any], *, column_encoded: bool = False) -> dict[str, Any]:
     """Validate ``row_dict`` against the schema and encode every value to what its Parquet cell stores.
 
-    This is the validation shared by :func:`dict_to_spark_row` and the dataset writer.
+    This is the validation shared by :func:`dict_to_spark_row` and the dataset writer. With ``column_encoded``,
+    values of codecs that encode whole columns (``encode_column``, e.g. ``ArrowTensorCodec``) are only checked
+    (``codec.check_value``) and left for the caller to encode as a column.
 
     Raises:
         SchemaError: missing or unexpected fields, a ``None`` in a non-nullable field, or a value whose type or
@@ -404,7 +413,10 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> dict[str, A
             continue
         from petastorm.codecs import encode_value
 
-        encoded[name] = encode_value(field, value)
+        if column_encoded and hasattr(field.codec, 'encode_column'):
+            encoded[name] = field.codec.check_value(field, value)
+        else:
+            encoded[name] = encode_value(field, value)
     return encoded
 
 

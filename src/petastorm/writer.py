@@ -90,8 +90,8 @@ def _coerce_cells(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
         value = out.get(name)
         if value is None:
             continue
-        if field.codec is not None and field.codec.arrow_type() == pa.binary() and not isinstance(
-                value, (np.ndarray, bytes)):
+        if field.codec is not None and (hasattr(field.codec, 'encode_column') or arrow_type_of_field(
+                field) == pa.binary()) and not isinstance(value, (np.ndarray, bytes)):
             out[name] = np.asarray(value, dtype=field.numpy_dtype)
         elif isinstance(value, float) and np.isnan(value) and field.nullable:
             out[name] = None
@@ -103,15 +103,19 @@ def _encode_chunk(schema: Unischema, arrow_schema: pa.Schema, rows: list[Mapping
     columns: dict[str, list[Any]] = {name: [] for name in schema.fields}
     for offset, row in enumerate(rows):
         try:
-            encoded = encode_row(schema, row)
+            encoded = encode_row(schema, row, column_encoded=True)
         except (SchemaError, TypeError) as err:
             raise type(err)(f'row {first_index + offset}: {err}') from err
         for name, value in encoded.items():
             columns[name].append(value)
     arrays = []
     for field in arrow_schema:
+        codec = schema.fields[field.name].codec
         try:
-            arrays.append(pa.array(columns[field.name], type=field.type))
+            if hasattr(codec, 'encode_column'):
+                arrays.append(codec.encode_column(schema.fields[field.name], columns[field.name]))
+            else:
+                arrays.append(pa.array(columns[field.name], type=field.type))
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise SchemaError(f'field {field.name!r} (rows {first_index}..{first_index + len(rows) - 1}): values '
                               f'cannot be stored as {field.type}: {err}') from err

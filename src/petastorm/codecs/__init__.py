@@ -5,7 +5,9 @@ Byte formats are the standard ones Petastorm uses, so datasets move between the 
 * :class:`NdarrayCodec`: a ``.npy`` file (what ``np.save`` writes);
 * :class:`CompressedNdarrayCodec`: an ``.npz`` archive holding ``arr.npy`` (``np.savez_compressed``);
 * :class:`CompressedImageCodec`: a standard PNG or JPEG of the RGB (or grey) image;
-* :class:`ScalarCodec`: the native Parquet value of a Spark/Arrow type.
+* :class:`ScalarCodec`: the native Parquet value of a Spark/Arrow type;
+* :class:`ArrowTensorCodec`: numeric arrays as Arrow's ``fixed_shape_tensor`` / ``variable_shape_tensor`` columns
+  (not Petastorm's format: Arrow tools read them as tensors, Petastorm 0.13.1 cannot).
 
 Every codec has a stable registry name and a JSON description (:meth:`DataframeColumnCodec.to_json`) that is
 what the dataset metadata stores. ``decode_column`` decodes a whole Arrow column at once; readers call it per
@@ -23,11 +25,13 @@ from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _shape_m
 from petastorm.codecs._image import CompressedImageCodec
 from petastorm.codecs._ndarray import CompressedNdarrayCodec, NdarrayCodec
 from petastorm.codecs._scalar import ScalarCodec
+from petastorm.codecs._tensor import ArrowTensorCodec
 from petastorm.errors import SchemaError
 from petastorm.scalars import to_arrow_scalar
 
-__all__ = ['CODECS_BY_NAME', 'ColumnBuilder', 'CompressedImageCodec', 'CompressedNdarrayCodec', 'DataframeColumnCodec',
-           'NdarrayCodec', 'ScalarCodec', 'check_array', 'codec_from_json', 'encode_value', 'stack_or_objects']
+__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ColumnBuilder', 'CompressedImageCodec', 'CompressedNdarrayCodec',
+           'DataframeColumnCodec', 'NdarrayCodec', 'ScalarCodec', 'check_array', 'codec_from_json', 'encode_value',
+           'stack_or_objects']
 
 OPENCV_AVAILABLE: bool
 """Kept for compatibility; computed on first access without importing OpenCV eagerly."""
@@ -43,12 +47,14 @@ def __getattr__(name: str) -> Any:
 
 # The classes live in private modules but are named ``petastorm.codecs.<Class>``, so pickles, reprs and
 # Petastorm's own references keep the one public path.
-for _cls in (DataframeColumnCodec, NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec):
+for _cls in (DataframeColumnCodec, NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
+             ArrowTensorCodec):
     _cls.__module__ = __name__
 del _cls
 
 CODECS_BY_NAME: dict[str, type[DataframeColumnCodec]] = {
-    cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec)}
+    cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
+                                    ArrowTensorCodec)}
 
 
 def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeColumnCodec:
