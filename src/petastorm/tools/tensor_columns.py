@@ -17,6 +17,7 @@ all files converted, then the metadata is rewritten; with ``--output-url`` the s
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import posixpath
 import sys
@@ -170,6 +171,8 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description='Rewrite NdarrayCodec columns of a Petastorm dataset as '
                                      'Arrow fixed_shape_tensor / variable_shape_tensor columns (ArrowTensorCodec).')
+    _cli.add_version_argument(parser)
+    _cli.add_storage_options_argument(parser)
     parser.add_argument('dataset_url', help='the dataset directory URL (file:///..., s3://..., hdfs://...)')
     parser.add_argument('--columns', nargs='+', required=True, metavar='FIELD',
                         help='names of the NdarrayCodec / CompressedNdarrayCodec fields to convert')
@@ -177,29 +180,28 @@ def _parser() -> argparse.ArgumentParser:
                         help='write the converted dataset there instead of converting in place')
     parser.add_argument('--overwrite-output', action='store_true', help='replace what is at --output-url')
     parser.add_argument('--compression', default='snappy', help='Parquet compression of the rewritten files')
-    _cli.add_storage_options_argument(parser)
-    _cli.add_version_argument(parser)
     return parser
+
+
+def _convert_as_asked(args: argparse.Namespace) -> None:
+    """The tool's work: check the URLs before anything is written, convert, print the converted fields."""
+    storage_options = _cli.parse_storage_options(args.storage_options)
+    _cli.existing_directory(args.dataset_url, 'dataset', storage_options)
+    if args.output_url is not None:
+        _cli.check_target(args.output_url, args.overwrite_output, storage_options)
+    _cli.configure_progress_logging()
+    try:
+        schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
+                                           compression=args.compression, storage_options=storage_options)
+    except SchemaError as err:  # a column that cannot be converted: found before any file is written
+        raise _cli.UsageError(str(err)) from err
+    print(f'converted {", ".join(args.columns)}: {_describe(schema, args.columns)}')
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-tensor-columns``."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-
-    def work() -> None:
-        storage_options = _cli.parse_storage_options(args.storage_options)
-        _cli.existing_directory(args.dataset_url, 'dataset', storage_options)
-        if args.output_url is not None:
-            _cli.check_target(args.output_url, args.overwrite_output, storage_options)
-        _cli.configure_progress_logging()
-        try:
-            schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
-                                               compression=args.compression, storage_options=storage_options)
-        except SchemaError as err:
-            raise _cli.UsageError(str(err)) from err
-        print(f'converted {", ".join(args.columns)}: {_describe(schema, args.columns)}')
-
-    _cli.run(PROG, work)
+    _cli.run(PROG, functools.partial(_convert_as_asked, args))
 
 
 def _describe(schema: Unischema, columns: Sequence[str]) -> Any:
