@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _binary_payloads, _field_name, check_array
-from petastorm.errors import CodecError, SchemaError
+from petastorm.codecs._image_backends import ImageBackends, image_backends
+from petastorm.codecs._image_formats import plain_layout
+from petastorm.errors import CodecError, MissingDependencyError, SchemaError
 
 _IMAGE_FORMATS = {'png': '.png', 'jpeg': '.jpeg', 'jpg': '.jpeg'}
-
-
-def _cv2() -> Any:
-    from petastorm._optional import import_optional
-
-    cv2 = import_optional('cv2', 'CompressedImageCodec')
-    return cv2
 
 
 class CompressedImageCodec(DataframeColumnCodec):
@@ -58,47 +54,63 @@ class CompressedImageCodec(DataframeColumnCodec):
 
     def encode(self, unischema_field: Any, value: Any) -> bytes:
         value = check_array(unischema_field, value)
-        if value.ndim == 3 and value.shape[2] == 3:
-            value = value[:, :, ::-1]  # OpenCV takes BGR; the file stays standard RGB
-        elif value.ndim != 2:
+        if value.ndim != 2 and not (value.ndim == 3 and value.shape[2] == 3):
             raise SchemaError(f'Unexpected image dimensions of {_field_name(unischema_field)}. Supported '
                               f'dimensions are (H, W) or (H, W, 3). Got {value.shape}')
         if value.dtype not in (np.uint8, np.uint16) or (value.dtype == np.uint16 and self.image_codec == 'jpeg'):
             raise SchemaError(f'field {_field_name(unischema_field)}: {self.image_codec} images must be uint8'
                               f'{" or uint16" if self.image_codec == "png" else ""}, got {value.dtype}')
-        cv2 = _cv2()
-        params = [cv2.IMWRITE_JPEG_QUALITY, self._quality] if self.image_codec == 'jpeg' else []
-        ok, encoded = cv2.imencode(self._image_codec, np.ascontiguousarray(value), params)
-        if not ok:
-            raise CodecError(f'field {_field_name(unischema_field)}: OpenCV failed to encode a {value.shape} '
-                             f'{value.dtype} image as {self.image_codec}')
-        return encoded.tobytes()
+        backends = _backends()
+        chosen = backends.png_encoder if self.image_codec == 'png' else backends.jpeg_encoder
+        if chosen is None:
+            raise _missing_library(f'encoding {self.image_codec}')
+        try:
+            return chosen[1](value, self._quality)
+        except Exception as err:
+            raise CodecError(f'field {_field_name(unischema_field)}: {chosen[0]} failed to encode a {value.shape} '
+                             f'{value.dtype} image as {self.image_codec}: {err}') from err
 
-    def _decode_stored(self, cv2: Any, unischema_field: Any, value: Any) -> np.ndarray:
-        """The image as OpenCV decodes it (BGR channel order for colour images)."""
-        # OpenCV raises (rather than returning None) for an empty buffer
-        image = cv2.imdecode(np.frombuffer(value, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if len(value) else None
+    def _decode_payload(self, backends: ImageBackends, unischema_field: Any, payload: Any,
+                        out: np.ndarray | None, row: int | None) -> np.ndarray:
+        """One stored image in our layout (RGB, grey, or BGRA as OpenCV gives it), into ``out`` when it fits."""
+        where = '' if row is None else f' (row {row} of the column)'
+        error: Exception | None = None
+        try:
+            image = backends.decode(memoryview(payload).cast('B'), out)
+        except Exception as err:
+            image, error = None, err
         if image is None:
-            raise CodecError(f'field {_field_name(unischema_field)}: the stored value is not a decodable '
-                             f'{self.image_codec} image ({len(value)} bytes)')
+            if error is None and not backends.any_decoders and len(payload):
+                raise _missing_library('decoding this kind of image')
+            detail = f': {error}' if error is not None else ''
+            raise CodecError(f'field {_field_name(unischema_field)}{where}: the stored value is not a decodable '
+                             f'{self.image_codec} image ({len(payload)} bytes){detail}') from error
         return image
 
     def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
-        cv2 = _cv2()
-        return _to_rgb(cv2, self._decode_stored(cv2, unischema_field, value), None)
+        return self._decode_payload(_backends(), unischema_field, value, None, None)
 
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        cv2 = _cv2()
+        backends = _backends()
         payloads = _binary_payloads(column)
         builder = ColumnBuilder(len(payloads))
-        for payload in _iter_buffers(payloads):
+        for row, payload in enumerate(_iter_buffers(payloads)):
             if payload is None:
                 builder.add(None)
-            else:
-                # The colour conversion writes straight into the image's row of the column.
-                builder.add(self._decode_stored(cv2, unischema_field, payload),
-                            lambda image, out: _to_rgb(cv2, image, out))
+                continue
+            layout = plain_layout(payload)
+            if layout is None:
+                builder.add(self._decode_payload(backends, unischema_field, payload, None, row))
+                continue
+            # A stand-in of the header's shape and dtype (no memory of its own) lets the builder hand over the
+            # image's row of the column, and the decoder writes there directly.
+            placeholder = np.broadcast_to(np.zeros((), layout.dtype), layout.shape)
+            builder.add(placeholder, functools.partial(self._decode_into, backends, unischema_field, payload, row))
         return builder.result()
+
+    def _decode_into(self, backends: ImageBackends, unischema_field: Any, payload: memoryview, row: int,
+                     _placeholder: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        return self._decode_payload(backends, unischema_field, payload, out, row)
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional
@@ -112,14 +124,17 @@ class CompressedImageCodec(DataframeColumnCodec):
         return f'CompressedImageCodec({self.image_codec!r}, {self._quality})'
 
 
-def _to_rgb(cv2: Any, image: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """A decoded colour image in RGB order (written into ``out`` when given); other images as they are."""
-    if image.ndim == 3 and image.shape[2] == 3:
-        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
-    if out is None:
-        return image
-    out[...] = image
-    return out
+def _backends() -> ImageBackends:
+    try:
+        return image_backends()
+    except ValueError as err:
+        raise CodecError(f'CompressedImageCodec: {err}') from err
+
+
+def _missing_library(what: str) -> MissingDependencyError:
+    return MissingDependencyError(f'CompressedImageCodec needs an image library for {what} (OpenCV, or '
+                                  f'imagecodecs / simplejpeg / pyspng), and none could be imported. Install '
+                                  f"them with: pip install 'neo-petastorm[image]'")
 
 
 def _iter_buffers(payloads: pa.Array):
