@@ -55,7 +55,7 @@ class VariableShapeTensorType(pa.ExtensionType):
 
     def __arrow_ext_serialize__(self) -> bytes:
         if all(d is None for d in self._uniform_shape):
-            return b''
+            return b'{}'  # pyarrow's reader wants a JSON object, even an empty one
         return json.dumps({'uniform_shape': list(self._uniform_shape)}).encode()
 
     @classmethod
@@ -284,6 +284,10 @@ class ArrowTensorCodec(DataframeColumnCodec):
         shape = _tensor_shape(unischema_field)
         if None in shape:
             return VariableShapeTensorType(value_type, shape)
+        if 0 in shape:
+            raise SchemaError(f'field {_field_name(unischema_field)}: the fixed shape {shape} holds no values, '
+                              f'which an Arrow fixed_shape_tensor cannot store; mark the dimensions that can be 0 '
+                              f'as None (a variable_shape_tensor column)')
         return pa.fixed_shape_tensor(value_type, list(shape))
 
     def spark_dtype(self, unischema_field: Any = None) -> Any:
