@@ -1,4 +1,4 @@
-"""Arrow tensor columns reach the torch and TensorFlow loaders and Spark writes them (real frameworks)."""
+"""Arrow tensor columns reach the torch and TensorFlow loaders and Ray Data, and Spark writes them (real frameworks)."""
 
 import numpy as np
 import pytest
@@ -87,3 +87,23 @@ def test_spark_materialize_writes_flat_arrays_our_readers_decode(spark, tmp_path
         images = np.concatenate([b.image for b in reader])
     assert images.shape == (ROWS, 4, 5, 3)
     assert images.dtype == np.uint8
+
+
+@pytest.mark.slow
+def test_ray_data_reads_fixed_tensor_columns_as_arrays(url):
+    ray = pytest.importorskip('ray', reason='Ray Data is not installed on this platform')
+    import glob
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        files = glob.glob(url[len('file://'):] + '/*.parquet')
+        # Only the fixed-shape column: Ray pickles the schema, and pyarrow cannot pickle its variable_shape_tensor.
+        batch = ray.data.read_parquet(files, columns=['id', 'image']).take_batch(ROWS, batch_format='numpy')
+    finally:
+        if started_here:
+            ray.shutdown()
+    assert batch['image'].shape == (ROWS, 4, 5, 3)
+    assert batch['image'].dtype == np.uint8
+    np.testing.assert_array_equal(batch['image'][:, 0, 0, 0], batch['id'])
