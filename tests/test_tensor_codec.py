@@ -276,3 +276,18 @@ def test_conversion_tool_rewrites_ndarray_columns(tmp_path, capsys):
         tensor_columns_main([source, '--columns', 'id'])
     assert exit_info.value.code == 2
     assert "field 'id' is stored with no codec" in capsys.readouterr().err
+
+
+def test_conversion_tool_is_installed_as_a_command(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = Path(sys.executable).parent / 'petastorm-tensor-columns'
+    version = subprocess.run([str(command), '--version'], capture_output=True, text=True, timeout=60, check=False)
+    assert version.returncode == 0
+    assert version.stdout.startswith('petastorm-tensor-columns ')
+    missing = subprocess.run([str(command), f'file://{tmp_path}/nothing', '--columns', 'a'], capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert missing.returncode == 2
+    assert 'does not exist' in missing.stderr
