@@ -196,6 +196,17 @@ def test_our_readers_decode_the_columns(tensor_dataset):
     np.testing.assert_array_equal(rows[7].image, np.full((28, 28), 7, np.uint8))
 
 
+def test_process_pool_delivers_the_decoded_tensors(tensor_dataset):
+    with make_batch_reader(tensor_dataset, reader_pool_type='process', workers_count=2) as reader:
+        batches = list(reader)
+    images = np.concatenate([b.image for b in batches])
+    clouds = np.concatenate([b.cloud for b in batches])
+    ids = np.concatenate([b.id for b in batches])
+    np.testing.assert_array_equal(images[:, 9, 9], ids)
+    assert [None if c is None else c.shape for c in clouds] == [
+        None if i % 4 == 3 else (i % 3, 3) for i in ids]
+
+
 def _data_file(url):
     return glob.glob(url[len('file://'):] + '/*.parquet')[0]
 
