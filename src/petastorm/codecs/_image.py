@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _binary_payloads, _field_name, check_array
 from petastorm.codecs._image_backends import ImageBackends, image_backends
-from petastorm.codecs._image_formats import plain_layout
+from petastorm.codecs._image_formats import ImageLayout, plain_layout
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
 
 _IMAGE_FORMATS = {'png': '.png', 'jpeg': '.jpeg', 'jpg': '.jpeg'}
@@ -71,12 +71,13 @@ class CompressedImageCodec(DataframeColumnCodec):
                              f'{value.dtype} image as {self.image_codec}: {err}') from err
 
     def _decode_payload(self, backends: ImageBackends, unischema_field: Any, payload: Any,
-                        out: np.ndarray | None, row: int | None) -> np.ndarray:
+                        out: np.ndarray | None, row: int | None,
+                        layout: ImageLayout | None | Literal['unread'] = 'unread') -> np.ndarray:
         """One stored image in our layout (RGB, grey, or BGRA as OpenCV gives it), into ``out`` when it fits."""
         where = '' if row is None else f' (row {row} of the column)'
         error: Exception | None = None
         try:
-            image = backends.decode(memoryview(payload).cast('B'), out)
+            image = backends.decode(memoryview(payload).cast('B'), out, layout)
         except Exception as err:
             image, error = None, err
         if image is None:
@@ -100,17 +101,18 @@ class CompressedImageCodec(DataframeColumnCodec):
                 continue
             layout = plain_layout(payload)
             if layout is None:
-                builder.add(self._decode_payload(backends, unischema_field, payload, None, row))
+                builder.add(self._decode_payload(backends, unischema_field, payload, None, row, None))
                 continue
             # A stand-in of the header's shape and dtype (no memory of its own) lets the builder hand over the
             # image's row of the column, and the decoder writes there directly.
             placeholder = np.broadcast_to(np.zeros((), layout.dtype), layout.shape)
-            builder.add(placeholder, functools.partial(self._decode_into, backends, unischema_field, payload, row))
+            builder.add(placeholder,
+                        functools.partial(self._decode_into, backends, unischema_field, payload, row, layout))
         return builder.result()
 
     def _decode_into(self, backends: ImageBackends, unischema_field: Any, payload: memoryview, row: int,
-                     _placeholder: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-        return self._decode_payload(backends, unischema_field, payload, out, row)
+                     layout: ImageLayout, _placeholder: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        return self._decode_payload(backends, unischema_field, payload, out, row, layout)
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional

@@ -68,13 +68,17 @@ class ImageBackends:
         described['other images'] = ', '.join(name for name, _ in self.any_decoders) or 'none'
         return described
 
-    def decode(self, payload: memoryview, out: np.ndarray | None = None) -> np.ndarray | None:
+    def decode(self, payload: memoryview, out: np.ndarray | None = None,
+               layout: ImageLayout | None | Literal['unread'] = 'unread') -> np.ndarray | None:
         """Decode ``payload`` (into ``out`` when given and the layout allows); None when nothing can read it.
+
+        ``layout`` is the payload's :func:`plain_layout` when the caller has read it already.
 
         Raises:
             Exception: what the library raises for a corrupt file (callers wrap it with the field and row).
         """
-        layout = plain_layout(payload)
+        if layout == 'unread':
+            layout = plain_layout(payload)
         chosen = None if layout is None else self.png_decoder if layout.kind == 'png' else self.jpeg_decoder
         if chosen is not None and layout is not None:
             if out is not None and (out.shape != layout.shape or out.dtype != layout.dtype):
