@@ -131,6 +131,25 @@ def test_torch_batches_and_map_batches_see_tensor_columns(ray_cluster, shapes_ur
     np.testing.assert_allclose(means, expected)
 
 
+def test_tensor_columns_follow_the_tensor_format_ray_is_configured_for(ray_cluster, shapes_url):
+    from ray.data._internal.tensor_extensions.arrow import FixedShapeTensorFormat
+
+    context = ray.data.DataContext.get_current()
+    default = context.arrow_fixed_shape_tensor_format
+    assert isinstance(read_petastorm(shapes_url).schema().base_schema.field('image').type,
+                      ray.data.extensions.ArrowTensorTypeV2)
+    context.arrow_fixed_shape_tensor_format = FixedShapeTensorFormat.ARROW_NATIVE
+    try:
+        ds = read_petastorm(shapes_url, schema_fields=['id', 'image'])
+        image_type = ds.schema().base_schema.field('image').type
+        images = _columns(ds)['image']
+    finally:
+        context.arrow_fixed_shape_tensor_format = default
+    assert isinstance(image_type, pa.FixedShapeTensorType)
+    assert image_type.shape == [8, 6, 3]
+    np.testing.assert_array_equal(images, np.stack([row['image'] for row in shape_rows()]))
+
+
 def test_schema_fields_predicate_and_filters_select_what_make_reader_selects(ray_cluster, shapes_url):
     ds = read_petastorm(shapes_url, schema_fields=['id', 'vec.*'], predicate=in_lambda(['id'], lambda i: i % 3 == 0),
                         filters=[('id', '<', 60)])

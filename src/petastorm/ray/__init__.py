@@ -51,7 +51,8 @@ def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, p
         storage_options: fsspec options (credentials, endpoint) for remote URLs.
         filesystem: a ready pyarrow or fsspec filesystem, instead of resolving the URL.
         override_num_blocks: number of read tasks; more than there are row groups splits row groups into row
-            ranges. Default: Ray's choice, at most one task per row group.
+            ranges. Default: one per CPU of the Ray cluster (more for datasets of more than 128 MiB decoded per
+            CPU), at most one per row group; every task yields one block per row group it reads.
         concurrency: most read tasks running at once (default: Ray's choice).
         ray_remote_args: options of the read tasks' ``ray.remote`` (``num_cpus``, ``memory``, ...).
 
@@ -66,7 +67,8 @@ def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, p
                                      filters=filters, rowgroup_selector=rowgroup_selector,
                                      storage_options=storage_options, filesystem=filesystem,
                                      split_row_groups=override_num_blocks is not None)
-    return ray_data.read_datasource(datasource, override_num_blocks=override_num_blocks, concurrency=concurrency,
+    num_blocks = override_num_blocks if override_num_blocks is not None else datasource.default_num_tasks()
+    return ray_data.read_datasource(datasource, override_num_blocks=num_blocks, concurrency=concurrency,
                                     ray_remote_args=ray_remote_args)
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from ray.data import Datasource, ReadTask
+import ray
+from ray.data import DataContext, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
@@ -46,6 +47,8 @@ _PLAIN_PARQUET_WARNING = 'Currently make_reader supports reading only Petastorm 
 # Guess of the decoded bytes per value of a field whose size the schema does not fix (strings, images of any
 # size), used only for Ray's estimate of the in-memory size.
 _UNKNOWN_FIELD_BYTES = 64
+# Decoded bytes one read task aims at when Ray sets no target block size.
+_DEFAULT_TASK_BYTES = 128 * 1024 * 1024
 
 
 class PetastormDatasource(Datasource):
@@ -151,6 +154,22 @@ class PetastormDatasource(Datasource):
             tasks.append(ReadTask(read_fn, metadata, per_task_row_limit=per_task_row_limit))
         logger.debug('%s: %d read tasks for %d work items', self._url, len(tasks), len(items))
         return tasks
+
+    def default_num_tasks(self) -> int:
+        """The read tasks to ask Ray for when the user did not (``override_num_blocks``): few, big ones.
+
+        Ray's default asks for 200 blocks or more, and splits the output of each read task to get them; each task
+        costs tens of milliseconds to schedule, more than decoding a small row group. Tasks yield one block per
+        work item as they go, so a few tasks stream as well as many: one per CPU of the cluster, more only when
+        each would decode more than Ray's target block size.
+        """
+        decoded = sum(item.num_rows for item in self._items) * _row_bytes(self._output_fields())
+        target = DataContext.get_current().target_max_block_size or _DEFAULT_TASK_BYTES
+        return max(1, min(len(self._items), max(_cluster_cpus(), math.ceil(decoded / target))))
+
+
+def _cluster_cpus() -> int:
+    return max(1, int(ray.cluster_resources().get('CPU', 1))) if ray.is_initialized() else 1
 
 
 def _stored_as_is(field: UnischemaField) -> bool:
