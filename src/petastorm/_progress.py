@@ -46,6 +46,11 @@ def check_progress_argument(progress: Any) -> bool | None:
     raise ValueError(f'progress must be None (automatic), True or False, got {progress!r}')
 
 
+def _is_connect_session(spark: Any) -> bool:
+    # Recognised by module, so that pyspark is not imported here (petastorm.spark.session does the same).
+    return type(spark).__module__.startswith('pyspark.sql.connect')
+
+
 def _tqdm_class() -> Any:
     try:
         from tqdm import tqdm
@@ -147,9 +152,10 @@ class SparkJobProgress:
     """Shows the tasks of the Spark jobs started while the ``with`` block runs, done out of known.
 
     A thread looks at the ``SparkContext``'s status tracker twice a second and feeds a :class:`ProgressMeter`
-    (unit ``tasks``); it is stopped and joined when the block ends. Nothing is shown for a Spark Connect session
-    (no ``SparkContext``), and, unless ``enabled`` is True, when Spark draws its own console progress bar
-    (``spark.ui.showConsoleProgress``).
+    (unit ``tasks``); it is stopped and joined when the block ends. A Spark Connect session has no
+    ``SparkContext``: there the server's progress reports of the block's operations feed the meter instead,
+    through a handler registered for the block (``registerProgressHandler``). Unless ``enabled`` is True, nothing
+    is shown when a classic session draws its own console progress bar (``spark.ui.showConsoleProgress``).
 
     Args:
         spark: a ``SparkSession`` or ``SparkContext``.
@@ -164,7 +170,11 @@ class SparkJobProgress:
         self._enabled = enabled
         self._logger = logger
         self._group: str | None = None
-        self._tracker = self._status_tracker(spark) if enabled is not False else None
+        self._connect_session = spark if enabled is not False and _is_connect_session(spark) else None
+        self._connect_stages: dict[tuple[str | None, int], tuple[int, int]] = {}
+        self._connect_handler = self._on_connect_progress  # one bound method, so that the same one is removed
+        self._tracker = self._status_tracker(spark) if enabled is not False and self._connect_session is None \
+            else None
         self._meter: ProgressMeter | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -189,6 +199,8 @@ class SparkJobProgress:
         return set(tracker.getActiveJobsIds()) | set(tracker.getJobIdsForGroup(self._group))
 
     def __enter__(self) -> SparkJobProgress:
+        if self._connect_session is not None:
+            return self._watch_connect()
         if self._tracker is None:
             return self
         self._before = self._known_jobs()
@@ -224,7 +236,42 @@ class SparkJobProgress:
             meter.set_total(total)
             meter.update_to(done)
 
+    def _watch_connect(self) -> SparkJobProgress:
+        # The server's spark.ui.showConsoleProgress draws on the server's console, not here: it is not looked at.
+        try:
+            self._meter = ProgressMeter(self._description, None, 'tasks', self._enabled, self._logger)
+            self._connect_session.registerProgressHandler(self._connect_handler)
+        except Exception:  # noqa: BLE001 - an older client without progress reports: show nothing
+            if self._meter is not None:
+                self._meter.close()
+                self._meter = None
+            self._connect_session = None
+        return self
+
+    def _on_connect_progress(self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        """Called by the Spark Connect client (in the thread running the operation) with the server's report."""
+        meter = self._meter
+        if meter is None:
+            return
+        for stage in stages or ():
+            completed = stage.num_tasks if stage.done else stage.num_completed_tasks
+            self._connect_stages[(operation_id, stage.stage_id)] = (stage.num_tasks, completed)
+        if done:  # the operation finished: its stages ran every task (the last report may predate that)
+            for key, (tasks, _) in list(self._connect_stages.items()):
+                if key[0] == operation_id:
+                    self._connect_stages[key] = (tasks, tasks)
+        total = sum(tasks for tasks, _ in self._connect_stages.values())
+        if total:
+            meter.set_total(total)
+            meter.update_to(sum(completed for _, completed in self._connect_stages.values()))
+
     def __exit__(self, *exc_info: Any) -> None:
+        if self._connect_session is not None:
+            try:
+                self._connect_session.removeProgressHandler(self._connect_handler)
+            except Exception:  # noqa: BLE001 - the session was stopped under us: progress is only a display
+                pass
+            self._connect_session = None
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=10)

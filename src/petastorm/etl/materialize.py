@@ -11,6 +11,11 @@ timestamp encoding); after the body, the schema and the row-group map are writte
 with the same code the Spark-free writer uses, so datasets written either way are interchangeable. The
 session's settings are restored whatever happens. pyspark is never imported here: the session object the
 caller passes in is all we touch.
+
+A classic session gets the Parquet settings in its Hadoop configuration, as Petastorm set them. A Spark Connect
+session has no Hadoop configuration the client can reach, so they are set as session confs instead: Spark copies
+every session conf into the Hadoop configuration of each file write, where the Parquet writer finds them. The
+metadata is written afterwards from this process, through our filesystem layer, in both cases.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.fs import resolve_url
 from petastorm.metadata.store import SUMMARY_METADATA, list_data_files
 from petastorm.metadata.write import write_dataset_metadata
+from petastorm.spark.session import is_connect_session
 from petastorm.unischema import Unischema
 
 logger = logging.getLogger(__name__)
@@ -57,10 +63,9 @@ class _SavedSetting:
 def _hadoop_configuration(spark: Any) -> Any:
     try:
         return spark.sparkContext._jsc.hadoopConfiguration()
-    except Exception as err:  # Spark Connect sessions raise on .sparkContext; other objects lack attributes
-        raise TypeError(f'materialize_dataset needs a classic (py4j) SparkSession with a SparkContext; got '
-                        f'{type(spark).__name__} ({err}). Spark Connect sessions have no Hadoop configuration '
-                        f'to set up; write with petastorm.write_dataset(...) or run on a classic session.') from err
+    except Exception as err:  # an object that is neither kind of SparkSession
+        raise TypeError(f'materialize_dataset needs a pyspark SparkSession (classic or Spark Connect); got '
+                        f'{type(spark).__name__} ({err})') from err
 
 
 def _parquet_settings(row_group_size_mb: float | None, use_summary_metadata: bool) -> dict[str, str]:
@@ -166,13 +171,15 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
                         legacy_metadata: bool = True) -> Iterator[None]:
     """Turn the Parquet store written inside the ``with`` block into a Petastorm dataset.
 
-    Before the body: sets the Hadoop Parquet settings of ``spark`` (row-group size, summary files, early
-    row-group size checks) and makes Spark store timestamps as microseconds, remembering the previous values.
+    Before the body: sets the Parquet settings of ``spark`` (row-group size, summary files, early row-group size
+    checks; in the Hadoop configuration of a classic session, as session confs of a Spark Connect one) and makes
+    Spark store timestamps as microseconds, remembering the previous values.
     After the body: writes the schema and the number of row groups of every file to ``_common_metadata``.
     The previous settings are restored in every case; when the body raises, no metadata is written.
 
     Args:
-        spark: a classic ``pyspark.sql.SparkSession``.
+        spark: a ``pyspark.sql.SparkSession``, classic or Spark Connect (whose Parquet settings travel as session
+            confs; the body must write through this same session).
         dataset_url: the URL the body writes to (``file:///...``, ``hdfs://...``, ``s3://...``).
         schema: the Unischema of the rows written.
         row_group_size_mb: target row-group size (Parquet ``parquet.block.size``); Spark's default if None.
@@ -184,7 +191,7 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
 
     Raises:
         PetastormMetadataGenerationError: the body produced no Parquet files at ``dataset_url``.
-        TypeError: ``spark`` is not a classic SparkSession (e.g. Spark Connect).
+        TypeError: ``spark`` is not a SparkSession.
         ValueError: a bad ``row_group_size_mb`` or ``dataset_url``.
     """
     if not isinstance(schema, Unischema):
@@ -192,14 +199,21 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
     settings = _parquet_settings(row_group_size_mb, use_summary_metadata)
     filesystem = filesystem_factory() if filesystem_factory is not None else None
     fs, root = resolve_url(dataset_url, filesystem=filesystem)  # fail on a bad URL before Spark does any work
-    conf = _hadoop_configuration(spark)
+    session_settings = {_TIMESTAMP_TYPE_CONF: 'TIMESTAMP_MICROS'}
+    conf = None
+    if is_connect_session(spark):
+        session_settings.update(settings)
+    else:
+        conf = _hadoop_configuration(spark)
     saved_hadoop: list[_SavedSetting] = []
     saved_session: list[_SavedSetting] = []
     try:
-        saved_hadoop = _apply_hadoop(conf, settings)
-        saved_session = _apply_session(spark, {_TIMESTAMP_TYPE_CONF: 'TIMESTAMP_MICROS'})
+        if conf is not None:
+            saved_hadoop = _apply_hadoop(conf, settings)
+        saved_session = _apply_session(spark, session_settings)
         yield
         write_petastorm_metadata(fs, root, schema, dataset_url, legacy_metadata=legacy_metadata)
     finally:
         _restore_session(spark, saved_session)
-        _restore_hadoop(conf, saved_hadoop)
+        if conf is not None:
+            _restore_hadoop(conf, saved_hadoop)

@@ -3,8 +3,9 @@ the files written there, and deleting them.
 
 The parent directory comes from the Spark conf ``petastorm.spark.converter.parentCacheDirUrl``. Spark writes the
 files and our readers read them, so the URL must name storage both can reach: ``file:///...`` (a local disk in
-local mode, or a shared mount such as ``/dbfs``), ``dbfs:/...`` (read as ``file:///dbfs/...``), ``hdfs://...``,
-``s3://...``, ``gs://...`` or ``abfs://...``. A path without a scheme is refused rather than guessed.
+local mode, or a shared mount such as ``/dbfs`` or Unity Catalog's ``/Volumes``), ``dbfs:/...`` (read as
+``file:///dbfs/...``), ``hdfs://...``, ``s3://...``, ``gs://...`` or ``abfs://...``. A path without a scheme is
+refused rather than guessed.
 
 Nothing here imports pyspark; the callers pass what they read from the session.
 """
@@ -44,13 +45,26 @@ DeleteDirHandler = Callable[[str], None]
 def normalize_dbfs_url(url: str) -> str:
     """``dbfs:/x`` and ``file:/dbfs/x`` become ``file:///dbfs/x``: the FUSE mount every Databricks node has.
 
-    Spark reads and writes both forms; the readers (pyarrow) need the local mount.
+    Unity Catalog volumes are mounted at ``/Volumes`` instead: ``dbfs:/Volumes/x`` and ``file:/Volumes/x`` become
+    ``file:///Volumes/x``. Spark reads and writes all these forms; the readers (pyarrow) need the local mount.
     """
     if url.startswith('dbfs:/'):
-        return 'file:///dbfs/' + url[len('dbfs:/'):].lstrip('/')
+        path = url[len('dbfs:/'):].lstrip('/')
+        return 'file:///' + path if _is_volumes_path('/' + path) else 'file:///dbfs/' + path
     if url.startswith('file:/dbfs/'):
         return 'file:///dbfs/' + url[len('file:/dbfs/'):]
+    if url.startswith('file:/Volumes/'):
+        return 'file:///Volumes/' + url[len('file:/Volumes/'):]
     return url
+
+
+def _is_volumes_path(path: str) -> bool:
+    return path == '/Volumes' or path.startswith('/Volumes/')
+
+
+def _is_shared_mount(path: str) -> bool:
+    """Whether a local path is on a mount every Databricks node shares (DBFS or a Unity Catalog volume)."""
+    return path.startswith('/dbfs/') or _is_volumes_path(path)
 
 
 def check_parent_cache_dir_url(url: Any) -> str:
@@ -86,11 +100,24 @@ def check_parent_cache_dir_url(url: Any) -> str:
     return url
 
 
-def warn_if_local_dir_on_cluster(url: str, master: str | None) -> None:
-    """A ``file://`` cache outside ``/dbfs`` only works when every Spark task runs on this machine."""
-    if master is None or master.startswith('local') or urlparse(url).scheme != 'file':
+def warn_if_local_dir_on_cluster(url: str, master: str | None, connect_server_host: str | None = None) -> None:
+    """A ``file://`` cache outside ``/dbfs`` and ``/Volumes`` only works when every Spark task, and the Spark
+    driver, run on this machine.
+
+    Args:
+        url: the checked parent cache directory URL.
+        master: the Spark master URL (None when unknown).
+        connect_server_host: for a Spark Connect session whose server is on another machine, its host: the files
+            are then written on the server's side, not this one's.
+    """
+    if urlparse(url).scheme != 'file' or _is_shared_mount(urlparse(url).path):
         return
-    if not urlparse(url).path.startswith('/dbfs/'):
+    if connect_server_host is not None:
+        logger.warning('%s=%s is a local directory, but this Spark Connect session runs on the server %r: Spark '
+                       'writes the files on the cluster\'s disks, where this process cannot read them. Use shared '
+                       "storage ('dbfs:/', '/Volumes/...', 's3://', 'hdfs://' ...).", PARENT_CACHE_DIR_URL_CONF,
+                       display_url(url), connect_server_host)
+    elif master is not None and not master.startswith('local'):
         logger.warning('%s=%s is a local directory, but the Spark master is %r: executors on other machines write '
                        "their part of the data to their own disks. Use shared storage ('hdfs://', 's3://', "
                        "'dbfs:/' ...) unless every executor runs on this machine.",

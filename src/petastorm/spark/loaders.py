@@ -3,11 +3,15 @@
 Both open a ``make_batch_reader`` over the converter's files (``num_epochs=None`` reads forever, as in
 Petastorm; ``workers_count=None`` means 4 workers), hold an in-use marker in the cache directory while open, and
 stop and join the reader when the ``with`` block ends. torch and tensorflow are imported only when asked for.
+
+In a distributed job (TorchDistributor, torchrun, Horovod) each process passes ``cur_shard='auto'`` (and
+``shard_mode='rows'`` for equal shares); a process that has a rank but reads every row gets a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm.distributed import AUTO, detect_rank_and_world_size
 from petastorm.spark import cache_dir, in_use
 
 logger = logging.getLogger(__name__)
@@ -49,12 +54,44 @@ def check_rank_and_size_consistent_with_horovod(reader_kwargs: dict) -> bool:
     if rank is None:
         return True
     shard, count = reader_kwargs.get('cur_shard'), reader_kwargs.get('shard_count')
+    if shard == AUTO:
+        return True  # the reader takes the rank from the launcher itself
     if shard != rank or count != size:
         logger.warning('this process has rank %d of %d in a distributed launch, but the reader gets cur_shard=%r, '
                        'shard_count=%r: pass cur_shard=%d, shard_count=%d so that each process reads its own shard',
                        rank, size, shard, count, rank, size)
         return False
     return True
+
+
+def warn_if_every_rank_reads_everything(reader_kwargs: dict) -> None:
+    """Warn when a process of a torchrun-style job (TorchDistributor sets ``RANK``/``WORLD_SIZE``) reads unsharded."""
+    if reader_kwargs.get('cur_shard') is not None or reader_kwargs.get('shard_count') is not None:
+        return
+    if horovod_rank_and_size()[0] is not None:
+        return  # check_rank_and_size_consistent_with_horovod has warned already
+    try:
+        rank, size, source = detect_rank_and_world_size()
+    except ValueError:
+        return  # not a distributed job, or one we cannot read: nothing to say
+    if size > 1:
+        logger.warning("this process has rank %d of %d (from %s) but the loader reads every row of the converter: "
+                       "pass cur_shard='auto' (with shard_mode='rows' for equal shares) so that each process reads "
+                       'its own share', rank, size, source)
+
+
+def shared_order_kwargs(converter: Any, reader_kwargs: dict) -> dict:
+    """The reader arguments, with a seed every rank agrees on when ``shard_mode='rows'`` was asked without one.
+
+    Row shares split one global order that every rank computes by itself, so the order must not depend on the
+    process: an unseeded shuffle would give each rank a different order and overlapping shares. The seed comes
+    from the cache directory's name, which is the same in every process holding this converter and new for every
+    conversion.
+    """
+    if reader_kwargs.get('shard_mode') != 'rows' or reader_kwargs.get('seed') is not None:
+        return reader_kwargs
+    digest = hashlib.sha256(converter.cache_dir_url.encode('utf-8')).digest()
+    return dict(reader_kwargs, seed=int.from_bytes(digest[:8], 'little') >> 1)
 
 
 @contextlib.contextmanager
@@ -64,8 +101,9 @@ def open_reader(converter: Any, num_epochs: int | None, workers_count: int | Non
     from petastorm.reader import make_batch_reader
 
     check_rank_and_size_consistent_with_horovod(reader_kwargs)
+    warn_if_every_rank_reads_everything(reader_kwargs)
     cache_dir.wait_files_available(converter.file_urls, wait_timeout_secs)
-    kwargs = dict(reader_kwargs, num_epochs=num_epochs,
+    kwargs = dict(shared_order_kwargs(converter, reader_kwargs), num_epochs=num_epochs,
                   workers_count=DEFAULT_WORKERS_COUNT if workers_count is None else workers_count)
     # Only copies made by make_spark_converter are deleted at exit; a caller's own dataset gets no marker files.
     marker = in_use.reading(converter.cache_dir_url) if converter.is_cached_copy else contextlib.nullcontext()

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from petastorm._progress import SparkJobProgress, check_progress_argument
 from petastorm.fs import display_url, normalize_dir_url
-from petastorm.spark import cache_dir, loaders
+from petastorm.spark import cache_dir, loaders, session
 from petastorm.spark.converter_cache import CacheEntry, ConverterCache
 from petastorm.spark.dataframe_prep import DEFAULT_ROW_GROUP_SIZE_BYTES, ConversionOptions, prepare_dataframe
 
@@ -184,7 +184,7 @@ def make_spark_converter(df: Any, parquet_row_group_size_bytes: int = DEFAULT_RO
         return _converter_for_dataset_url(df)
     spark = df.sparkSession
     parent = cache_dir.check_parent_cache_dir_url(spark.conf.get(cache_dir.PARENT_CACHE_DIR_URL_CONF, None))
-    cache_dir.warn_if_local_dir_on_cluster(parent, _spark_master(spark))
+    cache_dir.warn_if_local_dir_on_cluster(parent, _spark_master(spark), session.remote_connect_host(spark))
     options = ConversionOptions.validated(parent, parquet_row_group_size_bytes, compression_codec, dtype)
     cache = ConverterCache.of_session(spark)
     with cache.lock:
@@ -294,17 +294,11 @@ def _get_spark_session() -> Any:
 
 
 def _spark_master(spark: Any) -> str | None:
-    try:
-        return spark.sparkContext.master
-    except Exception:  # noqa: BLE001 - Spark Connect sessions have no SparkContext
-        return spark.conf.get('spark.master', None)
+    return session.spark_master(spark)
 
 
 def _application_id(spark: Any) -> str | None:
-    try:
-        return spark.sparkContext.applicationId
-    except Exception:  # noqa: BLE001 - Spark Connect sessions have no SparkContext
-        return spark.conf.get('spark.app.id', None)
+    return session.application_id(spark)
 
 
 def _is_spark_local_mode() -> bool:

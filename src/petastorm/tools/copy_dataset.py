@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -55,7 +56,7 @@ def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequ
     """Copy the dataset at ``source_url`` to ``target_url`` with Spark, writing fresh Petastorm metadata.
 
     Args:
-        spark: a classic ``pyspark.sql.SparkSession``.
+        spark: a ``pyspark.sql.SparkSession``, classic or Spark Connect.
         source_url: the dataset to copy (it must have a stored schema).
         target_url: where to write the copy.
         field_regex: keep only fields whose whole name matches one of these regular expressions (all if empty).
@@ -132,8 +133,10 @@ def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:
 
     already_active = SparkSession.getActiveSession() is not None
     builder = SparkSession.builder.appName('petastorm-copy') \
-        .config('spark.sql.files.maxPartitionBytes', _MAX_PARTITION_BYTES) \
-        .config('spark.ui.showConsoleProgress', 'false')  # copy_dataset shows the copy's tasks itself
+        .config('spark.sql.files.maxPartitionBytes', _MAX_PARTITION_BYTES)
+    if not (getattr(args, 'remote', None) or os.environ.get('SPARK_REMOTE')):
+        # copy_dataset shows the copy's tasks itself; a Spark Connect server keeps its own console settings.
+        builder = builder.config('spark.ui.showConsoleProgress', 'false')
     try:
         builder = configure_spark(builder, args)
     except ValueError as err:
