@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
+from petastorm.spark.session import require_classic_session
 from petastorm.unischema import Unischema, UnischemaField, _namedtuple_class
 from petastorm.utils import decode_row
 
@@ -49,7 +50,7 @@ def dataset_as_rdd(dataset_url: str, spark_session: Any,
 
     Args:
         dataset_url: the dataset directory (``file:///...``, ``hdfs://...``, ...), read by Spark.
-        spark_session: a classic ``pyspark.sql.SparkSession``.
+        spark_session: a classic ``pyspark.sql.SparkSession`` (Spark Connect sessions have no RDDs).
         schema_fields: fields to keep: ``UnischemaField`` s and/or regular expressions matching whole names;
             all fields when None.
         hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
@@ -58,9 +59,12 @@ def dataset_as_rdd(dataset_url: str, spark_session: Any,
         A ``pyspark.RDD`` of namedtuples named ``'<schema name>_view'`` with the fields in schema order.
 
     Raises:
+        ClassicSessionRequiredError: ``spark_session`` is a Spark Connect session (also a ``TypeError``).
         PetastormMetadataError: the dataset has no stored schema.
         ValueError: a field in ``schema_fields`` does not belong to the schema.
     """
+    require_classic_session(spark_session, 'dataset_as_rdd', 'Read decoded rows with petastorm.make_reader(url) '
+                            '(or make_batch_reader), or the raw columns as a DataFrame with spark.read.parquet(url).')
     schema = get_schema_from_dataset_url(dataset_url, hdfs_driver)
     if schema_fields is not None:
         schema = schema.create_schema_view(list(schema_fields))
