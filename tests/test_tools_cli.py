@@ -25,7 +25,7 @@ from petastorm.unischema import Unischema, UnischemaField
 
 BIN = pathlib.Path(sys.executable).parent
 COMMANDS = ['petastorm-inspect', 'petastorm-copy-dataset.py', 'petastorm-generate-metadata.py',
-            'petastorm-throughput.py']
+            'petastorm-throughput.py', 'petastorm-tensor-columns']
 
 Points = Unischema('Points', [UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
                               UnischemaField('xy', np.float32, (2,), NdarrayCodec(), False)])
@@ -92,7 +92,8 @@ def test_every_tool_prints_its_version(command):
 @pytest.mark.parametrize('command', COMMANDS)
 def test_a_missing_dataset_is_a_usage_error_everywhere(command, tmp_path):
     missing = (tmp_path / 'missing').as_uri()
-    args = [missing, (tmp_path / 'out').as_uri()] if command == 'petastorm-copy-dataset.py' else [missing]
+    args = {'petastorm-copy-dataset.py': [missing, (tmp_path / 'out').as_uri()],
+            'petastorm-tensor-columns': [missing, '--columns', 'x']}.get(command, [missing])
     completed = _run(command, *args)
     assert completed.returncode == 2, completed.stderr
     errors = _error_lines(completed)
