@@ -142,3 +142,10 @@ def unpickle_count(ctx: CountingContext, item: int) -> tuple[int, int]:
     """(pid, number of context unpicklings in this process)."""
     time.sleep(0.002)
     return os.getpid(), _UNPICKLED[0]
+
+
+def png_decoder(ctx: Ctx, item: int) -> str:
+    """The library the automatic image backend choice picks for PNG in the process running the function."""
+    from petastorm.codecs._image_backends import image_backends
+
+    return image_backends().describe()['png decode']

@@ -620,3 +620,18 @@ def _is_running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_process_workers_pick_the_gil_holding_png_decoder(kind, monkeypatch):
+    pytest.importorskip('pyspng')
+    pytest.importorskip('imagecodecs')
+    monkeypatch.delenv('PETASTORM_IMAGE_BACKEND', raising=False)
+    pool = _started(kind, 2, pw.png_decoder, pw.Ctx())
+    try:
+        chosen = set(pool.imap(range(4)))
+    finally:
+        pool.stop()
+        pool.join()
+    # Threads of one process share the GIL; a worker process decodes on one thread.
+    assert chosen == ({'pyspng'} if kind == 'process' else {'imagecodecs'})
