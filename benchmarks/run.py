@@ -3,9 +3,10 @@
 Each group reuses the functions of its own benchmark script and compares our throughput with a limit measured in
 the same run on the same data (see those scripts for what each limit is):
 
-  codecs   codecs_bench.py: codec encode/decode rows/s vs the plain library calls
+  codecs   codecs_bench.py: codec encode/decode rows/s vs the plain library calls; image decode vs OpenCV
   reader   reader_bench.py: make_batch_reader vs a pyarrow scan; make_reader vs the decode limit on all cores
-  torch    torch_bench.py:  BatchedDataLoader vs a pyarrow->torch loop; DataLoader vs make_reader alone
+  torch    torch_bench.py:  BatchedDataLoader vs a pyarrow->torch loop; DataLoader vs make_reader alone; hello
+           world with our image decoders vs OpenCV's, and the process pool vs the thread pool
   cache    cache_bench.py:  a warm local disk cache over a slow filesystem vs reading the local files directly
   storage  storage_bench.py: make_batch_reader from S3 (moto on loopback) vs from local disk
 
@@ -73,8 +74,17 @@ def codecs_cases(settings: Settings) -> list[Measurement]:
     import codecs_bench
 
     rows, column_rows = (16, 32) if settings.quick else (256, 512)
-    return [Measurement('codecs', f'{name} {op}', 'rows/s', ours, 'library call', raw)
-            for name, op, ours, raw in codecs_bench.run(rows, column_rows, settings.repeats)]
+    found = [Measurement('codecs', f'{name} {op}', 'rows/s', ours, 'library call', raw)
+             for name, op, ours, raw in codecs_bench.run(rows, column_rows, settings.repeats)]
+    cores = os.cpu_count() or 1
+    for rate in codecs_bench.run_decoders(settings.quick, settings.repeats):
+        if rate.decoder != 'ours (auto)':
+            continue  # the per-library rows are in codecs_bench.py's own table
+        found += [Measurement('codecs', f'{rate.images} {rate.size} decode, 1 core', 'img/s', rate.one_core,
+                              'OpenCV', rate.opencv_one_core),
+                  Measurement('codecs', f'{rate.images} {rate.size} decode, {cores} threads', 'img/s',
+                              rate.all_cores, 'OpenCV', rate.opencv_all_cores)]
+    return found
 
 
 def reader_cases(settings: Settings) -> list[Measurement]:
@@ -105,12 +115,21 @@ def reader_cases(settings: Settings) -> list[Measurement]:
 def torch_cases(settings: Settings) -> list[Measurement]:
     import torch_bench
 
-    paths = torch_bench.make_data(str(settings.data_root / 'torch'), settings.quick, ('mnist', 'scalars'))
+    paths = torch_bench.make_data(str(settings.data_root / 'torch'), settings.quick, ('hello', 'mnist', 'scalars'))
+    hello, _ = torch_bench.run_isolated(torch_bench.case_hello_backends, paths['hello'], settings.seconds,
+                                        settings.repeats)
     scalars, _ = torch_bench.run_isolated(torch_bench.case_scalars, paths['scalars'], settings.seconds,
                                           settings.repeats)
     mnist, _ = torch_bench.run_isolated(torch_bench.case_mnist, paths['mnist'], settings.seconds, settings.repeats)
     raw_loop = scalars['scalars raw pyarrow->torch loop']
+    hello_rows = [Measurement('torch', f'hello {what} {pool} w2', 'rows/s', hello[f'hello {what} {pool} w2 [auto]'],
+                              'same, OpenCV decode', hello[f'hello {what} {pool} w2 [opencv]'])
+                  for what in ('make_reader', 'DataLoader bs64') for pool in ('thread', 'process')]
+    hello_rows.append(Measurement('torch', 'hello DataLoader bs64 process w2', 'rows/s',
+                                  hello['hello DataLoader bs64 process w2 [auto]'], 'thread pool',
+                                  hello['hello DataLoader bs64 thread w2 [auto]']))
     return [
+        *hello_rows,
         Measurement('torch', 'scalars BatchedDataLoader bs1024', 'rows/s', scalars['scalars BatchedDataLoader bs1024'],
                     'pyarrow->torch loop', raw_loop),
         Measurement('torch', 'scalars BatchedDataLoader bs1024 shuffled (100k queue)', 'rows/s',

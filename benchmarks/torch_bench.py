@@ -2,6 +2,8 @@
 
 Cases (each in its own process, so that peak RSS is the case's own; rates are medians of --repeats runs):
   hello    DataLoader(make_reader(hello world), batch_size=64) vs make_reader alone (rows/s, peak RSS).
+  backends hello world make_reader and DataLoader bs64, thread and process pools of 2, with the automatic image
+           decoders against PETASTORM_IMAGE_BACKEND=opencv (the decode of earlier releases), interleaved.
   mnist    DataLoader(make_reader(28x28 uint8 + label), batch_size=64) vs make_reader alone.
   scalars  BatchedDataLoader(make_batch_reader(N x 10 scalar columns), batch_size=1024) vs the limit: a raw
            pyarrow scan -> numpy -> 1024-row slices -> torch.as_tensor loop; and the same loader with
@@ -12,7 +14,7 @@ Cases (each in its own process, so that peak RSS is the case's own; rates are me
 The last column repeats what the original Petastorm 0.13.1 measured on a 2-core machine of this kind, for
 orientation only: compare ratios measured in one run (see the side-by-side harness for that).
 
-Usage: python benchmarks/torch_bench.py [--quick] [--cases hello,mnist,scalars,inmem] [--data-root DIR]
+Usage: python benchmarks/torch_bench.py [--quick] [--cases hello,backends,mnist,scalars,inmem] [--data-root DIR]
 With --data-root, stores named hello_world (or hello), mnist_like (or mnist) and scalars are used when present.
 """
 
@@ -61,7 +63,7 @@ def make_data(root, quick, cases=('hello', 'mnist', 'scalars', 'inmem')):
     """Paths of the hello, mnist and scalar stores under ``root`` (those the cases need written when missing)."""
     paths = {}
     paths['hello'] = _existing(root, ('hello_world', 'hello')) or os.path.join(root, 'hello')
-    if 'hello' in cases and not os.path.exists(paths['hello']):
+    if {'hello', 'backends'} & set(cases) and not os.path.exists(paths['hello']):
         write_dataset('file://' + paths['hello'], HelloSchema, hello_rows(200 if quick else 2000),
                       row_group_size_mb=16)
     paths['mnist'] = _existing(root, ('mnist_like', 'mnist')) or os.path.join(root, 'mnist')
@@ -164,6 +166,33 @@ def case_hello(path, seconds, repeats):
     loader = statistics.median(_stream_rate(lambda: DataLoader(make_reader(url, num_epochs=None), batch_size=64),
                                             seconds) for _ in range(repeats))
     return {'hello DataLoader bs64': loader}
+
+
+def case_hello_backends(path, seconds, repeats, backends=('opencv', 'auto')):
+    """Hello world through make_reader and DataLoader bs64, thread and process pools of 2, per image backend.
+
+    ``PETASTORM_IMAGE_BACKEND=opencv`` is the decode of earlier releases; every round runs every combination
+    back to back, so a change of load on the machine hits all of them alike.
+    """
+    import warnings
+
+    from petastorm.pytorch import DataLoader
+
+    warnings.filterwarnings('ignore', category=UserWarning)
+    url = 'file://' + path
+    rates = {}
+    for _ in range(repeats):
+        for backend in backends:
+            os.environ['PETASTORM_IMAGE_BACKEND'] = backend  # read at each decode; inherited by worker processes
+            for pool in ('thread', 'process'):
+                def reader(pool=pool):
+                    return make_reader(url, num_epochs=None, reader_pool_type=pool, workers_count=2)
+                rates.setdefault(f'hello make_reader {pool} w2 [{backend}]', []).append(
+                    _reader_rate(reader, seconds, False))
+                rates.setdefault(f'hello DataLoader bs64 {pool} w2 [{backend}]', []).append(
+                    _stream_rate(lambda reader=reader: DataLoader(reader(), batch_size=64), seconds))
+    os.environ.pop('PETASTORM_IMAGE_BACKEND', None)
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def case_hello_reader(path, seconds, repeats):
@@ -271,6 +300,9 @@ def main(argv=None):
             result, peak = run_isolated(fn, paths['hello'], seconds, repeats)
             values.update(result)
             rss.update(dict.fromkeys(result, peak))
+    if 'backends' in cases:
+        result, _ = run_isolated(case_hello_backends, paths['hello'], seconds, repeats)
+        values.update(result)
     if 'mnist' in cases:
         result, peak = run_isolated(case_mnist, paths['mnist'], seconds, repeats)
         values.update(result)
@@ -286,6 +318,8 @@ def main(argv=None):
         'scalars BatchedDataLoader bs1024': 'scalars raw pyarrow->torch loop',
         'scalars BatchedDataLoader bs1024 shufq100k': 'scalars raw pyarrow->torch loop',
         NUMPY_SHUFFLE: 'scalars BatchedDataLoader bs1024 shufq100k',
+        **{f'hello {what} {pool} w2 [auto]': f'hello {what} {pool} w2 [opencv]'
+           for what in ('make_reader', 'DataLoader bs64') for pool in ('thread', 'process')},
     }
     print(f'| case | ours | peak RSS MB | compared with | its value | ours / it | original 0.13.1 |  '
           f'(python {sys.version.split()[0]}, {os.cpu_count()} cores, median of {repeats})')
@@ -301,6 +335,10 @@ def main(argv=None):
         peak = f'{rss[name]:,.0f}' if name in rss else ''
         print(f'| {name} | {shown} | {peak} | {reference or ""} | {ref_shown} | {ratio} | '
               f'{ORIGINAL.get(name, "")} |')
+    for name in [n for n in values if ' process w2 [' in n]:
+        thread = values.get(name.replace(' process ', ' thread '))
+        if thread:
+            print(f'{name}: process / thread pool {values[name] / thread:.2f}')
 
 
 if __name__ == '__main__':

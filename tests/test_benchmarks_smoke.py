@@ -16,7 +16,8 @@ def test_codecs_bench_quick_prints_a_ratio_table():
     completed = subprocess.run([sys.executable, str(SCRIPT), '--quick'], capture_output=True, text=True,
                                timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
-    lines = [line for line in completed.stdout.splitlines() if line.startswith('|')]
+    codec_table, decoder_table = completed.stdout.split('image decoders against OpenCV')
+    lines = [line for line in codec_table.splitlines() if line.startswith('|')]
     header = [cell.strip() for cell in lines[0].strip('|').split('|')]
     assert 'ratio' in header
     assert header[:2] == ['field', 'op']
@@ -28,6 +29,11 @@ def test_codecs_bench_quick_prints_a_ratio_table():
         assert len(row) == len(header)
         assert float(row[ratio]) > 0
         assert float(row[header.index('ours rows/s')].replace(',', '')) > 0
+    decoders = [[cell.strip() for cell in line.strip('|').split('|')]
+                for line in decoder_table.splitlines() if line.startswith('|')][2:]
+    # photo PNG, photo JPEG (3 decoders each) and hello-world noise PNG (3 decoders), every one OpenCV's pixels
+    assert len(decoders) == 9
+    assert {row[-1] for row in decoders} == {'yes'}
 
 
 RUN = SCRIPT.parent / 'run.py'
@@ -43,7 +49,8 @@ def test_run_quick_writes_the_markdown_table_and_the_plot(tmp_path):
                 '| pyarrow |', '| numpy |', '| torch |'):
         assert key in report
     table = [line for line in report.splitlines() if line.startswith('| codecs |')]
-    assert len(table) == 9  # 3 fields x (encode, decode, decode_column)
+    # 3 fields x (encode, decode, decode_column), then 3 image sets x (1 core, all cores) against OpenCV
+    assert len(table) == 9 + 6
     for line in table:
         cells = [cell.strip() for cell in line.strip('|').split('|')]
         assert float(cells[-1]) == pytest.approx(float(cells[2].replace(',', '')) / float(cells[4].replace(',', '')),
