@@ -3,7 +3,8 @@ Unischema's Spark schema and rows, the metadata and copy tools, progress, the er
 session, and TorchDistributor training from a converter.
 
 One Connect server (tests/spark_connect_server.py) serves the whole module; a server that cannot start fails the
-tests with its log, it does not skip them.
+tests with its log, and a missing client package (the connect extra, in the test extra) fails them too: neither
+is skipped.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import pyarrow.parquet as pq
 import pytest
 
 T = pytest.importorskip('pyspark.sql.types')
-pytest.importorskip('grpc', reason='Spark Connect needs the connect extra (pyspark[connect])')
 
 from petastorm import make_reader  # noqa: E402
 from petastorm._progress import SparkJobProgress  # noqa: E402
