@@ -306,3 +306,17 @@ def test_torch_trainer_example_trains_one_epoch(ray_cluster, tmp_path):
     assert np.isfinite(result.metrics['loss'])
     with result.checkpoint.as_directory() as directory:
         assert pathlib.Path(directory, 'model.pt').stat().st_size > 0
+
+
+def test_importing_petastorm_ray_loads_no_ray():
+    code = 'import sys, petastorm.ray; print("ray" in sys.modules)'
+    assert subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.strip() == \
+        'False'
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch):
+    from petastorm.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, 'ray.data', None)  # makes `import ray.data` raise ImportError
+    with pytest.raises(MissingDependencyError, match=r"neo-petastorm\[ray\]"):
+        read_petastorm('file:///nowhere')
