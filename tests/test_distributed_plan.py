@@ -181,7 +181,7 @@ def test_auto_shard_options_come_from_the_environment(monkeypatch):
     monkeypatch.setenv('SLURM_PROCID', '2')
     monkeypatch.setenv('SLURM_NTASKS', '5')
     options = validate_options(dataset_url_or_urls='file:///x', batched_output=True, cur_shard='auto',
-                               shard_count='auto', shard_mode='rows')
+                               shard_count='auto', shard_mode='rows', seed=1)
     assert (options.cur_shard, options.shard_count, options.shard_source) == (2, 5, 'SLURM_PROCID')
     assert resolve_shard(1, 'auto') == (1, 5, 'SLURM_PROCID')
     with pytest.raises(ValueError, match='found world size 5'):
@@ -190,3 +190,15 @@ def test_auto_shard_options_come_from_the_environment(monkeypatch):
         validate_options(dataset_url_or_urls='file:///x', batched_output=True, shard_mode='files')
     with pytest.raises(ValueError, match='shard_remainder must be one of'):
         validate_options(dataset_url_or_urls='file:///x', batched_output=True, shard_remainder='keep')
+
+
+def test_unseeded_shuffled_row_shards_are_refused():
+    # Unseeded shards would each shuffle their own way and their shares would overlap.
+    shards = dict(dataset_url_or_urls='file:///x', batched_output=True, shard_mode='rows', cur_shard=0, shard_count=2)
+    with pytest.raises(ValueError, match=r'pass the same seed= to the reader of every shard'):
+        validate_options(**shards)
+    with pytest.raises(ValueError, match=r'shard_count=2'):
+        validate_options(**shards, shuffle_row_groups=False, shuffle_rows=True)
+    assert validate_options(**shards, seed=3).seed == 3
+    assert validate_options(**shards, shuffle_row_groups=False).shard_count == 2
+    assert validate_options(**{**shards, 'cur_shard': None, 'shard_count': None}).shard_count is None

@@ -140,7 +140,7 @@ def test_state_errors_name_the_problem(parquet_url):
 
 
 def test_epoch_length_from_metadata(parquet_url):
-    options = dict(shard_mode='rows', cur_shard=1, shard_count=4, num_epochs=3, workers_count=1)
+    options = dict(shard_mode='rows', cur_shard=1, shard_count=4, num_epochs=3, workers_count=1, seed=4)
     with _make('rows', parquet_url, **options) as reader:
         assert reader.num_rows_per_epoch == 25
         assert reader.num_rows_per_pass == len(reader) == 75

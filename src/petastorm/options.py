@@ -119,6 +119,12 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
         if shard_count < 1 or not 0 <= cur_shard < shard_count:
             raise ValueError(f'cur_shard must be in [0, shard_count); got cur_shard={cur_shard}, '
                              f'shard_count={shard_count}')
+    if shard_mode == 'rows' and (shard_count or 1) > 1 and seed is None and (shuffle_row_groups or shuffle_rows):
+        # Each shard takes its share of one global order; unseeded shards would each draw their own order, and
+        # their shares would overlap and miss rows without any error.
+        raise ValueError(f"shard_mode='rows' splits one shuffled order of the rows among shard_count={shard_count} "
+                         f'shards, so every shard must draw the same order: pass the same seed= to the reader of '
+                         f'every shard (or shuffle_row_groups=False and shuffle_rows=False)')
     if shard_seed:
         warnings.warn('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
                       'randomization effects on sharding row groups.', UserWarning, stacklevel=3)
