@@ -58,7 +58,7 @@ def connect_url(tmp_path_factory, spark_jvm_options):
 def connect(connect_url):
     """A Spark Connect client session; the process's Connect mode switches are put back afterwards."""
     from pyspark import cloudpickle
-    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     # Train functions and row builders of the test modules travel by value: the server cannot import them.
     import test_torch_distributor
@@ -66,7 +66,10 @@ def connect(connect_url):
     for module in (sys.modules[__name__], test_torch_distributor):
         cloudpickle.register_pickle_by_value(module)
     saved = {key: os.environ.get(key) for key in ('SPARK_CONNECT_MODE_ENABLED', 'SPARK_REMOTE')}
-    client = SparkSession.builder.remote(connect_url).getOrCreate()
+    # The Connect builder itself: pyspark's generic builder refuses a remote session while the classic session of
+    # the other Spark tests runs in this process. The switch makes pyspark.sql.functions build Connect columns.
+    os.environ['SPARK_CONNECT_MODE_ENABLED'] = '1'
+    client = ConnectSession.builder.remote(connect_url).getOrCreate()
     try:
         yield client
     finally:
