@@ -24,12 +24,13 @@ $(STAMP): pyproject.toml setup.py src/petastorm/_shuffle.c Makefile | $(BIN)/pyt
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
+test: lint
 	$(BIN)/python -m pytest -q
 
+# ruff (style, imports, docstrings of the public modules) and mypy (types of the whole package).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy src/petastorm
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -308,10 +308,8 @@ class _RefusingFilesystem:
 def _read_from_refusing_filesystem(error):
     from petastorm.metadata.store import RowGroupPiece
 
-    ctx = petastorm.read.ReadContext(
-        filesystem=_RefusingFilesystem(error), pieces=(), fields=(), predicate_fields=(), predicate=None,
-        transform=None, result_fields=(), batched_output=True, shuffle_rows=False, filter_expression=None,
-        filter_columns=(), partition_names=())
+    ctx = petastorm.read.ReadContext(filesystem=_RefusingFilesystem(error), pieces=(), fields=(),
+                                     batched_output=True)
     petastorm.read._read_columns(ctx, RowGroupPiece('part-0.parquet', 0, 10), ['id'], 0, 10)
 
 

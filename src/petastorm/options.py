@@ -1,61 +1,103 @@
-"""Reader options: every argument of ``make_reader``/``make_batch_reader`` checked once into a frozen object.
+"""Reader options: every argument of ``make_reader``/``make_batch_reader``, declared once and checked once.
 
-Internals receive :class:`ReaderOptions`, never the raw keyword arguments.
+:class:`ReaderOptions` is the one list of the readers' arguments, with their defaults (Petastorm's) and types;
+the signatures of :func:`~petastorm.reader.make_reader` and :func:`~petastorm.reader.make_batch_reader` repeat
+them for users and type checkers, and a test holds the three together. :func:`validate_options` checks raw
+arguments into a frozen, normalized ``ReaderOptions``; internals receive that object, never keyword arguments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
-from petastorm.distributed import SHARD_MODES, resolve_shard
-from petastorm.plan import REMAINDER_POLICIES
+from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
+from petastorm.selectors import RowGroupSelectorBase
 from petastorm.transform import TransformSpec
 
-NULL_CACHE = 'null'
-LOCAL_DISK_CACHE = 'local-disk'
+NULL_CACHE: Final = 'null'
+LOCAL_DISK_CACHE: Final = 'local-disk'
+
+#: ``reader_pool_type``: inline reference, threads, or worker processes.
+PoolType = Literal['thread', 'process', 'dummy']
+#: ``cache_type``: no cache, or the raw row groups on local disk.
+CacheType = Literal['null', 'local-disk']
+#: ``hdfs_driver``.
+HdfsDriver = Literal['libhdfs3', 'libhdfs']
+
+# Field metadata: the value is not a reader argument, validation derives it.
+_DERIVED = {'argument': False}
+# Field metadata: an argument of make_reader that make_batch_reader does not take.
+_ROW_READER_ONLY = {'batch_reader': False}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReaderOptions:
-    """Validated reader options (see :func:`petastorm.reader.make_reader` for their meaning)."""
+    """The arguments of a reader (see :func:`petastorm.reader.make_reader` for their meaning), in signature order.
+
+    ``dataset_url_or_urls`` is ``make_reader``'s ``dataset_url``; ``batched_output`` and ``shard_source`` are not
+    arguments: the first says which factory made the reader, validation fills in the second.
+    """
 
     dataset_url_or_urls: str | tuple[str, ...]
-    batched_output: bool
-    schema_fields: Any
-    reader_pool_type: str
-    workers_count: int
-    results_queue_size: int
-    seed: int | None
-    shuffle_rows: bool
-    shuffle_row_groups: bool
-    shuffle_row_drop_partitions: int
-    predicate: PredicateBase | None
-    rowgroup_selector: Any
-    num_epochs: int | None
-    cur_shard: int | None
-    shard_count: int | None
-    cache_type: str
-    cache_location: str | None
-    cache_size_limit: int | None
-    cache_row_size_estimate: int | None
-    cache_extra_settings: dict | None
-    hdfs_driver: str
-    transform_spec: TransformSpec | None
-    filters: Any
-    storage_options: dict | None
-    filesystem: Any
-    convert_early_to_numpy: bool
-    shard_mode: str = 'row_groups'
-    shard_remainder: str = 'pad'
+    batched_output: bool = field(metadata=_DERIVED)
+    schema_fields: Any = None
+    reader_pool_type: PoolType = 'thread'
+    workers_count: int = 10
+    pyarrow_serialize: bool = field(default=False, metadata=_ROW_READER_ONLY)
+    results_queue_size: int = 50
+    seed: int | None = None
+    shuffle_rows: bool = False
+    shuffle_row_groups: bool = True
+    shuffle_row_drop_partitions: int = 1
+    predicate: PredicateBase | None = None
+    rowgroup_selector: RowGroupSelectorBase | None = None
+    num_epochs: int | None = 1
+    cur_shard: int | None = None
+    shard_count: int | None = None
+    shard_seed: int | None = None
+    cache_type: CacheType = NULL_CACHE
+    cache_location: str | None = None
+    cache_size_limit: int | None = None
+    cache_row_size_estimate: int | None = None
+    cache_extra_settings: dict[str, Any] | None = None
+    hdfs_driver: HdfsDriver = 'libhdfs3'
+    transform_spec: TransformSpec | None = None
+    filters: Any = None
+    storage_options: dict[str, Any] | None = None
+    zmq_copy_buffers: bool = True
+    filesystem: Any = None
+    convert_early_to_numpy: bool = False
+    shard_mode: ShardMode = 'row_groups'
+    shard_remainder: Remainder = 'pad'
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
-    shard_source: str | None = None
+    shard_source: str | None = field(default=None, metadata=_DERIVED)
+
+    @property
+    def shard(self) -> ShardSpec:
+        """This reader's shard and how shards split the data."""
+        return ShardSpec(self.cur_shard or 0, self.shard_count or 1, self.shard_mode, self.shard_remainder,
+                         self.shard_source)
+
+
+def reader_arguments(batched: bool) -> list[dataclasses.Field[Any]]:
+    """The fields of :class:`ReaderOptions` that are arguments of ``make_batch_reader`` or ``make_reader``.
+
+    Args:
+        batched: ``make_batch_reader``'s (True) or ``make_reader``'s (False).
+
+    Returns:
+        The fields in signature order (the first is the dataset URL).
+    """
+    return [f for f in dataclasses.fields(ReaderOptions) if f.metadata.get('argument', True)
+            and (not batched or f.metadata.get('batch_reader', True))]
 
 
 def _is_int(value: Any) -> bool:
@@ -68,47 +110,73 @@ def _check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
-                     schema_fields: Any = None, reader_pool_type: str = 'thread', workers_count: int = 10,
-                     results_queue_size: int = 50, seed: int | None = None, shuffle_rows: bool = False,
-                     shuffle_row_groups: bool = True, shuffle_row_drop_partitions: int = 1,
-                     predicate: Any = None, rowgroup_selector: Any = None, num_epochs: int | None = 1,
-                     cur_shard: int | None = None, shard_count: int | None = None, shard_seed: int | None = None,
-                     cache_type: str | None = NULL_CACHE, cache_location: str | None = None,
-                     cache_size_limit: int | None = None, cache_row_size_estimate: int | None = None,
-                     cache_extra_settings: dict | None = None, hdfs_driver: str = 'libhdfs3',
-                     transform_spec: Any = None, filters: Any = None, storage_options: dict | None = None,
-                     zmq_copy_buffers: bool = True, filesystem: Any = None, convert_early_to_numpy: bool = False,
-                     pyarrow_serialize: bool = False, shard_mode: str = 'row_groups',
-                     shard_remainder: str = 'pad') -> ReaderOptions:
-    """Check every reader argument and return them as one frozen :class:`ReaderOptions`.
+def validate_options(**arguments: Any) -> ReaderOptions:
+    """Check reader arguments and return them as one frozen, normalized :class:`ReaderOptions`.
+
+    Args:
+        **arguments: ``dataset_url_or_urls``, ``batched_output`` and any reader arguments (by name; the others
+            take their defaults).
 
     Raises:
+        TypeError: an argument name that readers do not take.
         ValueError: an argument has a wrong type or value; the message names it and what is expected.
     """
-    if isinstance(dataset_url_or_urls, (list, tuple)):
-        urls: str | tuple[str, ...] = tuple(dataset_url_or_urls)
-    else:
-        urls = dataset_url_or_urls
-    if reader_pool_type not in POOL_KINDS:
-        raise ValueError(f'Unknown reader_pool_type: {reader_pool_type!r}; expected one of {", ".join(POOL_KINDS)}')
-    workers_count = _check_positive_int('workers_count', workers_count)
-    results_queue_size = _check_positive_int('results_queue_size', results_queue_size)
-    if seed is not None and not _is_int(seed):
-        raise ValueError(f'seed must be an int or None, got {seed!r}')
-    if not _is_int(shuffle_row_drop_partitions) or shuffle_row_drop_partitions < 1:
-        raise ValueError(f'shuffle_row_drop_partitions must be an integer >= 1, got {shuffle_row_drop_partitions!r}')
-    if predicate is not None and not isinstance(predicate, PredicateBase):
-        raise ValueError('predicate parameter is expected to be derived from PredicateBase')
+    raw = ReaderOptions(**arguments)
+    return _validated(raw)
+
+
+def _validated(raw: ReaderOptions) -> ReaderOptions:
+    urls = raw.dataset_url_or_urls
+    if isinstance(urls, (list, tuple)):
+        urls = tuple(urls)
+    if raw.reader_pool_type not in POOL_KINDS:
+        raise ValueError(f'Unknown reader_pool_type: {raw.reader_pool_type!r}; expected one of '
+                         f'{", ".join(POOL_KINDS)}')
+    workers_count = _check_positive_int('workers_count', raw.workers_count)
+    results_queue_size = _check_positive_int('results_queue_size', raw.results_queue_size)
+    _check_order(raw)
+    cur_shard, shard_count, shard_source = _check_shards(raw)
+    _warn_about_deprecated(raw)
+    cache_type = NULL_CACHE if raw.cache_type is None else raw.cache_type
+    if cache_type not in (NULL_CACHE, LOCAL_DISK_CACHE):
+        raise ValueError(f'Unknown cache_type: {cache_type!r}; expected {NULL_CACHE!r} or {LOCAL_DISK_CACHE!r}')
+    if cache_type == LOCAL_DISK_CACHE:
+        _check_local_disk_cache(raw.cache_location, raw.cache_size_limit, raw.cache_row_size_estimate,
+                                raw.cache_extra_settings)
+    _check_row_hooks(raw)
+    if raw.hdfs_driver not in ('libhdfs3', 'libhdfs'):
+        raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
+    if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
+        raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
+    return dataclasses.replace(
+        raw, dataset_url_or_urls=urls, workers_count=workers_count, results_queue_size=results_queue_size,
+        seed=None if raw.seed is None else int(raw.seed), shuffle_rows=bool(raw.shuffle_rows),
+        shuffle_row_groups=bool(raw.shuffle_row_groups),
+        shuffle_row_drop_partitions=int(raw.shuffle_row_drop_partitions), cur_shard=cur_shard,
+        shard_count=shard_count, cache_type=cache_type, convert_early_to_numpy=bool(raw.convert_early_to_numpy),
+        shard_source=shard_source)
+
+
+def _check_order(raw: ReaderOptions) -> None:
+    if raw.seed is not None and not _is_int(raw.seed):
+        raise ValueError(f'seed must be an int or None, got {raw.seed!r}')
+    partitions = raw.shuffle_row_drop_partitions
+    if not _is_int(partitions) or partitions < 1:
+        raise ValueError(f'shuffle_row_drop_partitions must be an integer >= 1, got {partitions!r}')
+    num_epochs = raw.num_epochs
     if num_epochs is not None and (not _is_int(num_epochs) or num_epochs < 1):
         # The opening words are the original's.
         raise ValueError(f'iterations must be positive integer or None: num_epochs is the number of passes over '
                          f'the data (an int >= 1), or None to read forever; got num_epochs={num_epochs!r}')
-    if shard_mode not in SHARD_MODES:
-        raise ValueError(f'shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}')
-    if shard_remainder not in REMAINDER_POLICIES:
-        raise ValueError(f'shard_remainder must be one of {REMAINDER_POLICIES}, got {shard_remainder!r}')
-    cur_shard, shard_count, shard_source = resolve_shard(cur_shard, shard_count)
+
+
+def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | None]:
+    """``(cur_shard, shard_count, shard_source)`` with ``'auto'`` resolved, once checked."""
+    if raw.shard_mode not in SHARD_MODES:
+        raise ValueError(f'shard_mode must be one of {SHARD_MODES}, got {raw.shard_mode!r}')
+    if raw.shard_remainder not in REMAINDER_POLICIES:
+        raise ValueError(f'shard_remainder must be one of {REMAINDER_POLICIES}, got {raw.shard_remainder!r}')
+    cur_shard, shard_count, shard_source = resolve_shard(raw.cur_shard, raw.shard_count)
     if cur_shard is not None or shard_count is not None:
         if not (_is_int(cur_shard) and _is_int(shard_count) and shard_count):
             # The opening words are the original's.
@@ -119,52 +187,45 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
         if shard_count < 1 or not 0 <= cur_shard < shard_count:
             raise ValueError(f'cur_shard must be in [0, shard_count); got cur_shard={cur_shard}, '
                              f'shard_count={shard_count}')
-    if shard_mode == 'rows' and (shard_count or 1) > 1 and seed is None and (shuffle_row_groups or shuffle_rows):
+    shuffled = raw.shuffle_row_groups or raw.shuffle_rows
+    if raw.shard_mode == 'rows' and (shard_count or 1) > 1 and raw.seed is None and shuffled:
         # Each shard takes its share of one global order; unseeded shards would each draw their own order, and
         # their shares would overlap and miss rows without any error.
         raise ValueError(f"shard_mode='rows' splits one shuffled order of the rows among shard_count={shard_count} "
                          f'shards, so every shard must draw the same order: pass the same seed= to the reader of '
                          f'every shard (or shuffle_row_groups=False and shuffle_rows=False)')
-    if shard_seed:
-        warnings.warn('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
-                      'randomization effects on sharding row groups.', UserWarning, stacklevel=3)
-    if pyarrow_serialize:
-        warnings.warn('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
-                      'longer has any effect.', DeprecationWarning, stacklevel=3)
-    if zmq_copy_buffers is not True:
-        warnings.warn('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
-                      'shared memory.', DeprecationWarning, stacklevel=3)
-    cache_type = NULL_CACHE if cache_type is None else cache_type
-    if cache_type not in (NULL_CACHE, LOCAL_DISK_CACHE):
-        raise ValueError(f'Unknown cache_type: {cache_type!r}; expected {NULL_CACHE!r} or {LOCAL_DISK_CACHE!r}')
-    if cache_type == LOCAL_DISK_CACHE:
-        _check_local_disk_cache(cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings)
-    if rowgroup_selector is not None:
-        from petastorm.selectors import RowGroupSelectorBase
+    return cur_shard, shard_count, shard_source
 
-        if not isinstance(rowgroup_selector, RowGroupSelectorBase):
-            raise ValueError(f'rowgroup_selector must be derived from RowGroupSelectorBase, got {rowgroup_selector!r}')
-    if transform_spec is not None and not isinstance(transform_spec, TransformSpec):
-        raise ValueError(f'transform_spec must be a TransformSpec, got {type(transform_spec).__name__}')
-    if hdfs_driver not in ('libhdfs3', 'libhdfs'):
-        raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {hdfs_driver!r}")
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise ValueError(f'storage_options must be a dict, got {type(storage_options).__name__}')
-    if filters is not None and not isinstance(filters, (Sequence,)) and not _is_expression(filters):
+
+# Frames between the user's make_reader/make_batch_reader call and warnings.warn in _warn_about_deprecated.
+_USER_FRAME = 5
+
+
+def _warn_about_deprecated(raw: ReaderOptions) -> None:
+    if raw.shard_seed:
+        warnings.warn('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
+                      'randomization effects on sharding row groups.', UserWarning, stacklevel=_USER_FRAME)
+    if raw.pyarrow_serialize:
+        warnings.warn('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
+                      'longer has any effect.', DeprecationWarning, stacklevel=_USER_FRAME)
+    if raw.zmq_copy_buffers is not True:
+        warnings.warn('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
+                      'shared memory.', DeprecationWarning, stacklevel=_USER_FRAME)
+
+
+def _check_row_hooks(raw: ReaderOptions) -> None:
+    """The user objects that choose and change rows: predicate, row-group selector, transform, filters."""
+    if raw.predicate is not None and not isinstance(raw.predicate, PredicateBase):
+        raise ValueError('predicate parameter is expected to be derived from PredicateBase')
+    if raw.rowgroup_selector is not None and not isinstance(raw.rowgroup_selector, RowGroupSelectorBase):
+        raise ValueError(f'rowgroup_selector must be derived from RowGroupSelectorBase, got '
+                         f'{raw.rowgroup_selector!r}')
+    if raw.transform_spec is not None and not isinstance(raw.transform_spec, TransformSpec):
+        raise ValueError(f'transform_spec must be a TransformSpec, got {type(raw.transform_spec).__name__}')
+    filters = raw.filters
+    if filters is not None and not isinstance(filters, Sequence) and not _is_expression(filters):
         raise ValueError(f'filters must be a list of (column, op, value) tuples, a list of such lists, or a '
                          f'pyarrow.compute.Expression; got {filters!r}')
-    return ReaderOptions(
-        dataset_url_or_urls=urls, batched_output=batched_output, schema_fields=schema_fields,
-        reader_pool_type=reader_pool_type, workers_count=workers_count, results_queue_size=results_queue_size,
-        seed=None if seed is None else int(seed), shuffle_rows=bool(shuffle_rows),
-        shuffle_row_groups=bool(shuffle_row_groups), shuffle_row_drop_partitions=int(shuffle_row_drop_partitions),
-        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
-        shard_count=shard_count, cache_type=cache_type, cache_location=cache_location,
-        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
-        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
-        filters=filters, storage_options=storage_options, filesystem=filesystem,
-        convert_early_to_numpy=bool(convert_early_to_numpy), shard_mode=shard_mode,
-        shard_remainder=shard_remainder, shard_source=shard_source)
 
 
 def _check_local_disk_cache(location: Any, size_limit: Any, row_size_estimate: Any, extra_settings: Any) -> None:
@@ -182,5 +243,3 @@ def _is_expression(value: Any) -> bool:
 
     return isinstance(value, pc.Expression)
 
-
-PoolKind = Literal['dummy', 'thread', 'process']

@@ -17,41 +17,31 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import warnings
 from collections import deque
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator, Iterator
+from typing import Any, Literal
 
-from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
-from petastorm.distributed import Stage, StreamPosition
-from petastorm.fs import normalize_dir_url, resolve_location
-from petastorm.metadata.store import (
-    RowGroupPiece,
-    load_row_groups,
-    open_store,
+from petastorm.batch import ColumnBatch
+from petastorm.delivery import deliver
+from petastorm.fs import normalize_dir_url
+from petastorm.options import (
+    LOCAL_DISK_CACHE,
+    NULL_CACHE,
+    CacheType,
+    HdfsDriver,
+    PoolType,
+    ReaderOptions,
+    validate_options,
 )
-from petastorm.ngram import NGram
-from petastorm.options import LOCAL_DISK_CACHE, NULL_CACHE, ReaderOptions, validate_options
-from petastorm.plan import WorkItem, shard_items, split_drop_partitions
+from petastorm.plan import Remainder, ShardMode, WorkItem
 from petastorm.pools import default_max_bytes_in_flight, make_pool
-from petastorm.read import META, NGRAM_STARTS, ReadContext, read_item
-from petastorm.reader_inputs import (
-    check_columns_exist,
-    check_ngram_options,
-    load_schema,
-    select_fields,
-)
-from petastorm.reader_state import ResumableReader
-from petastorm.row_group_selection import (
-    apply_selector,
-    columns_of_expression,
-    filter_expression,
-    prune_by_partition_predicate,
-    prune_by_statistics,
-)
+from petastorm.predicates import PredicateBase
+from petastorm.read import read_item
+from petastorm.reader_position import ReaderPosition, UnitTag
+from petastorm.reader_setup import set_up_reader
+from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
-from petastorm.transform import TransformSpec, transform_schema
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.transform import TransformSpec
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +62,20 @@ def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
     return normalize_dir_url(dataset_url_or_urls)
 
 
-def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', workers_count=10,
-                pyarrow_serialize=False, results_queue_size=50, seed=None, shuffle_rows=False,
-                shuffle_row_groups=True, shuffle_row_drop_partitions=1, predicate=None, rowgroup_selector=None,
-                num_epochs=1, cur_shard=None, shard_count=None, shard_seed=None, cache_type=NULL_CACHE,
-                cache_location=None, cache_size_limit=None, cache_row_size_estimate=None,
-                cache_extra_settings=None, hdfs_driver='libhdfs3', transform_spec=None, filters=None,
-                storage_options=None, zmq_copy_buffers=True, filesystem=None,
-                convert_early_to_numpy=False, shard_mode='row_groups', shard_remainder='pad') -> Reader:
+def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_pool_type: PoolType = 'thread',
+                workers_count: int = 10, pyarrow_serialize: bool = False, results_queue_size: int = 50,
+                seed: int | None = None, shuffle_rows: bool = False, shuffle_row_groups: bool = True,
+                shuffle_row_drop_partitions: int = 1, predicate: PredicateBase | None = None,
+                rowgroup_selector: RowGroupSelectorBase | None = None,
+                num_epochs: int | None = 1, cur_shard: int | Literal['auto'] | None = None,
+                shard_count: int | Literal['auto'] | None = None, shard_seed: int | None = None,
+                cache_type: CacheType = 'null', cache_location: str | None = None,
+                cache_size_limit: int | None = None, cache_row_size_estimate: int | None = None,
+                cache_extra_settings: dict[str, Any] | None = None, hdfs_driver: HdfsDriver = 'libhdfs3',
+                transform_spec: TransformSpec | None = None, filters: Any = None,
+                storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
+                filesystem: Any = None, convert_early_to_numpy: bool = False,
+                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -106,8 +102,11 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
         cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
             in a local directory, for later epochs (removed when the reader exits, as in Petastorm; pass
             ``cache_extra_settings={'cleanup': False}`` to keep it for later readers).
-        cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: the directory, size limit
-            (bytes), expected entry size and more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`.
+        cache_location: the cache directory (``'local-disk'``).
+        cache_size_limit: the cache's size limit in bytes.
+        cache_row_size_estimate: the expected size of one entry in bytes (checked against the limit).
+        cache_extra_settings: more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`, e.g.
+            ``{'cleanup': False}``.
         hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (for ``hdfs://`` URLs).
         transform_spec: a :class:`~petastorm.transform.TransformSpec` applied to each decoded row in the workers.
         filters: pyarrow DNF filters (``[('col', '>', 3)]``) applied to rows and used to skip row groups.
@@ -124,29 +123,25 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
     Returns:
         A :class:`Reader`: an iterator and context manager.
     """
-    options = validate_options(
-        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=False,
-        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
-        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
-        shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
-        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
-        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
-        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
-        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
-        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
-        convert_early_to_numpy=convert_early_to_numpy, pyarrow_serialize=pyarrow_serialize, shard_mode=shard_mode,
-        shard_remainder=shard_remainder)
-    return Reader(options)
+    arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
+    url = normalize_dataset_url_or_urls(arguments.pop('dataset_url'))
+    return Reader(validate_options(dataset_url_or_urls=url, batched_output=False, **arguments))
 
 
-def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type='thread', workers_count=10,
-                      results_queue_size=50, seed=None, shuffle_rows=False, shuffle_row_groups=True,
-                      shuffle_row_drop_partitions=1, predicate=None, rowgroup_selector=None, num_epochs=1,
-                      cur_shard=None, shard_count=None, shard_seed=None, cache_type='null', cache_location=None,
-                      cache_size_limit=None, cache_row_size_estimate=None, cache_extra_settings=None,
-                      hdfs_driver='libhdfs3', transform_spec=None, filters=None, storage_options=None,
-                      zmq_copy_buffers=True, filesystem=None, convert_early_to_numpy=False,
-                      shard_mode='row_groups', shard_remainder='pad') -> Reader:
+def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any = None,
+                      reader_pool_type: PoolType = 'thread', workers_count: int = 10, results_queue_size: int = 50,
+                      seed: int | None = None, shuffle_rows: bool = False, shuffle_row_groups: bool = True,
+                      shuffle_row_drop_partitions: int = 1, predicate: PredicateBase | None = None,
+                      rowgroup_selector: RowGroupSelectorBase | None = None,
+                      num_epochs: int | None = 1, cur_shard: int | Literal['auto'] | None = None,
+                      shard_count: int | Literal['auto'] | None = None, shard_seed: int | None = None,
+                      cache_type: CacheType = 'null', cache_location: str | None = None,
+                      cache_size_limit: int | None = None, cache_row_size_estimate: int | None = None,
+                      cache_extra_settings: dict[str, Any] | None = None, hdfs_driver: HdfsDriver = 'libhdfs3',
+                      transform_spec: TransformSpec | None = None, filters: Any = None,
+                      storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
+                      filesystem: Any = None, convert_early_to_numpy: bool = False,
+                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -154,24 +149,16 @@ def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type=
     :func:`make_reader`, except that a ``TransformSpec`` function receives and returns a pandas DataFrame, and a
     predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series.
     """
-    options = validate_options(
-        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url_or_urls), batched_output=True,
-        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
-        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
-        shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
-        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
-        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
-        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
-        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
-        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
-        convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder)
-    return Reader(options)
+    arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
+    url = normalize_dataset_url_or_urls(arguments.pop('dataset_url_or_urls'))
+    return Reader(validate_options(dataset_url_or_urls=url, batched_output=True, **arguments))
 
 
-class Reader(ResumableReader):
+class Reader:
     """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
 
-    Use it as a context manager, or call :meth:`stop` and :meth:`join` when done.
+    Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
+    :class:`~petastorm.source.ColumnSource` the loaders read.
 
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
@@ -181,176 +168,52 @@ class Reader(ResumableReader):
         last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
         cache: the cache of raw row-group columns (a ``NullCache`` unless ``cache_type='local-disk'``).
+        read_context: what every worker receives; executors other than the pool (Ray Data read tasks) read work
+            items with :func:`petastorm.read.read_item` and it.
     """
 
-    def __init__(self, options: ReaderOptions, *, time_stages: bool = False):
+    def __init__(self, options: ReaderOptions, *, time_stages: bool = False) -> None:
         self._options = options
-        # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
-        self._stage_totals = StageTotals() if time_stages else None
         self.is_batched_reader = options.batched_output
-        self.ngram = options.schema_fields if isinstance(options.schema_fields, NGram) else None
-        check_ngram_options(self.ngram, options)
         self.num_epochs = options.num_epochs
         self.last_row_consumed = False
         self.stopped = False
         self._lock = threading.Lock()
-        self.cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
-                                options.cache_row_size_estimate, options.cache_extra_settings)
-        location = resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem)
-        self.dataset = open_store(location)
-        stored = load_schema(self.dataset, options.batched_output)
-        view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
-        self.schema = transform_schema(view, options.transform_spec)
-        context = self._make_context(stored, view)
-        pieces = load_row_groups(self.dataset)
-        self._items = self._plan(stored, pieces, context)
-        self._layout = self._shard_layout()
-        self._position = StreamPosition(self._layout, Stage(0), 0)
-        self._next_epoch = 0
-        self._new_pass()
+        # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
+        self._stage_totals = StageTotals() if time_stages else None
+        setup = set_up_reader(options, time_stages=time_stages)
+        self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
+        self.read_context = setup.context
+        self._rows_known = setup.rows_known
+        self._position = ReaderPosition(setup.layout, options.num_epochs)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
                                max_bytes_in_flight=default_max_bytes_in_flight())
-        # Public: executors other than the pool (Ray Data read tasks) read work items with read_item and it.
-        self.read_context = dataclasses.replace(context, pieces=tuple(pieces), time_stages=time_stages)
         self._pool.start(read_item, self.read_context)
-        self._columns = self._batches()
-        self._output = self._deliver()
+        self._start_pass()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
-                    len(self._items), options.reader_pool_type, options.workers_count)
+                    len(setup.layout.items), options.reader_pool_type, options.workers_count)
 
-    # -- construction steps -------------------------------------------------------------------------------------
+    def _start_pass(self) -> None:
+        self._batches = self._read_batches()
+        self._output = deliver(self.schema, self.ngram, self.is_batched_reader, self._batches)
 
-    def _make_context(self, stored: Unischema, view: Unischema) -> ReadContext:
-        options = self._options
-        predicate_fields: list[UnischemaField] = []
-        if options.predicate is not None:
-            names = list(options.predicate.get_fields())
-            if not names:
-                raise ValueError(f'predicate {options.predicate!r} names no fields (get_fields() is empty)')
-            unknown = [n for n in names if n not in stored.fields]
-            if unknown:
-                raise ValueError(f'predicate fields {unknown} are not fields of the dataset schema '
-                                 f'({", ".join(stored.fields)})')
-            predicate_fields = [stored.fields[n] for n in names]
-        self._partition_predicate = options.predicate is not None and bool(self.dataset.partition_names) and {
-            f.name for f in predicate_fields} <= set(self.dataset.partition_names)
-        check_columns_exist(self.dataset, list(view.fields.values()) + predicate_fields)
-        expression = filter_expression(options.filters)
-        partition_names = tuple(self.dataset.partition_names)
-        candidates = list(dict.fromkeys(list(stored.fields) + list(partition_names)))
-        return ReadContext(
-            filesystem=self.dataset.filesystem,
-            pieces=(),  # filled by _plan
-            fields=tuple(view.fields.values()),
-            predicate_fields=tuple(predicate_fields) if not self._partition_predicate else (),
-            predicate=None if self._partition_predicate else options.predicate,
-            transform=options.transform_spec,
-            result_fields=tuple(self.schema.fields),
-            result_schema=self.schema if options.transform_spec is not None else None,
-            batched_output=options.batched_output,
-            shuffle_rows=options.shuffle_rows,
-            filter_expression=expression,
-            filter_columns=columns_of_expression(expression, candidates) if expression is not None else (),
-            partition_names=partition_names,
-            ngram=self.ngram,
-            cache=self._row_group_cache())
-
-    def _row_group_cache(self) -> RowGroupCache | None:
-        if isinstance(self.cache, NullCache):
-            return None
-        # Size and modification time of every file go into the keys: a rewritten file is never served stale.
-        return RowGroupCache(self.cache, str(self.dataset.url),
-                             file_stamps(self.dataset.filesystem, self.dataset.files))
-
-    def _plan(self, stored: Unischema, pieces: list[RowGroupPiece], context: ReadContext) -> list[WorkItem]:
-        options = self._options
-        indexes = list(range(len(pieces)))
-        if self._partition_predicate:
-            indexes = prune_by_partition_predicate(pieces, indexes, stored, options.predicate)
-        if options.rowgroup_selector is not None:
-            indexes = apply_selector(self.dataset, indexes, options.rowgroup_selector)
-        if context.filter_expression is not None:
-            indexes = prune_by_statistics(self.dataset, pieces, indexes, context.filter_expression)
-        self._filters_exact = set(context.filter_columns) <= set(self.dataset.partition_names)
-        piece_rows = [(i, pieces[i].num_rows) for i in indexes]
-        if options.shard_mode == 'rows':  # every shard plans all items; ShardLayout gives each its share
-            items = shard_items(piece_rows, None, None)
-        else:
-            items = shard_items(piece_rows, options.cur_shard, options.shard_count)
-        items = split_drop_partitions(items, options.shuffle_row_drop_partitions)
-        if not items:
-            warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
-                          'data was sharded.', UserWarning, stacklevel=4)
-        return items
-
-    # -- delivery -----------------------------------------------------------------------------------------------
-
-    def _batches(self) -> Iterator[dict[str, Any]]:
-        self._started = True
-        layout = self._layout
-        first, pass_start = self._pass
-        tags: deque[tuple[Stage, list, int, int]] = deque()  # what each submitted unit is, in submission order
-
-        def submit(stage: Stage) -> Iterator[Any]:
-            scheduled, main_from = layout.units(stage)
-            for index, unit in enumerate(scheduled):
-                tags.append((stage, scheduled, main_from, index))
-                yield unit
-
-        def units() -> Iterator[Any]:
-            for stage in self._pass_stages(first, pass_start):
-                yield from submit(stage)
-
-        results = self._pool.imap(units())
-        if self._stage_totals is not None:
-            results = self._stage_totals.timed(results)
-        for result in results:
+    def _read_batches(self) -> Generator[ColumnBatch, None, None]:
+        """The pool's batches of the current pass, each registered with the position as it is handed out."""
+        self._position.started = True
+        tags: deque[UnitTag] = deque()  # what each submitted unit is, in submission order
+        results: Iterator[ColumnBatch] = self._pool.imap(self._position.units(tags))
+        totals = self._stage_totals
+        if totals is not None:
+            results = totals.timed(results)
+        for batch in results:
             tag = tags.popleft()
-            if result[META]['num_rows']:
-                self._position.begin(*tag, result[META])
-                yield result
-
-    def _deliver(self) -> Iterator[Any]:
-        if self.ngram is not None:
-            return self._deliver_windows()
-        if self.is_batched_reader:
-            return self._deliver_batches()
-        return self._deliver_rows()
-
-    def _deliver_batches(self) -> Iterator[Any]:
-        make = self.schema._get_namedtuple()
-        for batch in self._columns:
-            yield make(**{name: batch[name] for name in self.schema.fields})
-
-    def _deliver_windows(self) -> Iterator[Any]:
-        """NGram output: ``{offset: row view}`` per window (rows) or per batch of windows (batches)."""
-        assert self.ngram is not None
-        base = min(self.ngram.fields)
-        views = {offset: self.ngram.get_schema_at_timestep(self.schema, offset)
-                 for offset in range(base, base + self.ngram.length)}
-        for batch in self._columns:
-            starts = batch[NGRAM_STARTS]
-            if self.is_batched_reader:
-                yield {offset: view.make_namedtuple(**{name: batch[name][starts + offset - base]
-                                                       for name in view.fields})
-                       for offset, view in views.items()}
-                continue
-            makers = {offset: (view._get_namedtuple()._make, list(view.fields)) for offset, view in views.items()}
-            for start in starts.tolist():
-                yield {offset: make([batch[name][start + offset - base] for name in names])
-                       for offset, (make, names) in makers.items()}
-
-    def _deliver_rows(self) -> Iterator[Any]:
-        make = self.schema._get_namedtuple()._make
-        names = list(self.schema.fields)
-        for batch in self._columns:
-            if batch[META]['tuple']:
-                width = len(batch) - 1
-                yield from zip(*(batch[str(i)] for i in range(width)), strict=True)
-            elif names:
-                yield from map(make, zip(*(batch[name] for name in names), strict=True))
+            if totals is not None:
+                totals.add(batch.stage_seconds, batch.num_rows)
+            if batch.num_rows:
+                self._position.begin(tag, batch)
+                yield batch
 
     # -- iterator protocol --------------------------------------------------------------------------------------
 
@@ -373,35 +236,42 @@ class Reader(ResumableReader):
         """Same as ``next(reader)``."""
         return self.__next__()
 
-    def iter_column_batches(self) -> Iterator[dict[str, Any]]:
+    def column_batches(self) -> Iterator[ColumnBatch]:
         """Yield the decoded columns of each work item (a row group or part of one), for loaders that batch.
 
-        Each item is a dict ``{field name: numpy column}`` (all columns of the same length, at least one row) plus
-        the key ``'.meta'`` holding ``{'num_rows': n, 'tuple': bool}``; when a ``make_reader`` transform returns
-        tuples, ``'tuple'`` is True and the columns are named ``'0'``, ``'1'``, ... by position. It draws from the
-        same stream as ``next(reader)`` (rows already cut from a column batch by ``next`` are not repeated), ends
-        the pass like ``next`` does (so :meth:`reset` starts another one), and raises ``RuntimeError`` after
-        :meth:`stop`. ``'.meta'`` also holds ``'row_ids'``: numbers naming each row (for loaders that save
-        their position, see :func:`petastorm.distributed.runs_of_rows`), or None when a transform hid them.
-        Arrays may be read-only views of Arrow memory: copy before writing to them.
+        Every batch has at least one row and carries ``row_ids`` (numbers naming each row, for loaders that save
+        their position; None when a transform hid them). It draws from the same stream as ``next(reader)`` (rows
+        already cut from a batch by ``next`` are not repeated), ends the pass like ``next`` does (so
+        :meth:`reset` starts another one), and raises ``RuntimeError`` after :meth:`stop`.
         """
         while True:
             with self._lock:
                 if self.stopped:
                     raise RuntimeError(_STOPPED_MESSAGE)
                 try:
-                    batch = next(self._columns)
+                    batch = next(self._batches)
                 except StopIteration:
                     self.last_row_consumed = True
                     return
                 self._position.delivered()
-                batch[META]['row_ids'] = self._position.current_rows()
+                batch = dataclasses.replace(batch, row_ids=self._position.row_ids())
             yield batch
+
+    def iter_column_batches(self) -> Iterator[dict[str, Any]]:
+        """:meth:`column_batches` as dicts: ``{field name: column}`` plus ``'.meta'``.
+
+        ``'.meta'`` holds ``{'num_rows': n, 'tuple': bool, 'row_ids': array or None}``. When a ``make_reader``
+        transform returns tuples, ``'tuple'`` is True and the columns are named ``'0'``, ``'1'``, ... by position.
+        """
+        for batch in self.column_batches():
+            yield batch.to_dict()
+
+    # -- what is known before reading ---------------------------------------------------------------------------
 
     @property
     def work_items(self) -> tuple[WorkItem, ...]:
         """This shard's work items of one epoch (row ranges of the selected row groups), in piece order."""
-        return tuple(self._items)
+        return self._position.layout.items
 
     @property
     def seed(self) -> int | None:
@@ -413,6 +283,105 @@ class Reader(ResumableReader):
         """The ``transform_spec`` the reader was made with (None when rows are delivered as decoded)."""
         return self._options.transform_spec
 
+    @property
+    def batched_output(self) -> bool:
+        """True when each item is a batch of rows (``make_batch_reader``)."""
+        return self.is_batched_reader
+
+    @property
+    def resumable(self) -> bool:
+        """True: the reader's batches carry row numbers, and :meth:`state_dict` saves positions (not with an NGram)."""
+        return self.ngram is None
+
+    @property
+    def num_rows_per_epoch(self) -> int | None:
+        """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
+
+        Exact after sharding (with ``shard_mode='rows'`` the same for every shard), row-group selectors and
+        predicates or ``filters`` on partition columns only (they keep or drop whole row groups). None with any
+        other predicate or filter (which rows of a row group match is known only by reading it), an NGram, or a
+        ``make_batch_reader`` transform function (which may drop rows).
+        """
+        return self._position.layout.rows_per_epoch if self._rows_known else None
+
+    @property
+    def num_rows_per_pass(self) -> int | None:
+        """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
+
+        It is :attr:`num_rows_per_epoch` times ``num_epochs``; None with ``num_epochs=None`` or when the rows per
+        epoch are unknown.
+        """
+        per_epoch = self.num_rows_per_epoch
+        if self.num_epochs is None or per_epoch is None:
+            return None
+        return per_epoch * self.num_epochs
+
+    @property
+    def num_rows_this_pass(self) -> int | None:
+        """Rows the pass about to be read (or being read) delivers from its start, or None when only reading can tell.
+
+        :attr:`num_rows_per_pass` for a whole pass; after :meth:`load_state_dict`, only the rows the restored pass
+        still has to deliver (rows a loader held when the state was saved included).
+        """
+        rows = self.num_rows_per_pass
+        if rows is None or not self._position.restarted:
+            return rows
+        return self._position.rows_this_pass()
+
+    def __len__(self) -> int:
+        """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
+
+        Raises:
+            TypeError: the count is unknown in advance (see :attr:`num_rows_per_epoch`) or ``num_epochs=None``.
+        """
+        rows = self.num_rows_this_pass
+        if rows is None:
+            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
+                            'on non-partition columns, an NGram or a batch transform function); see '
+                            'Reader.num_rows_per_epoch')
+        return self._position.units_this_pass() if self.is_batched_reader else rows
+
+    def __bool__(self) -> bool:
+        return True  # a reader is truthy even when its len() is unknown or 0
+
+    # -- positions ----------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of this reader: which rows it delivered, as a small dict of ints, lists and strings.
+
+        Counts only rows handed to the caller (rows read ahead by workers are not), so that
+        :meth:`load_state_dict` on a new reader continues with exactly the rows not delivered yet.
+        """
+        if self.ngram is not None:
+            raise NotImplementedError('state_dict() is not supported for NGram readers')
+        with self._lock:
+            return self._position.state({'num_epochs': self.num_epochs})
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue from a saved position; call before reading.
+
+        Args:
+            state: a :meth:`state_dict` of a reader over the same data with the same options, or the list of the
+                states of every rank (in rank order) of a distributed run. With the same world size each rank
+                continues its own stream exactly. With ``shard_mode='rows'`` the world size may change: the rows
+                no rank delivered are split again into equal shares. A single state then stands for every rank
+                (same number of rows consumed, none in loader buffers); pass the list otherwise.
+
+        Raises:
+            ValueError: the state does not match this reader (the message names the option or count).
+            RuntimeError: reading has started.
+        """
+        if self.ngram is not None:
+            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+        if not states:
+            raise ValueError('load_state_dict got an empty list of states')
+        with self._lock:
+            self._position.restore(states, self._options.seed)
+            self._start_pass()
+
+    # -- life cycle ---------------------------------------------------------------------------------------------
+
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""
         with self._lock:
@@ -422,14 +391,8 @@ class Reader(ResumableReader):
             if self.stopped:
                 raise RuntimeError(_STOPPED_MESSAGE)
             self.last_row_consumed = False
-            self._new_pass()
-            self._columns = self._batches()
-            self._output = self._deliver()
-
-    @property
-    def batched_output(self) -> bool:
-        """True when each item is a batch of rows (``make_batch_reader``)."""
-        return self.is_batched_reader
+            self._position.new_pass()
+            self._start_pass()
 
     @property
     def diagnostics(self) -> dict[str, Any]:
@@ -441,7 +404,12 @@ class Reader(ResumableReader):
         """
         pool = self._pool.diagnostics
         submitted, completed = pool.get('items_submitted', 0), pool.get('items_completed', 0)
-        info = {**pool, 'work_items_per_epoch': len(self._items), **self._shard_diagnostics(),
+        layout, options = self._position.layout, self._options
+        info = {**pool, 'work_items_per_epoch': len(layout.items), 'shard_mode': layout.shard_mode,
+                'shard': options.cur_shard, 'shard_count': options.shard_count, 'shard_source': options.shard_source,
+                'rows_per_epoch_before_filters': layout.rows_per_epoch,
+                'shard_remainder': layout.remainder if layout.shard_mode == 'rows' else None,
+                'rows_remainder_per_epoch': layout.remainder_rows,
                 'output_queue_size': pool.get('in_flight', submitted - completed), 'items_consumed': submitted,
                 'items_produced': completed, 'items_inprocess': submitted - completed}
         if self._stage_totals is not None:
@@ -455,11 +423,10 @@ class Reader(ResumableReader):
 
     def join(self) -> None:
         """Wait until every worker has finished (call after :meth:`stop`)."""
-        for stream in (self._output, self._columns):
-            close = getattr(stream, 'close', None)
-            if close is not None and self.stopped:
+        if self.stopped:
+            for stream in (self._output, self._batches):
                 try:
-                    close()
+                    stream.close()
                 except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()

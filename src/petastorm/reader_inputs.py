@@ -1,4 +1,4 @@
-"""What a reader is given, checked before planning: the schema to read, the fields selected, a consumer's reader.
+"""What a reader is given, checked before planning: the schema to read and the fields selected.
 
 Each check raises as early as possible with a message naming what was passed and what was expected; the
 warnings' ``stacklevel`` points at the user's ``make_reader``/``make_batch_reader`` call.
@@ -6,7 +6,6 @@ warnings' ``stacklevel`` points at the user's ``make_reader``/``make_batch_reade
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from typing import Any
@@ -19,30 +18,15 @@ from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
 from petastorm.unischema import Unischema, UnischemaField
 
-__all__ = ['check_columns_exist', 'check_ngram_options', 'check_reader', 'load_schema', 'select_fields']
-
-
-def check_reader(consumer: str, reader: Any) -> None:
-    """Refuse, before anything is read, what is not a reader: a URL, a path, a list, a torch dataset...
-
-    A reader is what ``make_reader``/``make_batch_reader`` return, or an object that behaves like one (it is
-    iterated and has ``stop()`` and ``join()``, as :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`).
-
-    Raises:
-        TypeError: naming what was passed and how to make a reader of it.
-    """
-    if isinstance(reader, (str, bytes, os.PathLike)):
-        raise TypeError(f'{consumer} takes a reader, not a dataset URL or path: got {reader!r}. Open the dataset '
-                        f'first, for example {consumer}(make_reader({os.fsdecode(reader)!r})) (make_batch_reader '
-                        f'for a Parquet store without Petastorm metadata)')
-    missing = [name for name in ('__iter__', 'stop', 'join') if not callable(getattr(reader, name, None))]
-    if missing:
-        raise TypeError(f'{consumer} takes a reader made by make_reader or make_batch_reader (an object that is '
-                        f'iterated and has stop() and join()), got {type(reader).__name__} (it has no '
-                        f'{", ".join(missing)})')
+__all__ = ['check_columns_exist', 'check_ngram_options', 'load_schema', 'select_fields']
 
 
 def load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
+    """The store's Petastorm schema, or one inferred from its Parquet schema (plain Parquet).
+
+    Raises:
+        PetastormMetadataError: Petastorm metadata is there but cannot be read (never silently inferred then).
+    """
     try:
         schema = stored_schema(store)
     except PetastormMetadataError:
@@ -51,18 +35,24 @@ def load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
             raise  # the metadata is there but unreadable or refused: never silently fall back
         if not batched_output:
             warnings.warn('Currently make_reader supports reading only Petastorm datasets. To read from a '
-                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=4)
+                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=5)
         return inferred_schema(store)
     if batched_output:
         # The opening words are the original's (code filters the warning on them); the rest is what we do.
         warnings.warn('Please use make_reader (instead of make_batch_reader) to read this Petastorm dataset one row '
                       'at a time. make_batch_reader reads it too: it decodes the codec fields and yields one '
                       'namedtuple of column arrays per row group (its TransformSpec function receives a pandas '
-                      'DataFrame).', UserWarning, stacklevel=4)
+                      'DataFrame).', UserWarning, stacklevel=5)
     return schema
 
 
 def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
+    """The view of ``schema`` that ``schema_fields`` (fields, regular expressions or an NGram) selects.
+
+    Raises:
+        ValueError: ``schema_fields`` is not a collection of fields or an NGram.
+        RuntimeError: nothing matches (Petastorm's error type).
+    """
     if schema_fields is None:
         return schema
     if isinstance(schema_fields, NGram):
@@ -83,11 +73,16 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
     if unmatched:
         warnings.warn(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
                       f"regular expressions must match a whole field name). The dataset's fields: "
-                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=4)
+                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=5)
     return view
 
 
 def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
+    """Refuse fields that are not columns of the store's files (metadata that does not match the data).
+
+    Raises:
+        PetastormMetadataError: naming the missing fields and the first file's columns.
+    """
     if not store.files:
         return
     with store.filesystem.open_input_file(store.files[0]) as f:
@@ -100,6 +95,7 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
 
 
 def check_ngram_options(ngram: NGram | None, options: ReaderOptions) -> None:
+    """Refuse options an NGram cannot be read with (a transform, ``shard_mode='rows'``, some drop partitions)."""
     if ngram is None:
         return
     if options.transform_spec is not None:

@@ -1,8 +1,8 @@
 """Where the time of a read goes: seconds per stage, measured only when a reader is asked to.
 
 A worker measures its own stages of one work item with a :class:`StageClock` (I/O, filtering, decoding, the
-transform) and sends them back inside the item's ``'.meta'`` entry, so the numbers travel through every pool kind
-with the result itself and need no shared state between workers. The consumer adds them up in a
+transform) and sends them back with the item's result, so the numbers travel through every pool kind with the
+result itself and need no shared state between workers. The consumer adds them up in a
 :class:`StageTotals`, together with the time it spent waiting for the pool (the queue wait). When timing is off
 no clock exists and nothing is added to the results.
 """
@@ -10,13 +10,13 @@ no clock exists and nothing is added to the results.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar('T')
 
 #: Worker-side stages, in the order a work item goes through them.
 WORKER_STAGES = ('io', 'filter', 'decode', 'transform')
-#: Key of the per-item stage seconds inside a result's ``'.meta'`` dict.
-STAGE_SECONDS = 'stage_seconds'
 
 
 class StageClock:
@@ -52,8 +52,8 @@ class StageTotals:
         self.items = 0
         self.rows = 0
 
-    def timed(self, results: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """Yield ``results`` unchanged, timing each wait for the next one and adding up its stage seconds."""
+    def timed(self, results: Iterator[T]) -> Iterator[T]:
+        """Yield ``results`` unchanged, adding the time spent waiting for each to ``'queue_wait'``."""
         while True:
             started = time.perf_counter()
             try:
@@ -61,12 +61,14 @@ class StageTotals:
             except StopIteration:
                 return
             self.seconds['queue_wait'] += time.perf_counter() - started
-            meta = result.get('.meta', {})
-            for stage, seconds in meta.get(STAGE_SECONDS, {}).items():
-                self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
-            self.items += 1
-            self.rows += int(meta.get('num_rows', 0))
             yield result
+
+    def add(self, seconds: Mapping[str, float] | None, rows: int) -> None:
+        """Count one delivered item of ``rows`` rows whose worker spent ``seconds`` per stage."""
+        for stage, spent in (seconds or {}).items():
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + spent
+        self.items += 1
+        self.rows += rows
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the totals: ``{'seconds': {...}, 'items': n, 'rows': n}``."""

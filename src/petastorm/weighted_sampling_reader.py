@@ -109,6 +109,11 @@ class WeightedSamplingReader:
         """True once any of the readers has run out."""
         return any(reader.last_row_consumed for reader in self._readers)
 
+    @property
+    def stopped(self) -> bool:
+        """True once any of the readers was stopped."""
+        return any(bool(getattr(reader, 'stopped', False)) for reader in self._readers)
+
     def __iter__(self) -> WeightedSamplingReader:
         return self
 
@@ -129,9 +134,11 @@ class WeightedSamplingReader:
         return self.__next__()
 
     def state_dict(self) -> dict[str, Any]:
-        """The position of the mix: each reader's :meth:`~petastorm.reader.Reader.state_dict` and the state of the
-        random choice of readers, so that a restored mix continues the same sequence of choices (the mixture is
-        kept) over exactly the items not delivered yet."""
+        """The position of the mix: each reader's position and the state of the random choice of readers.
+
+        A restored mix continues the same sequence of choices (the mixture is kept) over exactly the items not
+        delivered yet (see :meth:`petastorm.reader.Reader.state_dict`).
+        """
         with self._lock:
             return {'version': 1, 'choice_rng': self._rng.bit_generator.state, 'exhausted': self._exhausted,
                     'readers': [reader.state_dict() for reader in self._readers]}

@@ -8,7 +8,7 @@
 
 Every loader is a ``torch.utils.data.DataLoader`` (so trainers that check the type accept it), a context
 manager whose exit stops and joins the reader, and builds batches from the reader's decoded columns by slicing
-and gathering whole columns (:meth:`petastorm.reader.Reader.iter_column_batches`), never row by row.
+and gathering whole columns (:meth:`petastorm.reader.Reader.column_batches`), never row by row.
 
 Example:
     >>> from petastorm import make_reader

@@ -20,6 +20,7 @@ from petastorm.pytorch._loaders import (
 from petastorm.pytorch._records import PackedColumns
 from petastorm.pytorch._tables import Table, num_rows
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
+from petastorm.source import ColumnSource, as_column_source
 
 
 class InMemBatchedDataLoader(_LoaderBase):
@@ -52,14 +53,14 @@ class InMemBatchedDataLoader(_LoaderBase):
             if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
                     rows_capacity < 1:
                 raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
-            _check_tensor_fields(type(self).__name__, reader)
+            _check_tensor_fields(type(self).__name__, self._source)
         self.transform_fn = transform_fn
         self.num_epochs = int(num_epochs)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.rows_capacity = int(rows_capacity)
         try:
-            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(reader, transform_fn,
+            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(self._source, transform_fn,
                                                                                     self.rows_capacity)
         finally:
             reader.stop()
@@ -169,7 +170,7 @@ class _TensorColumns(ColumnStore):
                 for name, column in self._columns.items()}
 
 
-def _load_columns(reader: Any, transform_fn: Callable | None,
+def _load_columns(source: ColumnSource, transform_fn: Callable | None,
                   rows_capacity: int) -> tuple[list[str], Any, int, bool]:
     """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
 
@@ -178,13 +179,13 @@ def _load_columns(reader: Any, transform_fn: Callable | None,
     tensor per column. The storage is sized from the reader's announced row count, and grows by doubling when that
     is unknown; :func:`_gatherer` and its ``slice`` give the columns of the rows asked for.
     """
-    known = getattr(reader, 'num_rows_per_pass', None)
+    known = source.num_rows_per_pass
     store: Any = None
     keys: list[str] = []
     loaded = 0
     as_tuple = False
     dropped = 0
-    for columns, chunk_is_tuple in _column_chunks(reader):
+    for columns, chunk_is_tuple in _column_chunks(source):
         as_tuple = chunk_is_tuple
         table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'))
         rows = num_rows(table)
@@ -213,6 +214,7 @@ def _load_columns(reader: Any, transform_fn: Callable | None,
 
 def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
     """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
-    keys, store, rows, _ = _load_columns(reader, transform_fn, rows_capacity)
+    keys, store, rows, _ = _load_columns(as_column_source('_load_rows_into_mem', reader), transform_fn,
+                                         rows_capacity)
     columns = store.slice(0, rows) if keys else {}
     return keys, [batch_tensor(columns[key]) for key in keys]

@@ -1,6 +1,6 @@
 """The three loaders: ``DataLoader``, ``BatchedDataLoader`` and ``InMemBatchedDataLoader``.
 
-All of them take the reader's decoded columns a row group at a time (:meth:`Reader.iter_column_batches`) and
+All of them take the reader's decoded columns a row group at a time (:meth:`Reader.column_batches`) and
 build batches by slicing, concatenating and gathering whole columns; no per-row object is made unless the user
 asks for rows (a custom ``collate_fn``) or a column holds values torch has no tensor for.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.plan import merge_runs, runs_of_rows
 from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
@@ -38,11 +39,10 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
-from petastorm.reader_inputs import check_reader
+from petastorm.source import ColumnSource, as_column_source
 
 logger = logging.getLogger(__name__)
 
-_META = '.meta'
 # A hidden column the streaming loaders keep beside buffered rows: the reader's number for each row (-1: unknown),
 # so that their state can name the rows taken from the reader but not yet delivered in a batch.
 _ROW_IDS = '.row_ids'
@@ -51,7 +51,12 @@ _LOADER_STREAM = 0x5EED_10AD
 _FALLBACK_CHUNK_ROWS = 1024
 
 
-class _ReaderDataset(torch.utils.data.IterableDataset):
+# torch is imported at run time (import_optional), so its classes are values to the type checker.
+_IterableDataset: Any = torch.utils.data.IterableDataset
+_TorchDataLoader: Any = torch.utils.data.DataLoader
+
+
+class _ReaderDataset(_IterableDataset):
     """The dataset torch's DataLoader machinery sees; iteration goes through the loader itself."""
 
     def __init__(self, reader: Any) -> None:
@@ -86,50 +91,19 @@ def _stop_reader_on_error(reader: Any) -> Iterator[None]:
         raise
 
 
-def _column_chunks(reader: Any, with_row_ids: bool = False) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
-    """``(columns, rows_are_tuples)`` per chunk of the reader's next pass (plus ``_ROW_IDS`` if asked)."""
-    if getattr(reader, 'ngram', None) is not None:
+def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """``(columns, rows_are_tuples)`` per batch of the source's next pass (plus ``_ROW_IDS`` if asked)."""
+    if source.ngram is not None:
         raise NotImplementedError('petastorm.pytorch loaders do not read NGram windows; iterate the reader itself')
-    iter_columns = getattr(reader, 'iter_column_batches', None)
-    if iter_columns is not None:
-        for batch in iter_columns():
-            meta = batch.get(_META, {})
-            columns = {name: values for name, values in batch.items() if name != _META}
-            if with_row_ids:
-                row_ids = meta.get('row_ids')
-                columns[_ROW_IDS] = row_ids if row_ids is not None else np.full(meta['num_rows'], -1, np.int64)
-            yield columns, bool(meta.get('tuple'))
-        return
-    yield from _chunks_from_items(reader)
+    for batch in source.column_batches():
+        columns = dict(batch.columns)
+        if with_row_ids:
+            row_ids = batch.row_ids
+            columns[_ROW_IDS] = row_ids if row_ids is not None else np.full(batch.num_rows, -1, np.int64)
+        yield columns, batch.rows_are_tuples
 
 
-def _chunks_from_items(reader: Any) -> Iterator[tuple[dict[str, np.ndarray], bool]]:
-    """Columns from a reader-like object that only yields items (rows, or namedtuples of columns)."""
-    from petastorm.read import column_from_values
-
-    if getattr(reader, 'is_batched_reader', getattr(reader, 'batched_output', False)):
-        for item in reader:
-            yield {name: np.asarray(values) for name, values in item._asdict().items()}, False
-        return
-    rows: list[Any] = []
-    for row in reader:
-        rows.append(row)
-        if len(rows) == _FALLBACK_CHUNK_ROWS:
-            yield _rows_to_columns(rows, column_from_values)
-            rows = []
-    if rows:
-        yield _rows_to_columns(rows, column_from_values)
-
-
-def _rows_to_columns(rows: list[Any], column_from_values: Callable) -> tuple[dict[str, np.ndarray], bool]:
-    first = rows[0]
-    if isinstance(first, dict) or hasattr(first, '_asdict'):
-        dicts = [r if isinstance(r, dict) else r._asdict() for r in rows]
-        return {name: column_from_values([d[name] for d in dicts]) for name in dicts[0]}, False
-    return {str(i): column_from_values([r[i] for r in rows]) for i in range(len(first))}, True
-
-
-class _LoaderBase(torch.utils.data.DataLoader):
+class _LoaderBase(_TorchDataLoader):
     """Iteration rules shared by the loaders that stream from a reader.
 
     One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). Starting a new iteration after
@@ -139,7 +113,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False) -> None:
-        check_reader(type(self).__name__, reader)
+        self._source = as_column_source(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
         super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
                          pin_memory=bool(pin_memory))
@@ -164,7 +138,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
                                '(leave its with-block) and make a new reader and loader.')
         if self._passes_done and not self._restored:
             logger.info('starting pass %d of the petastorm loader: resetting the reader', self._passes_done + 1)
-            self.reader.reset()
+            self._source.reset()
         self._restored = False
         self._in_progress = True
         try:
@@ -193,7 +167,7 @@ class _LoaderBase(torch.utils.data.DataLoader):
                                    packed=packed) if capacity else None
         self._buffers = (batcher, shuffler)
         as_tuple = False
-        for columns, as_tuple in _column_chunks(self.reader, self._tracks_rows()):
+        for columns, as_tuple in _column_chunks(self._source, self._source.resumable):
             table = prepare(columns)
             # Every drawn piece is queued before the first batch goes out, so that state_dict() sees its rows.
             for piece in shuffler.add(table) if shuffler is not None else (table,):
@@ -208,18 +182,15 @@ class _LoaderBase(torch.utils.data.DataLoader):
             yield finish(batch, as_tuple)
 
     def _rng(self, pass_index: int) -> np.random.Generator:
-        seed = getattr(self.reader, 'seed', None)
+        seed = self._source.seed
         if seed is None:
             return np.random.default_rng()
         return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
 
-    def _tracks_rows(self) -> bool:
-        return hasattr(self.reader, 'iter_column_batches') and hasattr(self.reader, 'state_dict')
-
     def _check_resumable(self, method: str) -> None:
         if type(self)._batches is _LoaderBase._batches:  # does not stream from its reader (reads it up front)
             raise NotImplementedError(f'{type(self).__name__} has no {method}(): it reads its reader at construction')
-        if not self._tracks_rows():
+        if not self._source.resumable:
             raise NotImplementedError(f'{method}() needs a reader from make_reader/make_batch_reader, got '
                                       f'{type(self.reader).__name__}')
 
@@ -230,10 +201,8 @@ class _LoaderBase(torch.utils.data.DataLoader):
         arguments) then delivers exactly the batches' rows not delivered yet: rows that were in the shuffling
         buffer or waiting for a batch are read again, the rest continues where the reader stopped.
         """
-        from petastorm.distributed import merge_runs, runs_of_rows
-
         self._check_resumable('state_dict')
-        state = self.reader.state_dict()
+        state = self._source.state_dict()
         held = self._held_row_ids()
         if (held < 0).any():
             raise RuntimeError('cannot save the loader position while it holds rows of a row group whose '
@@ -265,13 +234,13 @@ class _LoaderBase(torch.utils.data.DataLoader):
         if not state.get('in_progress'):  # saved between passes: the next iteration is a whole new pass
             states = reader_state if isinstance(reader_state, list) else [reader_state]
             reader_state = [{**s, 'pass_start': s['epoch']} for s in states]
-        self.reader.load_state_dict(reader_state)
+        self._source.load_state_dict(reader_state)
         self._passes_done = int(state['passes_done'])
         self._restored = True
 
     def __len__(self) -> int:
         # A loader restored with load_state_dict has the rest of its pass to deliver; its reader knows how much.
-        rows = getattr(self.reader, 'num_rows_this_pass', getattr(self.reader, 'num_rows_per_pass', None))
+        rows = self._source.num_rows_this_pass
         if rows is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
                             f'(num_epochs set, no predicate, no filters); this one has no len()')
@@ -298,8 +267,8 @@ class _LoaderBase(torch.utils.data.DataLoader):
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.reader.stop()
-        self.reader.join()
+        self._source.stop()
+        self._source.join()
 
 
 class DataLoader(_LoaderBase):
@@ -350,14 +319,12 @@ class DataLoader(_LoaderBase):
             self._configure(shuffling_queue_capacity, variable_length, padding_value)
 
     def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any) -> None:
-        reader = self.reader
         if variable_length not in ('list', 'pad'):
             raise ValueError(f"variable_length must be 'list' or 'pad', got {variable_length!r}")
         self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
         self.variable_length = variable_length
         self.padding_value = padding_value
-        schema = getattr(reader, 'schema', None)
-        fields = getattr(schema, 'fields', {}) or {}
+        fields = self._source.schema.fields
         self._variable_fields = frozenset(name for name, field in fields.items()
                                           if field.shape is not None and None in tuple(field.shape))
         if variable_length == 'pad':
@@ -411,7 +378,7 @@ class BatchedDataLoader(_LoaderBase):
             self.transform_fn = transform_fn
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
-            _check_tensor_fields(type(self).__name__, reader)
+            _check_tensor_fields(type(self).__name__, self._source)
 
     def _batches(self, pass_index: int) -> Iterator[Any]:
         # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
@@ -432,7 +399,7 @@ class BatchedDataLoader(_LoaderBase):
         return pin(out) if self._pin else out
 
 
-def _check_tensor_fields(loader: str, reader: Any) -> None:
+def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
     """Refuse, before reading, fields whose schema type has no tensor (strings, Decimals, objects).
 
     A transform function may change a field's type without declaring it in ``edit_fields`` (a string field turned
@@ -440,10 +407,9 @@ def _check_tensor_fields(loader: str, reader: Any) -> None:
     """
     import decimal
 
-    schema = getattr(reader, 'schema', None)
-    fields = getattr(schema, 'fields', {}) or {}
-    spec = getattr(reader, 'transform_spec', None)
-    if spec is not None and getattr(spec, 'func', None) is not None:
+    fields = dict(source.schema.fields)
+    spec = source.transform_spec
+    if spec is not None and spec.func is not None:
         declared = {edit[0] for edit in spec.edit_fields}  # (name, dtype, shape[, nullable]) or a UnischemaField
         fields = {name: field for name, field in fields.items() if name in declared}
     bad = []

@@ -1,7 +1,7 @@
 """A Ray Data datasource of Petastorm datasets: our plan decides the read tasks, our worker code decodes.
 
-The driver plans exactly as ``make_reader`` does (a reader on the inline pool is made only for that, it never
-reads): fields, predicate, ``filters`` and ``rowgroup_selector`` select the row groups, partition values and
+The driver plans exactly as ``make_reader`` does (:func:`petastorm.reader_setup.set_up_reader`, without a reader
+or workers): fields, predicate, ``filters`` and ``rowgroup_selector`` select the row groups, partition values and
 Parquet statistics prune them. Each read task gets a handful of the planned work items and reads, filters and
 decodes them with :func:`petastorm.read.read_item` in the Ray worker process, yielding one Arrow block per row
 group. n-d arrays and images become Ray tensor columns (:class:`ray.data.extensions.ArrowTensorArray`, in the
@@ -26,12 +26,13 @@ from ray.data import DataContext, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
+from petastorm.metadata.filters import columns_of_expression, matching_row_groups
 from petastorm.ngram import NGram
 from petastorm.options import validate_options
 from petastorm.plan import ScheduledItem, WorkItem, split_drop_partitions
-from petastorm.read import META, ReadContext, read_item
-from petastorm.reader import Reader, normalize_dataset_url_or_urls
-from petastorm.row_group_selection import columns_of_expression, prune_by_statistics
+from petastorm.read import ReadContext, read_item
+from petastorm.reader import normalize_dataset_url_or_urls
+from petastorm.reader_setup import set_up_reader
 from petastorm.unischema import UnischemaField
 
 try:  # A block of rows without columns (ds.count()) keeps its row count in a null column Ray knows to ignore.
@@ -73,11 +74,11 @@ class PetastormDatasource(Datasource):
             storage_options=storage_options, filesystem=filesystem)
         with warnings.catch_warnings():
             warnings.filterwarnings('ignore', message=_PLAIN_PARQUET_WARNING, category=UserWarning)
-            with Reader(options) as planner:
-                self._context: ReadContext = planner.read_context
-                self._items: tuple[WorkItem, ...] = planner.work_items
-                self._store = planner.dataset
-                self._schema = planner.schema
+            setup = set_up_reader(options)
+        self._context: ReadContext = setup.context
+        self._items: tuple[WorkItem, ...] = setup.layout.items
+        self._store = setup.dataset
+        self._schema = setup.schema
         self._split_row_groups = split_row_groups
         self._projection_map: dict[str, str] | None = None
 
@@ -87,14 +88,17 @@ class PetastormDatasource(Datasource):
         return self._schema
 
     def get_name(self) -> str:
+        """The name Ray shows for the read operator."""
         return 'ReadPetastorm'
 
     # -- pushdown -----------------------------------------------------------------------------------------------
 
     def supports_projection_pushdown(self) -> bool:
+        """True: only the columns Ray asks for are read and decoded."""
         return True
 
     def supports_predicate_pushdown(self) -> bool:
+        """True: filters on stored scalar columns are applied while reading (see :meth:`apply_predicate`)."""
         return True
 
     def apply_predicate(self, predicate_expr: Any) -> PetastormDatasource:
@@ -114,9 +118,10 @@ class PetastormDatasource(Datasource):
         clone._context = dataclasses.replace(
             self._context, filter_expression=expression if previous is None else previous & expression,
             filter_columns=tuple(dict.fromkeys(self._context.filter_columns + columns)))
-        kept = set(prune_by_statistics(self._store, list(self._context.pieces),
-                                       sorted({item.piece_index for item in self._items}), expression))
-        clone._items = tuple(item for item in self._items if item.piece_index in kept)
+        matching = matching_row_groups(self._store, expression)
+        pieces = self._context.pieces
+        clone._items = tuple(item for item in self._items
+                             if (pieces[item.piece_index].path, pieces[item.piece_index].row_group) in matching)
         return clone
 
     # -- reading ------------------------------------------------------------------------------------------------
@@ -128,10 +133,12 @@ class PetastormDatasource(Datasource):
         return tuple(field for field in fields if field.name in self._projection_map)
 
     def estimate_inmemory_data_size(self) -> int | None:
+        """Decoded bytes of the rows to read, estimated from the schema (Ray sizes its blocks by it)."""
         return sum(item.num_rows for item in self._items) * _row_bytes(self._output_fields())
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
+        """About ``parallelism`` read tasks, each reading consecutive work items of about equal rows."""
         items = list(self._items)
         if self._split_row_groups and items and parallelism > len(items):
             items = split_drop_partitions(items, math.ceil(parallelism / len(items)))
@@ -185,8 +192,9 @@ def _row_bytes(fields: Sequence[UnischemaField]) -> int:
             itemsize = np.dtype(field.numpy_dtype).itemsize
         except TypeError:
             itemsize = 0
-        if all(isinstance(dim, int) for dim in shape) and itemsize:
-            total += itemsize * int(np.prod(shape, dtype=np.int64))
+        dims = [dim for dim in shape if isinstance(dim, int)]
+        if len(dims) == len(shape) and itemsize:
+            total += itemsize * math.prod(dims)
         else:
             total += _UNKNOWN_FIELD_BYTES
     return max(total, 1)
@@ -224,11 +232,10 @@ class _ReadFn:
     def __call__(self) -> Iterator[pa.Table]:
         names = self._names
         for item in self._items:
-            columns = read_item(self._context, ScheduledItem(item, 0, 0))
-            num_rows = columns[META]['num_rows']
-            if not num_rows:
+            batch = read_item(self._context, ScheduledItem(item, 0, 0))
+            if not batch.num_rows:
                 continue
             if not names:  # Ray asked for no column (ds.count()): a block of rows without columns
-                yield pa.table({_ROW_COUNT_COLUMN: pa.nulls(num_rows)})
+                yield pa.table({_ROW_COUNT_COLUMN: pa.nulls(batch.num_rows)})
                 continue
-            yield BlockAccessor.batch_to_block({name: columns[name] for name in names})
+            yield BlockAccessor.batch_to_block({name: batch.columns[name] for name in names})

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
-from petastorm.distributed import AUTO, detect_rank_and_world_size
+from petastorm.plan import AUTO, detect_rank_and_world_size
 from petastorm.spark import cache_dir, in_use
 
 logger = logging.getLogger(__name__)

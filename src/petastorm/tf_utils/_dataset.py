@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm.source import ColumnSource, as_column_source
 from petastorm.tf_utils._convert import RaggedColumnError, column_for_tf, columns_for_tf, value_for_tf, values_for_tf
 from petastorm.tf_utils._layout import ElementLayout
 
@@ -61,32 +62,35 @@ def make_petastorm_dataset(reader: Any) -> Any:
         ...     dataset = make_petastorm_dataset(reader).map(lambda row: (row.image, row.digit)).batch(64)
         ...     model.fit(dataset)
     """
-    from petastorm.reader_inputs import check_reader  # refuse a URL or a list before anything starts
-    check_reader('make_petastorm_dataset', reader)
+    # Refuse a URL or a list before anything starts.
+    source = as_column_source('make_petastorm_dataset', reader)
     tf = import_optional('tensorflow', 'petastorm.tf_utils.make_petastorm_dataset')
-    layout = ElementLayout.of(reader)
+    layout = ElementLayout(source.schema, source.ngram)
     layout.warn_about_unicode()
 
-    by_rows = not reader.batched_output and not _has_column_batches(reader)
-    source = row_values if by_rows else column_batches
+    # A reader-like object without column batches of its own (a WeightedSamplingReader, which picks a reader per
+    # element) is read element by element, so that TensorFlow never makes it read ahead.
+    own_columns = isinstance(reader, ColumnSource)
 
     def generate() -> Iterator[Any]:
-        if reader.last_row_consumed:
+        if source.last_row_consumed:
             warnings.warn(_RESET_WARNING, UserWarning, stacklevel=2)
-            reader.reset()
+            source.reset()
         try:
-            for flat in source(reader, layout):
+            flats = column_batches(source, layout) if own_columns else element_values(reader, layout,
+                                                                                       source.batched_output)
+            for flat in flats:
                 yield layout.pack(flat)
         except RuntimeError:
             # TF's prefetch thread may still pull after the caller stopped the reader (e.g. leaving a
             # ``with`` block over an endless dataset): end quietly then; any other failure propagates.
-            if not _stopped(reader):
+            if not source.stopped:
                 raise
 
-    batched = not by_rows
+    batched = own_columns or source.batched_output
     # tf.compat.v1.data.Dataset is the tf.data.Dataset class plus the TF1 methods; its transformations keep them.
     dataset = tf.compat.v1.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=batched))
-    if batched and not reader.batched_output:
+    if batched and not source.batched_output:
         dataset = dataset.unbatch()
     if not tf.executing_eagerly():
         dataset = dataset.with_options(_graph_mode_options(tf))
@@ -106,36 +110,24 @@ def _graph_mode_options(tf: Any) -> Any:
     return options
 
 
-def _stopped(reader: Any) -> bool:
-    """Whether ``reader`` was stopped (a WeightedSamplingReader: whether one of its readers was)."""
-    if hasattr(reader, 'stopped'):
-        return bool(reader.stopped)
-    return any(_stopped(inner) for inner in getattr(reader, 'readers', ()))
-
-
-def _has_column_batches(reader: Any) -> bool:
-    """Whether a row reader hands over whole decoded columns (:meth:`petastorm.reader.Reader.iter_column_batches`)."""
-    return callable(getattr(reader, 'iter_column_batches', None))
-
-
-def row_values(reader: Any, layout: ElementLayout) -> Iterator[list[Any]]:
-    """The rows of a row source without column batches, each as TensorFlow-ready values in ``layout``'s flat order."""
+def element_values(reader: Any, layout: ElementLayout, batched: bool) -> Iterator[list[Any]]:
+    """The elements of a reader-like object, each as TensorFlow-ready values in ``layout``'s flat order."""
     for element in reader:
-        yield values_for_tf(layout.names, layout.flatten(element))
+        values = layout.flatten(element)
+        yield columns_for_tf(layout.names, values) if batched else values_for_tf(layout.names, values)
 
 
-def column_batches(reader: Any, layout: ElementLayout) -> Iterator[list[np.ndarray]]:
-    """The reader's data as batches of TensorFlow-ready columns, in ``layout``'s flat order.
+def column_batches(source: ColumnSource, layout: ElementLayout) -> Iterator[list[np.ndarray]]:
+    """The source's data as batches of TensorFlow-ready columns, in ``layout``'s flat order.
 
     Raises:
         RaggedColumnError: a batch reader's column holds rows of different shapes.
     """
-    if reader.batched_output:
-        for element in reader:
-            yield columns_for_tf(layout.names, layout.flatten(element))
-        return
-    for columns in reader.iter_column_batches():
-        flat = layout.row_columns(columns)
+    for batch in source.column_batches():
+        flat = layout.batch_columns(batch)
+        if source.batched_output:
+            yield columns_for_tf(layout.names, flat)
+            continue
         converted: list[np.ndarray | None] = []
         for name, column in zip(layout.names, flat, strict=True):
             try:
@@ -143,7 +135,7 @@ def column_batches(reader: Any, layout: ElementLayout) -> Iterator[list[np.ndarr
             except RaggedColumnError:
                 converted.append(None)  # converted row by row below
         if all(column is not None for column in converted):
-            yield converted
+            yield [column for column in converted if column is not None]
         else:
             yield from _one_row_batches(layout.names, flat, converted)
 

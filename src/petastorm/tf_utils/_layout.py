@@ -9,13 +9,13 @@ order inside each) and converts between that flat list and the nested structure.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from petastorm.read import META, NGRAM_STARTS
+from petastorm.batch import ColumnBatch
 from petastorm.unischema import Unischema, UnischemaField, numpy_to_tf_dtype, tf_dtype_name
 
 
@@ -48,6 +48,7 @@ class ElementLayout:
 
     def __init__(self, schema: Unischema, ngram: Any = None):
         self.ngram = ngram
+        self._groups: tuple[_Group, ...]
         if ngram is None:
             self._groups = (_Group(None, schema._get_namedtuple(), tuple(schema.fields.values())),)
             self.base = 0
@@ -97,19 +98,26 @@ class ElementLayout:
             return list(element)
         return [value for group in self._groups for value in element[group.offset]]
 
-    def row_columns(self, columns: Mapping[str, Any]) -> list[np.ndarray]:
-        """The flat columns of one batch from :meth:`petastorm.reader.Reader.iter_column_batches` of a row reader.
+    def batch_columns(self, batch: ColumnBatch) -> list[np.ndarray]:
+        """The flat columns of one :class:`~petastorm.batch.ColumnBatch` of a reader.
 
         For an NGram, the i-th row of each column is the i-th window's row at that column's offset.
         """
-        if columns[META].get('tuple'):
+        columns = batch.columns
+        if batch.rows_are_tuples:
             # A row transform returned tuples: columns are named by position.
             return [columns[str(i)] for i in range(len(self.names))]
         if self.ngram is None:
             return [columns[name] for name in self.names]
-        starts = columns[NGRAM_STARTS]
-        return [columns[field.name][starts + (group.offset - self.base)]
+        starts = batch.ngram_starts
+        assert starts is not None, 'an NGram batch carries its window starts'
+        return [columns[field.name][starts + (self._offset(group) - self.base)]
                 for group in self._groups for field in group.fields]
+
+    @staticmethod
+    def _offset(group: _Group) -> int:
+        assert group.offset is not None, 'the groups of an NGram layout have offsets'
+        return group.offset
 
     def unicode_fields(self) -> list[str]:
         """Fields of unicode strings (TensorFlow hands them back as UTF-8 bytes)."""
@@ -148,8 +156,9 @@ def make_namedtuple_tf_ngram(unischema: Unischema, ngram: Any, *args: Any, **kwa
     """
     layout = ElementLayout(unischema, ngram)
     values = list(args)
-    result = {}
+    result: dict[int, Any] = {}
     for offset, make, fields in layout.groups():
+        assert offset is not None, 'the groups of an NGram layout have offsets'
         given = dict(kwargs.get(str(offset), {}))
         for field in fields:
             if field.name not in given:

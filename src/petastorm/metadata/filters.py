@@ -1,7 +1,7 @@
-"""Which row groups a reader reads: pruning by partition predicate, row-group selector and filter statistics.
+"""Reading with ``filters``: the pyarrow expression they make, and which row groups' statistics may match it.
 
-Each function takes the piece indexes still selected and returns those to keep, in the same order. They run once,
-when a reader is built; pruning by statistics reads the Parquet footers, the selector reads the stored indexes.
+:func:`matching_row_groups` reads the Parquet footers (statistics) and partition values of a store; the planner
+keeps only the row groups it names (see :func:`petastorm.plan.select_row_groups`).
 """
 
 from __future__ import annotations
@@ -9,15 +9,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from petastorm.metadata.store import ParquetStore, RowGroupPiece
-from petastorm.unischema import Unischema
+from petastorm.metadata.store import ParquetStore
 
 
 def filter_expression(filters: Any) -> Any:
+    """The ``pyarrow.compute.Expression`` of DNF ``filters`` (an expression passes through; None stays None).
+
+    Raises:
+        ValueError: ``filters`` is not a valid DNF filter list.
+    """
     if filters is None:
         return None
     import pyarrow.compute as pc
@@ -31,40 +34,18 @@ def filter_expression(filters: Any) -> Any:
 
 
 def columns_of_expression(expression: Any, candidates: list[str]) -> tuple[str, ...]:
+    """The names among ``candidates`` that ``expression`` reads, in ``candidates`` order."""
     # pyarrow does not expose the fields an expression references; its text names them as field refs.
     text = str(expression)
     return tuple(name for name in candidates if name in text)
 
 
-def prune_by_partition_predicate(pieces: list[RowGroupPiece], indexes: list[int], schema: Unischema,
-                                  predicate: Any) -> list[int]:
-    kept = []
-    for index in indexes:
-        values = {}
-        for name, raw in pieces[index].partition_keys:
-            field = schema.fields.get(name)
-            dtype = field.numpy_dtype if field is not None else np.str_
-            values[name] = dtype(int(raw)) if issubclass(dtype, np.integer) else dtype(raw)
-        if predicate.do_include(values):
-            kept.append(index)
-    return kept
+def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, int]]:
+    """``(path, row group)`` of every row group whose statistics (or partition values) may match ``expression``.
 
-
-def apply_selector(store: ParquetStore, indexes: list[int], selector: Any) -> list[int]:
-    from petastorm.etl.rowgroup_indexing import get_row_group_indexes
-
-    available = get_row_group_indexes(store)
-    missing = [name for name in selector.get_index_names() if name not in available]
-    if missing:
-        raise ValueError(f'Some of required indexes {missing} are not available in {store.url} '
-                         f'(available: {sorted(available)})')
-    selected = selector.select_row_groups(available)
-    return [i for i in indexes if i in selected]
-
-
-def prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexes: list[int],
-                         expression: Any) -> list[int]:
-    """Drop row groups whose Parquet statistics (or partition values) prove no row can match the filters."""
+    Raises:
+        ValueError: the expression names a column the store does not have, or cannot be applied to its types.
+    """
     import pyarrow.dataset as ds
 
     partitioning = ds.partitioning(flavor='hive') if store.partition_names else None
@@ -79,7 +60,7 @@ def prune_by_statistics(store: ParquetStore, pieces: list[RowGroupPiece], indexe
                     matching.add((fragment.path, row_group.id))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         raise filters_error(expression, dataset.schema, store.url, err) from err
-    return [i for i in indexes if (pieces[i].path, pieces[i].row_group) in matching]
+    return matching
 
 
 def filters_error(expression: Any, schema: pa.Schema, url: Any, err: BaseException) -> ValueError:

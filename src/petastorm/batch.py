@@ -1,0 +1,67 @@
+"""The unit every reader hands on: a :class:`ColumnBatch` of decoded columns from one work item.
+
+The worker (:func:`petastorm.read.read_item`) makes one per work item; every pool kind carries it to the reader
+(the process pool moves its columns through shared memory, see :class:`petastorm.pools.base.ArrayCarrier`); the
+reader stamps the numbers of its rows on it and hands it to the loaders (torch, TensorFlow, Ray, Spark), which cut
+rows or batches from its columns. Nothing else travels between the layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from petastorm.plan import WorkItem
+
+
+@dataclass(frozen=True)
+class ColumnBatch:
+    """Decoded columns of the rows one work item delivered (all columns have ``num_rows`` rows).
+
+    Attributes:
+        columns: ``{field name: numpy column}``, rows first; when a ``make_reader`` transform returns tuples
+            (``rows_are_tuples``), the columns are named ``'0'``, ``'1'``, ... by position. Arrays may be
+            read-only views of Arrow or shared memory: copy before writing to them.
+        num_rows: rows of the batch (with an NGram: windows).
+        rows_are_tuples: rows are plain tuples (a row transform returned tuples), not namedtuples of the schema.
+        item: the row range the batch was read from.
+        positions: when filters or a predicate dropped rows, the position of each delivered row in the work
+            item's order (None: every row of it, in order).
+        untracked: a transform changed the number of rows, so which stored row each row is cannot be told.
+        ngram_starts: with an NGram, where each window starts in ``columns``.
+        stage_seconds: seconds per worker stage, when the reader was asked to time them.
+        row_ids: numbers naming each row across epochs (see :func:`petastorm.plan.encode_rows`), stamped by the
+            reader when the batch is delivered; None when untracked or not delivered by a reader.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    num_rows: int
+    rows_are_tuples: bool = False
+    item: WorkItem | None = None
+    positions: np.ndarray | None = None
+    untracked: bool = False
+    ngram_starts: np.ndarray | None = None
+    stage_seconds: Mapping[str, float] | None = None
+    row_ids: np.ndarray | None = None
+
+    @classmethod
+    def empty(cls, item: WorkItem | None = None) -> ColumnBatch:
+        """A batch without rows (a predicate or filter kept none)."""
+        return cls({}, 0, item=item)
+
+    # The pools' ArrayCarrier protocol: the columns are what a process pool moves through shared memory.
+    def carried_arrays(self) -> Mapping[str, np.ndarray]:
+        """The columns (what a process pool moves without pickling)."""
+        return self.columns
+
+    def with_carried_arrays(self, arrays: Mapping[str, np.ndarray]) -> ColumnBatch:
+        """A copy holding ``arrays`` as its columns."""
+        return dataclasses.replace(self, columns=dict(arrays))
+
+    def to_dict(self) -> dict[str, object]:
+        """The columns plus a ``'.meta'`` entry, the form :meth:`petastorm.reader.Reader.column_batches` gives."""
+        return {**self.columns, '.meta': {'num_rows': self.num_rows, 'tuple': self.rows_are_tuples,
+                                          'row_ids': self.row_ids}}

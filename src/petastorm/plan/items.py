@@ -1,0 +1,127 @@
+"""Work items: the row ranges of row groups that workers read, and how a dataset's row groups become them.
+
+A :class:`WorkItem` is a row range of one row group; a :class:`ScheduledItem` is a work item placed in an epoch
+(with the seed of its row shuffle, and possibly standing for only part of its rows' order).
+
+Sharding by row groups (the default) follows Petastorm's rule (row group ``i`` of the selected list goes to
+shard ``i % shard_count``) when there are at least as many row groups as shards. With fewer row groups than
+shards, the rows (in piece order) are split into ``shard_count`` contiguous, near-equal ranges, so every shard
+still gets data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from petastorm.errors import NoDataAvailableError
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """Rows ``[row_start, row_stop)`` of the row group at ``piece_index`` in the dataset's piece list."""
+
+    piece_index: int
+    row_start: int
+    row_stop: int
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the range."""
+        return self.row_stop - self.row_start
+
+
+@dataclass(frozen=True)
+class ScheduledItem:
+    """A work item placed in an epoch; ``shuffle_seed`` seeds the in-item row shuffle.
+
+    The rows of an item have an *order*: file order, or the permutation drawn from ``shuffle_seed`` when rows
+    are shuffled. A scheduled item may stand for part of that order only: positions
+    ``[order_range[0], order_range[1])`` of it, or the explicit positions ``order_picks``; ``item_base`` is the
+    position of the item's first row in the epoch's global order (see :func:`petastorm.plan.order.epoch_order`).
+    """
+
+    item: WorkItem
+    epoch: int
+    shuffle_seed: int
+    order_range: tuple[int, int] | None = None
+    order_picks: tuple[int, ...] | None = None
+    item_base: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        """Rows this scheduled item stands for (before any filter)."""
+        if self.order_picks is not None:
+            return len(self.order_picks)
+        if self.order_range is not None:
+            return self.order_range[1] - self.order_range[0]
+        return self.item.num_rows
+
+    def base_positions(self) -> np.ndarray:
+        """Global positions (in the epoch's order) of the rows this scheduled item stands for, in its order."""
+        if self.order_picks is not None:
+            return self.item_base + np.asarray(self.order_picks, dtype=np.int64)
+        start, stop = self.order_range if self.order_range is not None else (0, self.item.num_rows)
+        return np.arange(self.item_base + start, self.item_base + stop, dtype=np.int64)
+
+
+def shard_items(piece_rows: Sequence[tuple[int, int]], cur_shard: int | None,
+                shard_count: int | None) -> list[WorkItem]:
+    """The work items of one shard.
+
+    Args:
+        piece_rows: ``(piece_index, num_rows)`` of the selected row groups, in piece order.
+        cur_shard: this shard (None: no sharding).
+        shard_count: number of shards.
+
+    Returns:
+        The shard's items, in piece order.
+
+    Raises:
+        NoDataAvailableError: there are fewer rows than shards.
+    """
+    whole = [WorkItem(index, 0, rows) for index, rows in piece_rows if rows > 0]
+    if shard_count is None or shard_count == 1 or cur_shard is None:
+        return whole
+    if len(whole) >= shard_count:
+        return [item for position, item in enumerate(whole) if position % shard_count == cur_shard]
+    total = sum(item.num_rows for item in whole)
+    if total < shard_count:
+        # Starts with Petastorm's wording (code may match it); our rule splits row groups, so rows are what count.
+        raise NoDataAvailableError(f'Number of row-groups in the dataset ({len(whole)}) is smaller than the number '
+                                   f'of requested shards ({shard_count}), and so is its number of rows ({total}), '
+                                   f'which are split between the shards in that case: some shards would be empty. '
+                                   f'Use at most {total} shards.')
+    start, stop = cur_shard * total // shard_count, (cur_shard + 1) * total // shard_count
+    return _global_range(whole, start, stop)
+
+
+def _global_range(items: Sequence[WorkItem], start: int, stop: int) -> list[WorkItem]:
+    """Work items covering global rows ``[start, stop)`` of the concatenation of ``items``."""
+    result = []
+    offset = 0
+    for item in items:
+        lo, hi = max(start, offset), min(stop, offset + item.num_rows)
+        if lo < hi:
+            result.append(WorkItem(item.piece_index, item.row_start + lo - offset, item.row_start + hi - offset))
+        offset += item.num_rows
+    return result
+
+
+def split_drop_partitions(items: Sequence[WorkItem], partitions: int) -> list[WorkItem]:
+    """Split each item into ``partitions`` contiguous, disjoint row ranges (empty ones dropped).
+
+    Each part is read separately, so consecutive rows of a row group end up in different places of an epoch.
+    """
+    if partitions <= 1:
+        return list(items)
+    result = []
+    for item in items:
+        n = item.num_rows
+        for k in range(partitions):
+            lo, hi = item.row_start + k * n // partitions, item.row_start + (k + 1) * n // partitions
+            if lo < hi:
+                result.append(WorkItem(item.piece_index, lo, hi))
+    return result

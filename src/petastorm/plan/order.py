@@ -1,0 +1,86 @@
+"""The order of an epoch: which work item comes when, and the order of the rows inside each.
+
+Every order is a deterministic function of ``(seed, epoch)`` (fresh entropy only when the seed is None), so a
+seed gives the same sequence of rows for every pool kind, worker count and install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from petastorm.plan.items import ScheduledItem, WorkItem
+
+# Large prime mixed into per-epoch seeds so that (seed, epoch) streams never collide with user seeds.
+_EPOCH_STREAM = 0x9E3779B1
+
+
+def epoch_rng(seed: int | None, epoch: int) -> np.random.Generator:
+    """The random generator of one epoch: reproducible from ``seed``, fresh entropy when ``seed`` is None."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch, _EPOCH_STREAM])
+
+
+def epoch_schedule(items: Sequence[WorkItem], epoch: int, seed: int | None,
+                   shuffle_row_groups: bool) -> list[ScheduledItem]:
+    """The items of one epoch in reading order, each with the seed of its row shuffle."""
+    rng = epoch_rng(seed, epoch)
+    order = rng.permutation(len(items)) if shuffle_row_groups else np.arange(len(items))
+    shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items))
+    return [ScheduledItem(items[i], epoch, int(shuffle_seeds[i])) for i in order]
+
+
+def schedule(items: Sequence[WorkItem], seed: int | None, shuffle_row_groups: bool, num_epochs: int | None,
+             first_epoch: int = 0) -> Iterator[ScheduledItem]:
+    """Every scheduled item of ``num_epochs`` epochs (forever when None), starting at ``first_epoch``."""
+    epoch = first_epoch
+    while num_epochs is None or epoch < first_epoch + num_epochs:
+        yield from epoch_schedule(items, epoch, seed, shuffle_row_groups)
+        epoch += 1
+        if not items:
+            return
+
+
+def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
+                shuffle_row_groups: bool) -> list[ScheduledItem]:
+    """The items of one epoch in reading order, each with ``item_base``, its first position in the global order.
+
+    The *global order* of an epoch is every item in this order, each item's rows in their order; position ``p``
+    of it is one row.
+    """
+    ordered = []
+    base = 0
+    for scheduled in epoch_schedule(items, epoch, seed, shuffle_row_groups):
+        ordered.append(dataclasses.replace(scheduled, item_base=base))
+        base += scheduled.item.num_rows
+    return ordered
+
+
+def row_permutation(num_rows: int, shuffle_seed: int) -> np.ndarray:
+    """The row order inside one work item when rows are shuffled."""
+    return np.random.default_rng(shuffle_seed).permutation(num_rows)
+
+
+def unit_rows(scheduled: ScheduledItem, shuffle_rows: bool) -> np.ndarray | None:
+    """Rows of the item (offsets from its ``row_start``) that ``scheduled`` delivers, in delivery order.
+
+    The item's order is its row permutation when rows are shuffled, else file order; a scheduled item that stands
+    for part of it takes its range or picks of that order. None means every row in file order (nothing to
+    gather). Filters apply afterwards, so the order, and the position of each row in it, does not depend on the
+    data.
+    """
+    num_rows = scheduled.item.num_rows
+    if shuffle_rows:
+        order = row_permutation(num_rows, scheduled.shuffle_seed)
+    elif scheduled.order_range is None and scheduled.order_picks is None:
+        return None
+    else:
+        order = np.arange(num_rows)
+    if scheduled.order_picks is not None:
+        return order[np.asarray(scheduled.order_picks, dtype=np.int64)]
+    if scheduled.order_range is not None:
+        return order[scheduled.order_range[0]:scheduled.order_range[1]]
+    return order

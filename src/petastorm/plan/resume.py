@@ -1,0 +1,188 @@
+"""Positions: what a reader has delivered, written as a small state, and the stage a restored reader continues from.
+
+A :class:`Cursor` describes the result a reader is handing out (which scheduled item of which stage, and how many
+of its rows reached the caller). :func:`cursor_stage` turns it into the :class:`~petastorm.plan.layout.Stage`
+from which a reader delivers exactly the rows not delivered yet; :func:`position_state` writes that as a dict
+of plain values, and :func:`restored_stage` turns saved states (of one rank, or of every rank when the world size
+changed) back into the stage this shard continues from. Rows read ahead by workers are never counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from petastorm.plan.items import ScheduledItem
+from petastorm.plan.layout import ShardLayout, Stage
+from petastorm.plan.runs import Remainder, Run, encode_rows, merge_runs, remaining_runs, runs_length, share_size
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The result being handed out: ``units[index]`` of ``stage``, of which ``delivered`` rows reached the caller.
+
+    Attributes:
+        stage: the stage whose units are being read.
+        units: the stage's scheduled items (see :meth:`ShardLayout.units`).
+        main_from: index of the first unit that is not a pending row.
+        index: the unit the result was read from.
+        num_rows: rows of the result.
+        positions: which rows of the unit's order the result holds, when filters dropped some (None: all).
+        untracked: a transform changed the number of rows, so which input row each result row is is unknown.
+        delivered: rows of the result the caller received.
+    """
+
+    stage: Stage
+    units: tuple[ScheduledItem, ...]
+    main_from: int
+    index: int
+    num_rows: int
+    positions: np.ndarray | None = None
+    untracked: bool = False
+    delivered: int = 0
+
+    @property
+    def unit(self) -> ScheduledItem:
+        """The scheduled item the result was read from."""
+        return self.units[self.index]
+
+
+def cursor_row_ids(cursor: Cursor) -> np.ndarray | None:
+    """:func:`~petastorm.plan.runs.encode_rows` numbers of the rows of the result (None when a transform hid them)."""
+    if cursor.untracked:
+        return None
+    unit = cursor.unit
+    positions = unit.base_positions()
+    if cursor.positions is not None:
+        positions = positions[cursor.positions]
+    return encode_rows(positions, unit.epoch)
+
+
+def _taken(cursor: Cursor) -> int:
+    """Rows of the unit's order passed: up to the last delivered row (rows a filter dropped count too)."""
+    unit, delivered = cursor.unit, cursor.delivered
+    if delivered >= cursor.num_rows:
+        return unit.num_rows
+    if delivered == 0:
+        return 0
+    if cursor.untracked:
+        raise RuntimeError('cannot save the position of a reader in the middle of a row group whose '
+                           'TransformSpec changed the number of rows: save it between items')
+    if cursor.positions is not None:
+        return int(cursor.positions[delivered - 1]) + 1
+    return delivered
+
+
+def cursor_stage(cursor: Cursor | None, start: Stage) -> Stage:
+    """The stage from which a reader delivers exactly the rows not delivered yet.
+
+    Args:
+        cursor: the result being handed out, or None when nothing was handed out since ``start``.
+        start: where the pass (or the restored pass) started.
+    """
+    if cursor is None:
+        return start
+    stage, units, index = cursor.stage, cursor.units, cursor.index
+    taken = _taken(cursor)
+    if index == len(units) - 1 and taken == units[index].num_rows:
+        return Stage(stage.epoch + 1)
+    pending: list[Run] = []
+    consumed = stage.consumed
+    for k, other in enumerate(units):
+        done = other.num_rows if k < index else (taken if k == index else 0)
+        if k < cursor.main_from:
+            positions = other.base_positions()[done:]
+            pending.extend((other.epoch, int(p), int(p) + 1) for p in positions)
+        else:
+            consumed += done
+    return Stage(stage.epoch, stage.runs, consumed, tuple(merge_runs(sorted(pending))))
+
+
+def position_state(layout: ShardLayout, stage: Stage, pass_start: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The state dict of a reader at ``stage``: plain ints, lists and strings (fits JSON, ``torch.save``)."""
+    return {
+        'version': STATE_VERSION, 'seed': layout.seed, 'shard_mode': layout.shard_mode,
+        'remainder': layout.remainder, 'shard_count': layout.shard_count, 'shard': layout.shard,
+        'shuffle_rows': layout.shuffle_rows, 'shuffle_row_groups': layout.shuffle_row_groups,
+        'rows_per_epoch_total': layout.total_rows, 'pass_start': pass_start, 'epoch': stage.epoch,
+        'runs': None if stage.runs is None else [list(r) for r in stage.runs], 'consumed': stage.consumed,
+        'pending': [list(r) for r in stage.pending], **extra}
+
+
+def _stage_of(state: dict[str, Any]) -> Stage:
+    runs = state.get('runs')
+    return Stage(int(state['epoch']), None if runs is None else tuple(tuple(r) for r in runs),
+                 int(state['consumed']), tuple(tuple(r) for r in state.get('pending', ())))
+
+
+def check_state(state: Any, layout: ShardLayout, where: str) -> None:
+    """Refuse a state saved by a reader of other data or other options; the message names the difference.
+
+    Raises:
+        ValueError: naming the option or count that differs.
+    """
+    if not isinstance(state, dict) or state.get('version') != STATE_VERSION:
+        raise ValueError(f'{where}: not a reader state of version {STATE_VERSION}: {state!r:.200}')
+    expected: dict[str, Any] = {'shard_mode': layout.shard_mode, 'remainder': layout.remainder,
+                                'shuffle_rows': layout.shuffle_rows, 'shuffle_row_groups': layout.shuffle_row_groups}
+    if layout.shard_mode == 'rows':
+        expected['rows_per_epoch_total'] = layout.total_rows
+    for key, value in expected.items():
+        if state.get(key) != value:
+            raise ValueError(f'{where}: the state was saved with {key}={state.get(key)!r}, this reader has '
+                             f'{key}={value!r}; make the reader with the options and data of the saved one')
+
+
+def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Stage:
+    """The stage this shard continues from, given the state of one rank or of every rank.
+
+    Same world size: a shard continues its own stream exactly (its own state, or ``states[shard]``). Another
+    world size (``'rows'`` mode only): the rows no rank delivered yet are split again into equal shares. With one
+    state, every rank is assumed to have consumed as many rows as the saving one (true for synchronous
+    data-parallel training with equal batch sizes) and to hold no buffered rows; pass every rank's state
+    otherwise.
+
+    Raises:
+        ValueError: the states cannot describe one step of this world (wrong count, mixed epochs, another world
+            size with ``'row_groups'``).
+    """
+    first = states[0]
+    old_count = int(first['shard_count'])
+    if len(states) > 1:
+        if len(states) != old_count or [int(s['shard']) for s in states] != list(range(old_count)):
+            raise ValueError(f'load_state_dict got {len(states)} states; expected one per rank of the saved world '
+                             f'({old_count}), in rank order')
+        epochs = sorted({int(s['epoch']) for s in states})
+        # A rank whose loader drew its whole share of an epoch may be saved at the start of the next one, holding
+        # rows of the previous in its buffers; any other mix of epochs cannot be one step of synchronous training.
+        ahead = [s for s in states if int(s['epoch']) > epochs[0]]
+        if epochs[-1] > epochs[0] + 1 or any(int(s['consumed']) or s.get('runs') is not None for s in ahead):
+            raise ValueError(f'the ranks were saved in different epochs ({epochs}); save every rank at the same '
+                             f'step')
+    if old_count == layout.shard_count:
+        mine = [s for s in states if int(s['shard']) == layout.shard]
+        if mine:
+            return _stage_of(mine[0])
+    if layout.shard_mode != 'rows':
+        raise ValueError(f"the state is of shard {first['shard']} of {old_count} and this reader is shard "
+                         f"{layout.shard} of {layout.shard_count}; with shard_mode='row_groups' a shard can only "
+                         f"continue its own state (changing the world size needs shard_mode='rows')")
+    if len(states) == 1 and first.get('pending'):
+        raise ValueError('the state holds rows buffered by a loader of its rank; with another world size or '
+                         'rank, pass the states of every saved rank (a list) to load_state_dict')
+    first = min(states, key=lambda s: int(s['epoch']))
+    stage = _stage_of(first)
+    runs = stage.runs if stage.runs is not None else ((stage.epoch, 0, layout.total_rows),)
+    remainder: Remainder = first['remainder']
+    if len(states) == 1:
+        progress: list[tuple[int, tuple[Run, ...]]] = [(int(first['consumed']), ())] * old_count
+    else:
+        quota = share_size(runs_length(runs), old_count, remainder)
+        progress = [(int(s['consumed']) if int(s['epoch']) == stage.epoch else quota,
+                     tuple(tuple(r) for r in s.get('pending', ()))) for s in states]
+    return Stage(stage.epoch, tuple(remaining_runs(runs, old_count, remainder, progress)))
