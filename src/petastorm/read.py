@@ -244,6 +244,8 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
             for name in rest:
                 table = table.append_column(name, others.column(name))
             lap(clock, 'io')
+    # Counted before the columns are chosen: a table without columns keeps no rows through take().
+    num_rows = table.num_rows if selection is None else len(selection)
     table = table.select(names)
     if selection is not None:
         table = table.take(pa.array(selection))
@@ -251,14 +253,14 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     columns = decode_columns(ctx.fields, table, where)
     lap(clock, 'decode')
     if ctx.ngram is not None:
-        batch = _form_windows(ctx.ngram, ctx.shuffle_rows, columns, selection, scheduled, table.num_rows)
+        batch = _form_windows(ctx.ngram, ctx.shuffle_rows, columns, selection, scheduled, num_rows)
     else:
-        out = apply_transform(ctx.transform, columns, table.num_rows, where)
+        out = apply_transform(ctx.transform, columns, num_rows, where)
         batch = ColumnBatch(out.columns, out.num_rows, out.rows_are_tuples, item)
     lap(clock, 'transform')
     # Resumable readers need to know which rows of the unit's order the batch holds: ``positions`` when filters
     # dropped rows; when a transform changed the row count, which input row each output row is cannot be told.
-    if batch.num_rows != (table.num_rows if positions is None else len(positions)):
+    if batch.num_rows != (num_rows if positions is None else len(positions)):
         return dataclasses.replace(batch, untracked=True)
     return batch if positions is None else dataclasses.replace(batch, positions=positions)
 
