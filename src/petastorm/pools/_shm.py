@@ -20,6 +20,11 @@ Safety rules:
 Nothing registers with :mod:`multiprocessing.resource_tracker`: segments are created, opened and unlinked by name
 through :mod:`petastorm.pools._posix_shm` (which says why :class:`multiprocessing.shared_memory.SharedMemory` is not
 used).
+
+Why slots and not the standard library's way, a new ``SharedMemory`` per result that the parent attaches, unlinks
+and closes once its arrays are gone (``benchmarks/pool_bench.py``, 2 workers, the consumer reading every page):
+in two runs the slots moved 2.5x-5.2x as many results of 1 MiB per second, 3.3x-5.3x of 8 MiB and 4.8x-6.6x of
+64 MiB, because every new segment is page-faulted, zero-filled and mapped anew on both sides.
 """
 
 from __future__ import annotations

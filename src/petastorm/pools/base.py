@@ -105,7 +105,7 @@ class ArrayCarrier(Protocol):
         ...
 
 
-class SupersededError(RuntimeError):
+class SupersededError(PetastormError, RuntimeError):
     """An ``imap`` iterator was resumed after a later ``imap`` call on the same pool had cancelled its work."""
 
 
@@ -395,10 +395,12 @@ class PoolBase:
                     return
                 try:
                     result = self._wait(pending[0])
-                except SupersededError:
-                    raise
                 except BaseException:
-                    self.stop()  # a worker error stops the pool; the caller sees it with the worker's traceback
+                    # A worker error stops the pool and reaches the caller with the worker's traceback. An iterator
+                    # superseded meanwhile (SupersededError, or an error of its abandoned work) leaves the pool to
+                    # the later imap call.
+                    if run_id == self._run_id:
+                        self.stop()
                     raise
                 if result is STOPPED or self._stopped:
                     return
