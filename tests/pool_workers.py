@@ -5,10 +5,12 @@ They live in their own light module because spawned worker processes import them
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,3 +151,63 @@ def png_decoder(ctx: Ctx, item: int) -> str:
     from petastorm.codecs._image_backends import image_backends
 
     return image_backends().describe()['png decode']
+
+
+def raise_timeout(ctx: Ctx, item: int) -> int:
+    """Raise the builtin TimeoutError (what a storage read that timed out raises) for item ctx.fail_at."""
+    if item == ctx.fail_at:
+        raise TimeoutError(f'reading item {item} timed out')
+    return item
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A frozen result type that implements petastorm.pools.base.ArrayCarrier: named columns plus small fields."""
+
+    columns: Mapping[str, np.ndarray]
+    item: int
+    note: str = ''
+
+    def carried_arrays(self) -> Mapping[str, np.ndarray]:
+        """The columns."""
+        return self.columns
+
+    def with_carried_arrays(self, arrays: Mapping[str, np.ndarray]) -> Columns:
+        """A copy holding ``arrays`` as its columns."""
+        return dataclasses.replace(self, columns=dict(arrays))
+
+
+def columns_result(ctx: Ctx, item: int) -> Columns:
+    """Big plain columns (shared memory material) between small, empty and object columns."""
+    rng = np.random.default_rng(item)
+    return Columns({
+        'small': np.array([item], dtype=np.int64),
+        'image': rng.integers(0, 256, size=(4, 64, 128, 3), dtype=np.uint8),
+        'objects': np.array([b'x', None, item], dtype=object),
+        'matrix': rng.standard_normal((200, 100)),
+        'empty': np.zeros((0, 2)),
+    }, item, f'item {item}')
+
+
+def small_columns_result(ctx: Ctx, item: int) -> Columns:
+    """A carrier too small to be worth shared memory (it is pickled whole)."""
+    return Columns({'ids': np.arange(item, item + 10), 'names': np.array(['a', 'b'] * item, dtype=object)}, item)
+
+
+def big_columns(ctx: Ctx, item: int) -> Columns:
+    """A carrier of about 600 kB (what big_uint8 returns as a dict)."""
+    time.sleep(ctx.delay)
+    return Columns({'data': np.full((600, 1000), item % 256, dtype=np.uint8)}, item)
+
+
+class CarrierThatCannotRebuild(Columns):
+    """A carrier whose with_carried_arrays fails (the process pool calls it in the worker and in the parent)."""
+
+    def with_carried_arrays(self, arrays: Mapping[str, np.ndarray]) -> Columns:
+        """Always fails."""
+        raise ValueError('this carrier cannot be rebuilt')
+
+
+def carrier_that_cannot_rebuild(ctx: Ctx, item: int) -> Columns:
+    """A big carrier whose with_carried_arrays raises."""
+    return CarrierThatCannotRebuild({'big': np.zeros(100_000), 'objects': np.array([None], dtype=object)}, item)

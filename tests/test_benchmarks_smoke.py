@@ -1,4 +1,4 @@
-"""The codec benchmark and the benchmark runner work end to end (quick runs)."""
+"""The codec and pool benchmarks and the benchmark runner work end to end (quick runs)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,35 @@ def test_run_refuses_an_unknown_case_group(tmp_path):
     assert completed.returncode == 2
     assert "unknown --cases ['nosuch']" in completed.stderr
     assert not (tmp_path / 'benchmarks.md').exists()
+
+
+POOL_BENCH = SCRIPT.parent / 'pool_bench.py'
+
+
+def test_pool_bench_quick_prints_a_ratio_per_case_and_leaves_no_shared_memory():
+    bench = subprocess.Popen([sys.executable, str(POOL_BENCH), '--quick', '--rounds', '1'], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = bench.communicate(timeout=180)
+    finally:
+        bench.kill()
+        bench.wait()
+    assert bench.returncode == 0, stderr
+    rows = [[cell.strip() for cell in line.strip('|').split('|')] for line in stdout.splitlines()
+            if line.startswith('| ')][1:]
+    cases = [row[0] for row in rows]
+    assert cases == ['transfer 1 MiB', 'transfer 8 MiB', 'transfer 64 MiB', 'small results, 4 in flight',
+                     'small results, ours 64 in flight', 'start-up (spawn)', 'start-up (forkserver)',
+                     'segment create+open+unlink']
+    for case, unit, ours, stdlib, ratio in rows:
+        ours_value, stdlib_value = float(ours.replace(',', '')), float(stdlib.split()[0].replace(',', ''))
+        assert ours_value > 0
+        assert stdlib_value > 0
+        expected = ours_value / stdlib_value if unit == 'items/s' else stdlib_value / ours_value
+        assert float(ratio) == pytest.approx(expected, rel=0.05, abs=0.01), case
+    assert 'load average' in stdout
+    assert 'leaked' not in stderr
+    if os.path.isdir('/dev/shm'):
+        own = (f'psm{bench.pid:x}_', f'psmbench{bench.pid:x}_')  # the bench's pool slots and its test segments
+        left = [name for name in os.listdir('/dev/shm') if name.startswith(own)]
+        assert left == []

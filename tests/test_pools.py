@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import gc
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import textwrap
 import threading
 import time
 import traceback
+import weakref
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -29,7 +32,8 @@ from petastorm.pools import (
     make_pool,
 )
 from petastorm.pools._shm import MAX_FREE_SLOTS
-from petastorm.pools._transport import new_block_prefix
+from petastorm.pools._transport import process_block_prefix
+from petastorm.pools.base import ArrayCarrier, result_nbytes
 
 try:  # tests/ on sys.path (rootdir-relative imports, no tests/__init__.py)
     import pool_workers as pw
@@ -37,15 +41,18 @@ except ImportError:  # tests/ is a package
     from tests import pool_workers as pw
 
 SHM_DIR = '/dev/shm'
-SLOT_NAME_START = new_block_prefix()[:3]
 needs_dev_shm = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason='needs /dev/shm')
 
 
-def _shm_entries() -> set[str]:
-    # Only the pools' own slot names: other programs on the machine (joblib's semaphores, say) come and go here.
+def _shm_entries(pid: int | None = None) -> set[str]:
+    """The slot names of the pools of process ``pid`` (default: this one).
+
+    Other programs, and process pools of other processes (tests run at the same time), come and go in /dev/shm.
+    """
     if not os.path.isdir(SHM_DIR):
         return set()
-    return {name for name in os.listdir(SHM_DIR) if name.startswith(SLOT_NAME_START)}
+    start = process_block_prefix(pid)
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(start)}
 
 
 def _children() -> set[int]:
@@ -175,6 +182,54 @@ def test_results_round_trip_exactly(kind, fn):
         _assert_same(result, fn(pw.Ctx(), item))
 
 
+def _in_shared_memory(array: np.ndarray) -> bool:
+    """Whether ``array`` views a process pool's shared memory slot (rather than memory of its own)."""
+    exporter = array.base
+    return (isinstance(exporter, np.ndarray) and isinstance(exporter.base, memoryview)
+            and isinstance(exporter.base.obj, mmap.mmap))
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+@pytest.mark.parametrize('fn', [pw.columns_result, pw.small_columns_result])
+def test_array_carrier_results_round_trip(kind, fn, leak_check):
+    with _started(kind, 2, fn, pw.Ctx()) as pool:
+        results = list(pool.imap(range(6)))
+    assert len(results) == 6
+    for item, result in enumerate(results):
+        expected = fn(pw.Ctx(), item)
+        assert type(result) is pw.Columns
+        assert isinstance(result, ArrayCarrier)
+        assert (result.item, result.note) == (expected.item, expected.note)
+        _assert_same(dict(result.carried_arrays()), dict(expected.carried_arrays()))  # key order included
+    if kind == 'process' and fn is pw.columns_result:
+        columns = results[0].columns
+        assert _in_shared_memory(columns['image'])
+        assert _in_shared_memory(columns['matrix'])
+        assert not _in_shared_memory(columns['objects'])
+        assert columns['image'].flags.writeable
+    del results
+    gc.collect()
+    leak_check()
+
+
+def test_result_nbytes_counts_the_carried_arrays():
+    carrier = pw.Columns({'floats': np.zeros(10), 'bytes': np.array([b'abc', b'de'], dtype=object)}, 0, 'x' * 1000)
+    assert result_nbytes(carrier) == 80 + 2 * 8 + 5  # the object array's pointers plus the bytes they hold
+    assert result_nbytes(dict(carrier.carried_arrays())) == result_nbytes(carrier)
+    assert result_nbytes(('not', 'a', 'carrier')) == 0
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_the_iterator_keeps_no_reference_to_a_yielded_result(kind):
+    # A process pool reuses a result's shared memory slot as soon as the consumer drops the result.
+    with _started(kind, 2, pw.columns_result, pw.Ctx()) as pool:
+        results = pool.imap(range(10))
+        first = weakref.ref(next(results))
+        gc.collect()
+        assert first() is None
+        assert next(results).item == 1
+
+
 @pytest.mark.parametrize('kind', POOL_KINDS)
 def test_rerun_imap_after_a_complete_one(kind):
     ctx = pw.Ctx(offset=1)
@@ -226,6 +281,27 @@ def test_error_reaches_consumer_with_type_and_traceback(kind, leak_check):
         pool.imap([1])
     pool.stop()
     pool.join()
+    leak_check()
+
+
+@pytest.mark.parametrize('kind', POOL_KINDS)
+def test_a_worker_timeout_error_is_raised_not_mistaken_for_a_wait(kind, leak_check):
+    pool = _started(kind, 2, pw.raise_timeout, pw.Ctx(fail_at=3))
+    results = pool.imap(range(10))
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match='reading item 3 timed out'):
+        list(results)
+    assert time.monotonic() - began < 5.0
+    pool.join()
+    leak_check()
+
+
+@needs_dev_shm
+def test_a_carrier_that_cannot_be_rebuilt_is_reported(leak_check):
+    with _started('process', 1, pw.carrier_that_cannot_rebuild, pw.Ctx()) as pool, \
+            pytest.raises(ValueError, match='cannot be rebuilt') as excinfo:
+        list(pool.imap(range(3)))
+    assert 'with_carried_arrays' in ''.join(traceback.format_exception(excinfo.value))
     leak_check()
 
 
@@ -321,7 +397,8 @@ def test_items_are_pulled_lazily_and_bounded(kind):
 
 
 @pytest.mark.parametrize('kind', ['thread', 'process'])
-def test_byte_budget_shrinks_the_window(kind):
+@pytest.mark.parametrize('fn', [pw.big_uint8, pw.big_columns])
+def test_byte_budget_shrinks_the_window(kind, fn):
     pulled = [0]
 
     def items():
@@ -330,11 +407,12 @@ def test_byte_budget_shrinks_the_window(kind):
             yield i
 
     ahead = []
-    with _started(kind, 2, pw.big_uint8, pw.Ctx(delay=0.002), max_in_flight=8,
-                  max_bytes_in_flight=1_000_000) as pool:
+    with _started(kind, 2, fn, pw.Ctx(delay=0.002), max_in_flight=8, max_bytes_in_flight=1_000_000) as pool:
         for consumed, result in enumerate(pool.imap(items()), start=1):
-            assert result['data'][0, 0] == (consumed - 1) % 256
+            data = result['data'] if isinstance(result, dict) else result.columns['data']
+            assert data[0, 0] == (consumed - 1) % 256
             ahead.append(pulled[0] - consumed)
+            del result, data
             time.sleep(0.005)
         assert pool.diagnostics['max_in_flight'] == 1  # 1 MB budget / 600 kB results
     assert max(ahead) <= 2  # one item per worker until the size of results is known
@@ -475,6 +553,27 @@ def test_a_forked_child_keeps_its_inherited_results(leak_check):
     leak_check()
 
 
+def test_only_one_module_names_the_private_shared_memory_module():
+    package = Path(__file__).resolve().parent.parent / 'src' / 'petastorm'
+    naming = sorted(str(path.relative_to(package)) for path in package.rglob('*.py')
+                    if '_posixshmem' in path.read_text())
+    assert naming == [os.path.join('pools', '_posix_shm.py')]
+
+
+def test_a_python_without_posix_shared_memory_gets_a_clear_error(monkeypatch):
+    from petastorm.pools import _posix_shm
+
+    monkeypatch.setitem(sys.modules, '_posixshmem', None)  # what an interpreter without the module has
+    assert 'no POSIX shared memory' in _posix_shm.missing_reason()
+    pool = ProcessPool(1)
+    with pytest.raises(RuntimeError, match='no POSIX shared memory.*thread pool'):
+        pool.start(pw.slow_identity, pw.Ctx())
+    assert pool.diagnostics['worker_pids'] == []
+    pool.join()
+    with pytest.raises(RuntimeError, match='no POSIX shared memory'):
+        _posix_shm.create_segment('psm_never_created')
+
+
 def test_results_are_pickled_when_shared_memory_is_unavailable(caplog):
     from petastorm.pools._transport import pack_result
 
@@ -543,7 +642,11 @@ _SCRIPT_PREAMBLE = """
 import importlib, json, os, signal, sys, time
 sys.path[:0] = {path!r}
 from petastorm.pools import make_pool
+from petastorm.pools._transport import process_block_prefix
 pw = importlib.import_module({module!r})
+
+def own_slot_names():
+    return [name for name in os.listdir('/dev/shm') if name.startswith(process_block_prefix())]
 """
 
 
@@ -561,7 +664,9 @@ def test_no_resource_tracker_warnings_in_a_fresh_interpreter():
             pool.start(pw.big_uint8, ctx)
             assert len(list(pool.imap(range(10)))) == 10
             early = pool.imap(range(100))
-            next(early)
+            held = next(early)
+            print('slots while running:', len(own_slot_names()), flush=True)
+            del held
             early.close()
             stopped = pool.imap(range(100))
             next(stopped)
@@ -575,13 +680,18 @@ def test_no_resource_tracker_warnings_in_a_fresh_interpreter():
             except RuntimeError as exc:
                 print('died:', type(exc).__name__)
     """
-    before = _shm_entries()
-    done = subprocess.run(_python(body), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert 'died: WorkerDiedError' in done.stdout
-    assert 'resource_tracker' not in done.stderr
-    assert 'leaked' not in done.stderr
-    assert _shm_entries() == before
+    child = subprocess.Popen(_python(body), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, stderr
+    assert 'died: WorkerDiedError' in stdout
+    assert int(stdout.split('slots while running:')[1].split()[0]) >= 1  # the check below is not vacuous
+    assert 'resource_tracker' not in stderr
+    assert 'leaked' not in stderr
+    assert _shm_entries(child.pid) == set()
 
 
 def test_workers_exit_and_clean_up_when_the_parent_is_killed():
@@ -593,13 +703,12 @@ def test_workers_exit_and_clean_up_when_the_parent_is_killed():
     print(json.dumps(pool.diagnostics['worker_pids']), flush=True)
     time.sleep(60)
     """
-    shm_before = _shm_entries()
     child = subprocess.Popen(_python(body), stdout=subprocess.PIPE, text=True)
     try:
         worker_pids = json.loads(child.stdout.readline())
         assert len(worker_pids) == 2
         assert all(psutil.pid_exists(pid) for pid in worker_pids)
-        assert _shm_entries() - shm_before
+        assert _shm_entries(child.pid)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=5)
         killed = time.monotonic()
@@ -609,7 +718,7 @@ def test_workers_exit_and_clean_up_when_the_parent_is_killed():
             alive = [pid for pid in worker_pids if _is_running(pid)]
         assert alive == []
         assert time.monotonic() - killed < 3.0
-        assert _shm_entries() - shm_before == set()
+        assert _shm_entries(child.pid) == set()
     finally:
         child.kill()
         child.wait()

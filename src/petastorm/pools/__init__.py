@@ -13,11 +13,26 @@ Example::
         pool.start(decode_row_group, context)
         for columns in pool.imap(work_items):
             ...
+
+How the modules fit:
+
+* :mod:`~petastorm.pools.base`: the :class:`WorkerPool` protocol, the exceptions, the :class:`ArrayCarrier`
+  protocol of result types, the in-flight byte budget and ``PoolBase``, which holds the ordered window loop
+  behind every kind's ``imap`` (written once; a kind supplies small hooks: submit, wait, cancel, stop, join);
+* :mod:`~petastorm.pools.dummy_pool`, :mod:`~petastorm.pools.thread_pool`, :mod:`~petastorm.pools.process_pool`:
+  those hooks, inline, on futures of a thread executor, or on the process runtime;
+* the process runtime (private modules): ``_process_core`` (the worker processes, their pipes, the collector
+  thread and the per-item bookkeeping), ``_launch`` (starts a worker as a fresh interpreter), ``_worker`` (the
+  worker's main loop), ``_transport`` (what crosses the pipes: results, with their big arrays moved through
+  shared memory slots, and exceptions with their tracebacks), ``_shm`` and ``_shm_parent`` (a worker's slots, and
+  the parent's mappings of them with the releases that hand them back), ``_posix_shm`` (named POSIX shared
+  memory segments: the only module that uses CPython's private shared memory extension).
 """
 
 from __future__ import annotations
 
 from petastorm.pools.base import (
+    ArrayCarrier,
     RemoteTraceback,
     WorkerDiedError,
     WorkerFunctionError,
@@ -31,6 +46,7 @@ from petastorm.pools.thread_pool import ThreadPool
 
 __all__ = [
     'POOL_KINDS',
+    'ArrayCarrier',
     'DummyPool',
     'ProcessPool',
     'RemoteTraceback',

@@ -10,15 +10,16 @@ Threads of the parent:
   :mod:`petastorm.pools._transport`), files results by sequence number and notices dead workers.
 
 Slots whose results the consumer has dropped are handed back to their worker with its next task (see
-:class:`~petastorm.pools._shm.SlotReleases`).
+:class:`~petastorm.pools._shm_parent.ParentSlots`).
 
 Every item gets a pool-wide sequence number. ``valid_from`` is the first sequence number of the current imap
-call: replies for older items belong to an abandoned iterator and are dropped (their slots handed back).
+call (:meth:`ProcessCore.abandon` moves it past every item submitted so far): replies for older items belong to an
+abandoned iterator and are dropped (their slots handed back). The ordered window loop itself, and which imap call
+is current, belong to :class:`~petastorm.pools.base.PoolBase`; this class only submits, waits and cancels.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import pickle
@@ -28,8 +29,11 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import numpy as np
+
 from petastorm.pools._launch import WorkerProcess, WorkerSetup, launch_worker, running
-from petastorm.pools._shm import slot_name, unlink_name
+from petastorm.pools._posix_shm import unlink_segment
+from petastorm.pools._shm import slot_name
 from petastorm.pools._shm_parent import ParentSlots
 from petastorm.pools._transport import (
     PICKLE_PROTOCOL,
@@ -44,7 +48,7 @@ from petastorm.pools._transport import (
     unpack_result,
 )
 from petastorm.pools._worker import EXIT_PARENT_GONE
-from petastorm.pools.base import WorkerDiedError
+from petastorm.pools.base import SupersededError, WorkerDiedError
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +73,6 @@ class ProcessCore:
         self.slots = ParentSlots(workers_count)
         self.outstanding: dict[int, int] = {}  # seq -> index of the worker computing it
         self.done: dict[int, tuple[bool, Any]] = {}  # seq -> (ok, result or exception to raise)
-        self.run_id = 0
         self.valid_from = 0
         self.next_seq = 0
         self.failure: str | None = None
@@ -101,29 +104,10 @@ class ProcessCore:
 
     # ----------------------------------------------------------------------------------------- consumer side
 
-    def begin_run(self) -> int:
-        """Start an imap call: replies for earlier items become stale. Returns the id of the new run."""
+    def abandon(self) -> None:
+        """Cancel every item submitted so far: its imap call was superseded or closed; late replies are dropped."""
         with self.cond:
-            self.raise_if_failed()
             if self.stopping:
-                raise RuntimeError(f'{self.label}: imap() called on a stopped pool')
-            self.run_id += 1
-            self.valid_from = self.next_seq
-            self.done.clear()
-            busy = bool(self.outstanding)
-            below = self.next_seq
-        if busy:
-            self._broadcast(('cancel', below))
-        return self.run_id
-
-    def is_current(self, run_id: int) -> bool:
-        """Whether ``run_id`` is the latest imap call (stopping ends every run without superseding it)."""
-        return run_id == self.run_id
-
-    def end_run(self, run_id: int) -> None:
-        """Abandon run ``run_id`` if it is still current: its pending items are cancelled."""
-        with self.cond:
-            if run_id != self.run_id or self.stopping:
                 return
             self.valid_from = self.next_seq
             self.done.clear()
@@ -167,7 +151,7 @@ class ProcessCore:
                 if self.stopping:
                     return None
                 if seq < self.valid_from:
-                    raise RuntimeError(f'{self.label}: this imap iterator was superseded by a later imap call')
+                    raise SupersededError(f'{self.label}: this imap iterator was superseded by a later imap call')
                 self.cond.wait(timeout=1.0)
             return self.done.pop(seq)
 
@@ -242,15 +226,14 @@ class ProcessCore:
             self.slots.forget(index, list(header.destroyed))
         if header.kind in (REPLY_CANCELLED, REPLY_SLOTS):
             return True
+        error: BaseException | None = None
         try:
             payload = decode_reply_payload(data, header)
         except BaseException as exc:  # e.g. a class of the result that the parent cannot import
             payload = None
-            error: BaseException | None = RuntimeError(
-                f'{self.label}: the result of item {seq} could not be unpickled in the parent: {exc!r}')
+            error = RuntimeError(f'{self.label}: the result of item {seq} could not be unpickled in the parent: '
+                                 f'{exc!r}')
             error.__cause__ = exc
-        else:
-            error = None
         del data
         if slot >= 0 and (error is not None or not wanted):
             self.slots.release_now(index, slot)
@@ -261,7 +244,7 @@ class ProcessCore:
         elif header.kind == REPLY_OK:
             wrapped: list[bool] = []
 
-            def wrap(shm: ShmResult) -> ctypes.Array:
+            def wrap(shm: ShmResult) -> np.ndarray:
                 buffer = self.slots.wrap(index, shm.slot, shm.name, shm.size)
                 wrapped.append(True)  # from now on garbage collection releases the slot
                 return buffer
@@ -320,7 +303,7 @@ class ProcessCore:
         # Slot ids are handed out in order; the one after the last announced may exist (created for the item that
         # was in progress).
         for slot_id in range(self.slots_created[index] + 1):
-            unlink_name(slot_name(self.block_prefix, index, slot_id))
+            unlink_segment(slot_name(self.block_prefix, index, slot_id))
 
     # ------------------------------------------------------------------------------------------- shutdown
 

@@ -2,13 +2,13 @@
 
 The parent maps each slot once and keeps the mapping while the slot exists, so the page tables built when the
 consumer first reads a slot serve every later result written to it: reading a result costs no page faults in the
-steady state. Each result gets its own small exporter object over the mapping; the result's arrays (and every
-view of them) keep it alive through their ``base``, and its garbage collection releases the slot.
+steady state. Each result gets its own exporter over the mapping, a flat uint8 array; the result's arrays (and every
+view of them) keep it alive through their ``base`` (NumPy does not collapse a view's base past an array whose own
+base is not an array), and its garbage collection releases the slot.
 """
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import weakref
@@ -44,13 +44,17 @@ class ParentSlots:
             ref = weakref.ref(self)
             os.register_at_fork(after_in_parent=lambda: _count_fork(ref))
 
-    def wrap(self, worker_index: int, slot_id: int, name: str, size: int) -> ctypes.Array:
-        """A writable buffer over the first ``size`` bytes of a slot, releasing the slot when collected."""
+    def wrap(self, worker_index: int, slot_id: int, name: str, size: int) -> np.ndarray:
+        """A writable uint8 array over (at least) the first ``size`` bytes of a slot.
+
+        The slot is released when this array and every array made from it by :func:`array_over` are garbage
+        collected.
+        """
         mappings = self._mappings[worker_index]
         mapped = mappings.get(slot_id)
         if mapped is None or len(mapped) < size:
             mapped = mappings[slot_id] = open_slot(name)
-        exporter = (ctypes.c_char * len(mapped)).from_buffer(mapped)
+        exporter = np.frombuffer(mapped, np.uint8)
         finalizer = weakref.finalize(exporter, self._queue.append, (worker_index, slot_id, self.forks))
         finalizer.atexit = False
         return exporter
@@ -76,7 +80,9 @@ class ParentSlots:
         return taken
 
 
-def array_over(buffer: ctypes.Array, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
-    """A writable array viewing ``buffer`` at ``offset``; it keeps the buffer alive through its ``base``."""
-    count = int(np.prod(shape, dtype=np.int64))
-    return np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
+def array_over(exporter: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
+    """A writable array viewing ``exporter`` (from :meth:`ParentSlots.wrap`) at ``offset``.
+
+    Its ``base`` is the exporter, which it keeps alive.
+    """
+    return np.ndarray(shape, dtype=dtype, buffer=exporter, offset=offset)

@@ -1,23 +1,26 @@
 """How results and errors travel from a worker process back to the parent.
 
-A dict result's plain ndarrays (no Python objects inside) are packed into one shared memory slot of the worker
-(see :mod:`petastorm.pools._shm`); the worker sends only a small :class:`ShmResult` descriptor. The parent hands
-out arrays that view its mapping of the slot directly (no copy); the slot goes back to the worker when the last
-of those arrays, or of views of them, is garbage collected (see :mod:`petastorm.pools._shm_parent`). All other
-values (object arrays, scalars, None, non-dict results, small results) are pickled as usual, and so is everything
-when shared memory is not available (e.g. a full ``/dev/shm``).
+The plain ndarrays (no Python objects inside) of a dict result, or of the ``carried_arrays()`` of an
+:class:`~petastorm.pools.base.ArrayCarrier` result, are packed into one shared memory slot of the worker (see
+:mod:`petastorm.pools._shm`); the worker sends only a small :class:`ShmResult` descriptor holding the rest of the
+result: the dict's other values, or the carrier rebuilt with ``with_carried_arrays`` around its unshareable arrays
+only. The parent hands out arrays that view its mapping of the slot directly (no copy) and puts them back in the
+original key order; the slot goes back to the worker when the last of those arrays, or of views of them, is
+garbage collected (see :mod:`petastorm.pools._shm_parent`). All other values (object arrays, scalars, None, other
+result types, small results) are pickled as usual, and so is everything when shared memory is not available (e.g.
+a full ``/dev/shm``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import io
 import logging
+import os
 import pickle
 import secrets
 import struct
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +28,7 @@ import numpy as np
 
 from petastorm.pools._shm import SlotWriter
 from petastorm.pools._shm_parent import array_over
-from petastorm.pools.base import RemoteTraceback, WorkerFunctionError
+from petastorm.pools.base import ArrayCarrier, RemoteTraceback, WorkerFunctionError
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +104,12 @@ class ShmArray:
 
 @dataclass(frozen=True)
 class ShmResult:
-    """The descriptor of a dict result whose big arrays are in the first ``size`` bytes of slot ``name``."""
+    """The descriptor of a result whose big arrays are in the first ``size`` bytes of slot ``name``.
+
+    ``keys`` is the order of the dict's keys (or of the carrier's arrays); ``others`` holds the dict's values that
+    are not in the slot; ``carrier`` (for an :class:`~petastorm.pools.base.ArrayCarrier`) is the result whose
+    ``carried_arrays()`` are only those that are not in the slot.
+    """
 
     slot: int
     name: str
@@ -109,11 +117,22 @@ class ShmResult:
     keys: tuple[Any, ...]
     arrays: tuple[ShmArray, ...]
     others: dict[Any, Any]
+    carrier: ArrayCarrier | None = None
 
 
 def new_block_prefix() -> str:
-    """A random prefix for the slot names of one pool (short: macOS allows 31 characters per name)."""
-    return f'psm{secrets.token_hex(5)}_'
+    """A fresh prefix for the slot names of one pool of this process.
+
+    It starts with :func:`process_block_prefix` so that the names of one process's pools can be told apart from
+    other processes' (by tests, and by whoever looks at ``/dev/shm``); short, because macOS allows 31 characters
+    per name.
+    """
+    return f'{process_block_prefix()}{secrets.token_hex(4)}_'
+
+
+def process_block_prefix(pid: int | None = None) -> str:
+    """The start of the slot names of every pool of process ``pid`` (default: this process)."""
+    return f'psm{os.getpid() if pid is None else pid:x}_'
 
 
 def _shareable(value: Any) -> bool:
@@ -122,36 +141,53 @@ def _shareable(value: Any) -> bool:
 
 def pack_result(result: Any, writer: SlotWriter) -> Any:
     """Worker side: return what to send for ``result``, moving its big arrays into a slot of ``writer``."""
-    if type(result) is not dict:
+    carrier: ArrayCarrier | None
+    if type(result) is dict:
+        arrays: Mapping[Any, Any] = result
+        carrier = None
+    elif isinstance(result, ArrayCarrier):
+        arrays = result.carried_arrays()
+        carrier = result
+    else:
         return result
     layout: list[ShmArray] = []
     offset = 0
-    for key, value in result.items():
+    for key, value in arrays.items():
         if _shareable(value):
             layout.append(ShmArray(key, value.dtype, value.shape, offset))
             offset += -(-value.nbytes // _ALIGNMENT) * _ALIGNMENT
     if offset < INLINE_LIMIT_BYTES:
         return result
     try:
-        slot, name = writer.write(offset, [(spec.offset, result[spec.key]) for spec in layout])
+        slot, name = writer.write(offset, [(spec.offset, arrays[spec.key]) for spec in layout])
     except OSError as exc:
         if not writer.failed:
             writer.failed = True
             logger.warning('petastorm process pool: could not use shared memory (%s); results are pickled through '
                            'a pipe instead, which is slower (a container may need a bigger /dev/shm)', exc)
         return result
-    placed = {spec.key for spec in layout}
-    others = {key: value for key, value in result.items() if key not in placed}
-    return ShmResult(slot, name, offset, tuple(result), tuple(layout), others)
+    try:
+        placed = {spec.key for spec in layout}
+        others = {key: value for key, value in arrays.items() if key not in placed}
+        if carrier is None:
+            return ShmResult(slot, name, offset, tuple(arrays), tuple(layout), others)
+        return ShmResult(slot, name, offset, tuple(arrays), tuple(layout), {}, carrier.with_carried_arrays(others))
+    except BaseException:
+        writer.release([(slot, True)])  # e.g. with_carried_arrays failed: nobody will read the slot
+        raise
 
 
-def unpack_result(payload: Any, wrap: Callable[[ShmResult], ctypes.Array]) -> Any:
-    """Parent side: rebuild the result described by ``payload``; its arrays view the buffer ``wrap`` returns."""
+def unpack_result(payload: Any, wrap: Callable[[ShmResult], np.ndarray]) -> Any:
+    """Parent side: rebuild the result described by ``payload``; its arrays view the exporter ``wrap`` returns."""
     if type(payload) is not ShmResult:
         return payload
-    buffer = wrap(payload)
-    arrays = {spec.key: array_over(buffer, spec.dtype, spec.shape, spec.offset) for spec in payload.arrays}
-    return {key: arrays[key] if key in arrays else payload.others[key] for key in payload.keys}
+    exporter = wrap(payload)
+    arrays = {spec.key: array_over(exporter, spec.dtype, spec.shape, spec.offset) for spec in payload.arrays}
+    if payload.carrier is None:
+        return {key: arrays[key] if key in arrays else payload.others[key] for key in payload.keys}
+    unshared = payload.carrier.carried_arrays()
+    return payload.carrier.with_carried_arrays({key: arrays[key] if key in arrays else unshared[key]
+                                                for key in payload.keys})
 
 
 @dataclass(frozen=True)
@@ -168,8 +204,9 @@ def encode_exception(exc: BaseException) -> RemoteException:
     """Worker side: capture ``exc`` with its formatted traceback; keep the object if it survives pickling."""
     text = ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        pickled: bytes | None = pickle.dumps(exc, protocol=PICKLE_PROTOCOL)
-        pickle.loads(pickled)  # some exceptions pickle but cannot be rebuilt (custom __init__ signatures)
+        pickled_bytes = pickle.dumps(exc, protocol=PICKLE_PROTOCOL)
+        pickle.loads(pickled_bytes)  # some exceptions pickle but cannot be rebuilt (custom __init__ signatures)
+        pickled: bytes | None = pickled_bytes
     except Exception:
         pickled = None
     try:

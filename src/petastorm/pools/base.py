@@ -1,15 +1,28 @@
-"""What every worker pool shares: the protocol, the exceptions and the in-flight budget.
+"""What every worker pool shares: the protocol, the exceptions, the in-flight budget and the ordered window loop.
 
 A pool runs one pure function ``worker_fn(context, item) -> result`` over a stream of work items and hands the
 results back **in submission order**, so that a seeded reader produces the same sequence whatever the pool kind
 and the number of workers. At most a bounded number of items is pulled from the item stream ahead of the
 consumer; the bound shrinks when results are big (see :class:`InFlightBudget`).
+
+How the pieces fit: :class:`PoolBase` owns everything the kinds have in common: the lifecycle checks, the
+counters, the superseding rule and the loop behind ``imap`` (:meth:`PoolBase._ordered_window`), which pulls items
+up to the budget's limit, submits them, waits for the oldest and yields it. A kind supplies only small hooks:
+``_submit`` an item and get a handle back, ``_wait`` for a handle's result, ``_cancel`` the handles of an
+abandoned run, ``_stop_workers`` and ``_join_workers``. The dummy pool's handles are the items themselves (its
+``_wait`` runs the function inline), the thread pool's are futures, the process pool's are sequence numbers of
+:class:`~petastorm.pools._process_core.ProcessCore`.
+
+Results are usually dicts of numpy arrays; any other result type that implements :class:`ArrayCarrier` is
+accounted for (and moved through shared memory by the process pool) the same way.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -79,6 +92,23 @@ class WorkerPool(Protocol):
         ...
 
 
+@runtime_checkable
+class ArrayCarrier(Protocol):
+    """A worker result whose big arrays a process pool may move through shared memory."""
+
+    def carried_arrays(self) -> Mapping[str, np.ndarray]:
+        """The result's arrays by name, in a stable order (what the byte budget counts)."""
+        ...
+
+    def with_carried_arrays(self, arrays: Mapping[str, np.ndarray]) -> ArrayCarrier:
+        """A copy of the result whose ``carried_arrays()`` are ``arrays`` (the same keys, in the same order)."""
+        ...
+
+
+class SupersededError(PetastormError, RuntimeError):
+    """An ``imap`` iterator was resumed after a later ``imap`` call on the same pool had cancelled its work."""
+
+
 def check_positive_int(name: str, value: Any) -> int:
     """Return ``value`` if it is a positive int (bools are refused), else raise a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -87,13 +117,21 @@ def check_positive_int(name: str, value: Any) -> int:
 
 
 def result_nbytes(result: Any) -> int:
-    """Estimate the memory held by one result: the bytes of its arrays, including arrays and strings held in
-    object arrays (estimated from a sample of their values), for an ndarray or a dict of them (0 otherwise)."""
+    """Estimate the memory held by one result.
+
+    Counts the bytes of its arrays, including arrays and strings held in object arrays (estimated from a sample of
+    their values), for an ndarray, a dict of them or an :class:`ArrayCarrier` (its ``carried_arrays()``); 0 for
+    anything else.
+    """
     if isinstance(result, np.ndarray):
         return _array_nbytes(result)
     if isinstance(result, dict):
-        return sum(_array_nbytes(value) for value in result.values() if isinstance(value, np.ndarray))
-    return 0
+        arrays: Iterable[Any] = result.values()
+    elif isinstance(result, ArrayCarrier):
+        arrays = result.carried_arrays().values()
+    else:
+        return 0
+    return sum(_array_nbytes(value) for value in arrays if isinstance(value, np.ndarray))
 
 
 _SAMPLED_OBJECTS = 32
@@ -185,18 +223,75 @@ class PoolOptions:
         return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, workers_count=self.workers_count)
 
 
-class PoolBase:
-    """Context-manager plumbing and the superseding rule shared by the pool classes.
 
-    Subclasses provide ``stop``, ``join`` and set ``kind``.
+class _Stopped:
+    """The type of :data:`STOPPED`."""
+
+    def __repr__(self) -> str:
+        return 'STOPPED'
+
+
+#: What ``_submit`` and ``_wait`` return instead of a handle or a result when the pool was stopped meanwhile.
+STOPPED: Any = _Stopped()
+_NO_MORE_ITEMS: Any = object()
+
+
+class PoolBase:
+    """The lifecycle, the counters, the superseding rule and the ordered window loop shared by the pool kinds.
+
+    A kind sets ``kind`` and implements the hooks below; the public methods (``start``, ``imap``, ``stop``,
+    ``join``, ``diagnostics``) and the loop are written once, here. Handles are whatever the kind needs to find a
+    submitted item's result again.
+
+    Args:
+        workers_count: the kind's number of workers (as reported by ``diagnostics``).
+        budget: the in-flight budget whose ``limit`` bounds the window.
+        reports_budget: whether ``diagnostics`` lists the budget (the dummy pool's window is always one item).
     """
 
     kind = ''
 
-    def __init__(self) -> None:
+    def __init__(self, workers_count: int, budget: InFlightBudget, *, reports_budget: bool = True) -> None:
+        self.workers_count = workers_count
+        self._budget = budget
+        self._reports_budget = reports_budget
+        self._started = False
+        self._stopped = False
+        # Re-entrant: the finally block of an abandoned imap generator may run during garbage collection anywhere,
+        # including inside a section of this pool that holds the lock.
+        self._run_lock = threading.RLock()
         self._run_id = 0
+        self._pending: deque[Any] = deque()  # handles of the current imap call, oldest first
         self._items_submitted = 0
         self._items_completed = 0
+
+    # ------------------------------------------------------------------------------------------ the kinds' hooks
+
+    def _start_workers(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        raise NotImplementedError
+
+    def _submit(self, item: Any) -> Any:
+        """Hand ``item`` to a worker; returns a handle for ``_wait``, or :data:`STOPPED`."""
+        raise NotImplementedError
+
+    def _wait(self, handle: Any) -> Any:
+        """The result of ``handle``, or :data:`STOPPED` once the pool stops; raises the worker function's error."""
+        raise NotImplementedError
+
+    def _cancel(self, handles: list[Any]) -> None:
+        """Cancel the queued work of an abandoned run (called with the run lock held)."""
+        raise NotImplementedError
+
+    def _stop_workers(self) -> None:
+        raise NotImplementedError
+
+    def _join_workers(self) -> None:
+        raise NotImplementedError
+
+    def _raise_if_failed(self) -> None:
+        """Raise the pool's failure (e.g. a dead worker) if it has one."""
+
+    # ------------------------------------------------------------------------------------------------ the API
 
     def __enter__(self) -> PoolBase:
         return self
@@ -205,32 +300,124 @@ class PoolBase:
         self.stop()
         self.join()
 
-    def stop(self) -> None:  # pragma: no cover - always overridden
-        raise NotImplementedError
+    def start(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        """Start the workers; ``context`` is handed to every call of ``worker_fn``.
 
-    def join(self) -> None:  # pragma: no cover - always overridden
-        raise NotImplementedError
+        Raises:
+            RuntimeError: the pool was started or stopped before.
+        """
+        if self._started or self._stopped:
+            raise RuntimeError(f'{self.kind} pool: start() may be called only once')
+        self._start_workers(worker_fn, context)
+        self._started = True
 
-    def _new_run(self) -> int:
-        # Each imap call gets a run id; an older iterator resumed after a newer imap call started fails loudly
-        # instead of silently interleaving with it.
-        self._run_id += 1
-        return self._run_id
+    def imap(self, items: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``worker_fn(context, item)`` for each item in submission order, pulling items lazily.
 
-    def _check_run(self, run_id: int) -> None:
-        if run_id != self._run_id:
-            raise RuntimeError(f'{self.kind} pool: this imap iterator was superseded by a later imap call')
+        A later call cancels the pending work of an unfinished earlier iterator, which raises a RuntimeError
+        saying it was superseded if it is resumed.
 
-    def _base_diagnostics(self, in_flight: int, budget: InFlightBudget | None) -> dict[str, Any]:
+        Raises:
+            RuntimeError: the pool was not started, or was stopped.
+            WorkerDiedError: a worker process of the pool died.
+        """
+        if not self._started:
+            raise RuntimeError(f'{self.kind} pool: imap() called before start()')
+        self._raise_if_failed()
+        if self._stopped:
+            raise RuntimeError(f'{self.kind} pool: imap() called on a stopped pool')
+        item_iterator = iter(items)
+        with self._run_lock:
+            if self._pending:
+                self._cancel(list(self._pending))
+            self._run_id += 1
+            run_id = self._run_id
+            pending: deque[Any] = deque()
+            self._pending = pending
+        return self._ordered_window(item_iterator, run_id, pending)
+
+    def stop(self) -> None:
+        """Stop starting new work and cancel pending work; idempotent and non-blocking."""
+        self._stopped = True
+        self._stop_workers()
+
+    def join(self) -> None:
+        """Stop the pool and block until every thread and process it started is gone; idempotent."""
+        self.stop()
+        self._join_workers()
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        """Counters: kind, workers_count, items_submitted, items_completed, in_flight and the budget's state."""
         info: dict[str, Any] = {
             'kind': self.kind,
-            'workers_count': getattr(self, 'workers_count', 0),
+            'workers_count': self.workers_count,
             'items_submitted': self._items_submitted,
             'items_completed': self._items_completed,
-            'in_flight': in_flight,
+            'in_flight': len(self._pending),
         }
-        if budget is not None:
-            info['max_in_flight'] = budget.limit
-            info['max_bytes_in_flight'] = budget.max_bytes_in_flight
-            info['mean_result_bytes'] = budget.mean_result_bytes
+        if self._reports_budget:
+            info['max_in_flight'] = self._budget.limit
+            info['max_bytes_in_flight'] = self._budget.max_bytes_in_flight
+            info['mean_result_bytes'] = self._budget.mean_result_bytes
         return info
+
+    # ------------------------------------------------------------------------------------------------ the loop
+
+    def _check_current(self, run_id: int) -> None:
+        # An older iterator resumed after a newer imap call started fails loudly instead of silently interleaving.
+        if run_id != self._run_id:
+            raise SupersededError(f'{self.kind} pool: this imap iterator was superseded by a later imap call')
+
+    def _ordered_window(self, items: Iterator[Any], run_id: int, pending: deque[Any]) -> Iterator[Any]:
+        """The loop behind ``imap``: keep up to ``budget.limit`` items in flight and yield the oldest result."""
+        budget = self._budget
+        exhausted = False
+        try:
+            while True:
+                if self._stopped:
+                    return
+                self._check_current(run_id)
+                while not exhausted and len(pending) < budget.limit:
+                    item = next(items, _NO_MORE_ITEMS)
+                    if item is _NO_MORE_ITEMS:
+                        exhausted = True
+                        break
+                    with self._run_lock:  # a concurrent imap call cannot slip in between the check and the submit
+                        self._check_current(run_id)
+                        handle = self._submit(item)
+                        if handle is STOPPED:
+                            return
+                        pending.append(handle)
+                        self._items_submitted += 1
+                    del item
+                if not pending:
+                    return
+                try:
+                    result = self._wait(pending[0])
+                except BaseException:
+                    # A worker error stops the pool and reaches the caller with the worker's traceback. An iterator
+                    # superseded meanwhile (SupersededError, or an error of its abandoned work) leaves the pool to
+                    # the later imap call.
+                    if run_id == self._run_id:
+                        self.stop()
+                    raise
+                if result is STOPPED or self._stopped:
+                    return
+                pending.popleft()
+                self._items_completed += 1
+                budget.observe(result)
+                # Handed over through a list so that this frame keeps no reference while the consumer holds the
+                # result: a process pool's shared memory slot is reused as soon as the consumer drops it.
+                handoff = [result]
+                del result
+                yield handoff.pop()
+        except WorkerDiedError:
+            self.stop()  # raised by _submit: the pool cannot go on without the worker
+            raise
+        finally:
+            # Closing an unfinished iterator must not leave its queued work running for nobody.
+            with self._run_lock:
+                if pending and run_id == self._run_id and not self._stopped:
+                    self._cancel(list(pending))
+                pending.clear()

@@ -19,6 +19,13 @@ results fall back to being pickled through the pipe.
 Starting costs a fresh interpreter per worker (imports of NumPy and of the worker function's module), so a
 process pool is worth it for long runs of CPU-bound work; the worker function must be importable by name in a
 fresh interpreter (defined at module level of an importable module: a function of ``__main__`` is not found).
+
+Why not ``multiprocessing.Pool``: besides re-running ``__main__`` in its workers (see
+:mod:`petastorm.pools._launch`) and moving big results slower (see :mod:`petastorm.pools._shm`), it waits forever
+for the result of a worker that was killed (CPython bpo-22393), cannot cancel queued work, and its ``imap``
+submits every item at once. On tiny results it is only a little faster: in two runs of ``benchmarks/pool_bench.py``
+this pool moved 0.82x-0.97x its items/s with 2 items per worker in flight in both, and 0.86x-1.46x with 64 in
+flight against ``Pool.imap`` (a reader's items are row groups, which take milliseconds each).
 """
 
 from __future__ import annotations
@@ -27,13 +34,12 @@ import logging
 import os
 import threading
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from petastorm.pools._posix_shm import missing_reason
 from petastorm.pools._process_core import ProcessCore
-from petastorm.pools._shm import is_supported
-from petastorm.pools.base import DEFAULT_MAX_BYTES_IN_FLIGHT, PoolBase, PoolOptions, WorkerDiedError
+from petastorm.pools.base import DEFAULT_MAX_BYTES_IN_FLIGHT, STOPPED, PoolBase, PoolOptions
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +59,10 @@ def usable_cores() -> int:
 
 
 def oversubscribed(workers_count: int, cores: int) -> bool:
-    """True when ``workers_count`` processes are far more than ``cores`` can run: over twice as many, and more
-    than two beyond them."""
+    """Whether ``workers_count`` processes are far more than ``cores`` can run.
+
+    True for over twice as many, and more than two beyond them.
+    """
     return workers_count > max(2 * cores, cores + 2)
 
 
@@ -89,10 +97,12 @@ class ProcessPool(PoolBase):
         start_method: only ``'spawn'`` (a fresh interpreter per worker) is supported.
         join_timeout: seconds ``join`` waits for workers to finish their current item before terminating them.
 
-    Errors raised by ``worker_fn`` are re-raised by ``imap`` as the original exception type when it can be
-    pickled (else :class:`~petastorm.pools.base.WorkerFunctionError`), with the worker's traceback chained as a
+    ``start`` needs ``worker_fn`` and ``context`` to be picklable (the function by name). Errors raised by
+    ``worker_fn`` are re-raised by ``imap`` as the original exception type when it can be pickled (else
+    :class:`~petastorm.pools.base.WorkerFunctionError`), with the worker's traceback chained as a
     :class:`~petastorm.pools.base.RemoteTraceback`. A worker process that dies makes ``imap`` raise
-    :class:`~petastorm.pools.base.WorkerDiedError`. Either way the pool is stopped.
+    :class:`~petastorm.pools.base.WorkerDiedError`. Either way the pool is stopped. ``stop`` cancels pending work
+    and asks the workers to exit without waiting; ``join`` waits for them and for the pool's helper thread.
     """
 
     kind = 'process'
@@ -100,97 +110,66 @@ class ProcessPool(PoolBase):
     def __init__(self, workers_count: int, *, max_in_flight: int | None = None,
                  max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT, start_method: str = 'spawn',
                  join_timeout: float = 5.0) -> None:
-        super().__init__()
-        self._options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
+        options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
         if start_method not in START_METHODS:
             raise ValueError(f'start_method must be one of {START_METHODS} (fork is unsafe with threads; every '
                              f'worker is a fresh interpreter), got {start_method!r}')
         if not join_timeout >= 0:
             raise ValueError(f'join_timeout must be a non-negative number, got {join_timeout!r}')
-        self.workers_count = self._options.workers_count
+        super().__init__(options.workers_count, options.budget())
         self.start_method = start_method
         self._join_timeout = float(join_timeout)
-        self._budget = self._options.budget()
         self._core: ProcessCore | None = None
         self._finalizer: weakref.finalize | None = None
-        self._in_flight = 0
 
-    def start(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
-        """Start the worker processes; ``worker_fn`` and ``context`` must be picklable (the function by name)."""
-        if self._core is not None:
-            raise RuntimeError('process pool: start() may be called only once')
-        if not is_supported():
-            raise RuntimeError('process pool: this platform has no POSIX shared memory; use the thread pool')
+    def _start_workers(self, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
+        missing = missing_reason()
+        if missing is not None:
+            raise RuntimeError(missing)
         warn_if_oversubscribed(self.workers_count)
         label = f'process pool {id(self):#x}'
-        self._core = ProcessCore(label, self.workers_count, worker_fn, context, self._join_timeout)
+        self._core = core = ProcessCore(label, self.workers_count, worker_fn, context, self._join_timeout)
         # Runs at garbage collection or interpreter exit if join() was never called.
-        self._finalizer = weakref.finalize(self, self._core.shutdown)
+        self._finalizer = weakref.finalize(self, core.shutdown)
 
-    def imap(self, items: Iterable[Any]) -> Iterator[Any]:
-        """Yield ``worker_fn(context, item)`` for each item in order; an unfinished earlier imap is cancelled."""
-        core = self._core
-        if core is None:
+    def _started_core(self) -> ProcessCore:
+        if self._core is None:  # not reachable: imap checks that the pool was started
             raise RuntimeError('process pool: imap() called before start()')
-        run_id = core.begin_run()
-        self._in_flight = 0
-        return self._iterate(core, iter(items), run_id)
+        return self._core
 
-    def _iterate(self, core: ProcessCore, items: Iterator[Any], run_id: int) -> Iterator[Any]:
-        pending: deque[int] = deque()  # sequence numbers submitted and not yet yielded, oldest first
-        exhausted = False
-        try:
-            while True:
-                if not core.is_current(run_id):
-                    raise RuntimeError('process pool: this imap iterator was superseded by a later imap call')
-                while not exhausted and len(pending) < self._budget.limit:
-                    try:
-                        item = next(items)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    seq = core.submit(item)
-                    if seq is None:
-                        return
-                    pending.append(seq)
-                    self._items_submitted += 1
-                    self._in_flight = len(pending)
-                if not pending:
-                    return
-                entry = core.wait_result(pending[0])
-                if entry is None:
-                    return
-                pending.popleft()
-                self._in_flight = len(pending)
-                ok, value = entry
-                if not ok:
-                    self.stop()
-                    raise value
-                self._items_completed += 1
-                self._budget.observe(value)
-                del entry
-                yield value
-        except WorkerDiedError:
-            self.stop()
-            raise
-        finally:
-            self._in_flight = 0
-            core.end_run(run_id)
+    def _raise_if_failed(self) -> None:
+        if self._core is not None:
+            self._core.raise_if_failed()
 
-    def stop(self) -> None:
-        """Cancel pending work and ask the workers to exit; does not wait (see :meth:`join`)."""
+    def _submit(self, item: Any) -> Any:
+        seq = self._started_core().submit(item)
+        return STOPPED if seq is None else seq
+
+    def _wait(self, handle: int) -> Any:
+        entry = self._started_core().wait_result(handle)
+        if entry is None:
+            return STOPPED
+        ok, value = entry
+        if not ok:
+            raise value
+        return value
+
+    def _cancel(self, handles: list[Any]) -> None:
+        # Everything submitted so far belongs to the abandoned run (runs never overlap).
+        self._started_core().abandon()
+
+    def _stop_workers(self) -> None:
         if self._core is not None:
             self._core.stop()
 
-    def join(self) -> None:
-        """Stop the pool and wait until every worker process and helper thread is gone."""
+    def _join_workers(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
 
     @property
     def diagnostics(self) -> dict[str, Any]:
-        """Counters plus ``start_method``, ``worker_pids`` and ``workers_alive``."""
-        info = self._base_diagnostics(self._in_flight, self._budget)
+        """The counters of every pool kind plus ``start_method``, ``worker_pids`` and ``workers_alive``."""
+        info = super().diagnostics
         info['start_method'] = self.start_method
         core = self._core
         info['worker_pids'] = core.worker_pids() if core is not None else []
