@@ -342,7 +342,7 @@ def test_repr_format():
 def test_tf_and_numpy_dtype_rendering_without_tensorflow():
     import decimal
 
-    from petastorm.unischema import tf_dtype_name
+    from petastorm.tf_utils._dtypes import tf_dtype_name
 
     assert tf_dtype_name(np.uint8) == 'uint8'
     assert tf_dtype_name(np.str_) == tf_dtype_name(decimal.Decimal) == 'string'

@@ -22,7 +22,7 @@ from petastorm.fs import ResolvedLocation
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
-from petastorm.unischema import Unischema
+from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
 SUMMARY_METADATA = '_metadata'
@@ -262,8 +262,6 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
 
 def inferred_schema(store: ParquetStore) -> Unischema:
     """A Unischema inferred from the first data file's Arrow schema and the partition directories."""
-    from petastorm.schema_inference import infer_unischema
-
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
     try:
