@@ -157,7 +157,8 @@ class in_reduce(PredicateBase):  # noqa: N801
         if self._reduce_func in (all, any):
             masks = np.stack([p.evaluate(columns, num_rows) for p in self._predicate_list]) if \
                 self._predicate_list else np.ones((1, num_rows), dtype=bool)
-            return masks.all(axis=0) if self._reduce_func is all else masks.any(axis=0)
+            combine = np.logical_and if self._reduce_func is all else np.logical_or
+            return combine.reduce(masks, axis=0)
         return super().evaluate(columns, num_rows)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -390,12 +390,12 @@ def _rows_in(sample: Any, batched: bool) -> int:
     return int(first.shape[0]) if hasattr(first, 'shape') and len(first.shape) else len(first)
 
 
-def _python_samples(source: Any, batched: bool) -> Iterator[int]:
+def _python_samples(source: Any, batched: bool) -> Generator[int, None, None]:
     for sample in source:
         yield _rows_in(sample, batched)
 
 
-def _tf_samples(reader: Any, shuffling_queue_size: int) -> Iterator[int]:
+def _tf_samples(reader: Any, shuffling_queue_size: int) -> Generator[int, None, None]:
     from petastorm.tf_utils import make_petastorm_dataset
 
     dataset = make_petastorm_dataset(reader)

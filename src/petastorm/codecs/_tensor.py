@@ -419,7 +419,8 @@ def _stored_shape(field: Any, extension: pa.DataType | None) -> tuple[int, ...]:
             raise CodecError(f'field {_field_name(field)}: the stored tensors have shape {shape}; the schema '
                              f'expects {expected}')
         return shape
-    if None in expected:
+    fixed = tuple(d for d in expected if d is not None)
+    if len(fixed) != len(expected):
         raise CodecError(f'field {_field_name(field)}: a column of flat lists holds fixed-shape tensors, but the '
                          f'schema shape {expected} has free dimensions')
-    return tuple(int(d) for d in expected)
+    return fixed

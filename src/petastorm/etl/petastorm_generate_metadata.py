@@ -51,7 +51,7 @@ def _locate(dotted_name: str) -> Any:
         return pydoc.locate(dotted_name)
     except pydoc.ErrorDuringImport as err:
         raise ValueError(f'unischema class {dotted_name!r}: importing {err.filename} failed with '
-                         f'{err.exc.__name__}: {err.value}') from err
+                         f'{type(err.value).__name__}: {err.value}') from err
 
 
 def load_unischema(dotted_name: str) -> Unischema:

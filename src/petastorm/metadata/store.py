@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.errors import PetastormMetadataError, StorageNotFoundError
+from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
@@ -113,16 +113,21 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
 
     Raises:
         StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
+        StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
         PetastormMetadataError: a metadata file exists but cannot be read.
     """
     fs = location.filesystem
-    if location.is_file_list:
-        files = tuple(sorted(location.path))  # type: ignore[arg-type]
+    if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
+        files = tuple(sorted(location.path))
         for path in files:
-            if fs.get_file_info(path).type != pafs.FileType.File:
+            kind = fs.get_file_info(path).type
+            if kind == pafs.FileType.Directory:
+                raise StorageError(f'dataset file {path} is a directory: a list of URLs names Parquet files; pass '
+                                   f'a dataset directory as a single URL')
+            if kind != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
         return ParquetStore(fs, location.url, None, files)
-    root = location.path  # type: ignore[assignment]
+    root = location.path
     files = tuple(list_data_files(fs, root, location.url))
     kv: dict[bytes, bytes] = {}
     metadata_path = None
@@ -253,7 +258,7 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     if counts is None:
         _warn_if_deprecated_metadata(store)
         counts = footer_row_counts(store.filesystem, list(store.files))
-    pieces = []
+    pieces: list[RowGroupPiece] = []
     for path in store.files:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
         pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))

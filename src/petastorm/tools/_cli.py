@@ -112,11 +112,14 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
                 text = f.read()
         except OSError as err:
             raise UsageError(f'{source} cannot be read: {err.strerror}') from err
+        except UnicodeDecodeError as err:
+            # Only the position: the bytes themselves may be part of a secret.
+            raise UsageError(f'{source} is not UTF-8 text (an invalid byte at position {err.start})') from err
     stripped = text.strip()
     if from_file or stripped.startswith('{'):
         try:
             options = json.loads(stripped)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             # The position is enough to find the mistake; the text itself may hold a secret.
             raise UsageError(f'{source} is not valid JSON ({err.msg} at character {err.pos})') from err
         if not isinstance(options, dict):
