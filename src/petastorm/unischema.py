@@ -88,7 +88,7 @@ class Unischema:
         fields: the fields, in order.
     """
 
-    def __init__(self, name: str, fields: Iterable[UnischemaField]):
+    def __init__(self, name: str, fields: Iterable[UnischemaField]) -> None:
         self._name = name
         fields = list(fields)
         if _UNISCHEMA_FIELD_ORDER == 'alphabetical':

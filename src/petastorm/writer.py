@@ -194,7 +194,7 @@ class FileRoller:
     """
 
     def __init__(self, filesystem: pafs.FileSystem, directory: str, arrow_schema: pa.Schema, row_group_bytes: int,
-                 file_bytes: int, compression: str | None):
+                 file_bytes: int, compression: str | None) -> None:
         self._fs = filesystem
         self._dir = directory
         self._schema = arrow_schema

@@ -63,8 +63,11 @@ class ReadMethod(Enum):
 
 
 class Loader(Enum):
-    """What the samples are read through: the reader itself, ``petastorm.pytorch.DataLoader`` or
-    ``petastorm.pytorch.BatchedDataLoader``."""
+    """What the samples are read through.
+
+    The reader itself (``NONE``), ``petastorm.pytorch.DataLoader`` (``TORCH``) or
+    ``petastorm.pytorch.BatchedDataLoader`` (``TORCH_BATCHED``).
+    """
 
     NONE = 'none'
     TORCH = 'torch'
@@ -318,8 +321,11 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
 
 def describe_result(result: BenchmarkResult, cycles: int | None = None, rows: int | None = None,
                     seconds: float | None = None) -> str:
-    """One readable line for a result, e.g. ``1000 cycles (1000 rows) in 0.25 s: 4000.00 samples/sec, RSS 95.1 MB,
-    CPU 101.3%``."""
+    """One readable line for a result.
+
+    For example ``1000 cycles (1000 rows) in 0.25 s: 4000.00 samples/sec, RSS 95.1 MB, CPU 101.3%``; the part
+    before the colon only when ``cycles``, ``rows`` and ``seconds`` are given.
+    """
     measured = ''
     if cycles is not None and rows is not None and seconds is not None:
         measured = f'{cycles} cycles ({rows} rows) in {seconds:.2f} s: '

@@ -145,8 +145,9 @@ def stack_or_objects(values: Iterable[Any], count: int | None = None) -> np.ndar
         count: how many values ``values`` yields; default ``len(values)``.
     """
     if count is None:
-        values = values if isinstance(values, Sized) else list(values)
-        count = len(values)  # type: ignore[arg-type]
+        sized = values if isinstance(values, Sized) else list(values)
+        count = len(sized)
+        values = sized
     builder = ColumnBuilder(count)
     for value in values:
         builder.add(value)

@@ -88,7 +88,7 @@ def _check_empty(decoded_rows: Any, column: str) -> None:
 class _ColumnIndexer(RowGroupIndexerBase):
     """What both indexers share: a name, one column, and the rule for which indexers can merge."""
 
-    def __init__(self, index_name: str, index_field: str):
+    def __init__(self, index_name: str, index_field: str) -> None:
         self._index_name = index_name
         self._column_name = index_field
 
@@ -127,7 +127,7 @@ class SingleFieldIndexer(_ColumnIndexer):
 
     kind = 'single_field'
 
-    def __init__(self, index_name: str, index_field: str):
+    def __init__(self, index_name: str, index_field: str) -> None:
         super().__init__(index_name, index_field)
         self._index_data: defaultdict[Any, set[int]] = defaultdict(set)
 
@@ -200,7 +200,7 @@ class FieldNotNullIndexer(_ColumnIndexer):
 
     kind = 'field_not_null'
 
-    def __init__(self, index_name: str, index_field: str):
+    def __init__(self, index_name: str, index_field: str) -> None:
         super().__init__(index_name, index_field)
         self._index_data: set[int] = set()
 

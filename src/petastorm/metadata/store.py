@@ -169,6 +169,18 @@ def stored_schema(store: ParquetStore) -> Unischema:
 
 
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
+    """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
+
+    Args:
+        filesystem: where the files are.
+        paths: the data files.
+
+    Returns:
+        ``{path: [rows of row group 0, 1, ...]}``.
+
+    Raises:
+        PetastormMetadataError: a file is not readable Parquet (the message names it).
+    """
     def read(path: str) -> list[int]:
         try:
             with filesystem.open_input_file(path) as f:
