@@ -2,6 +2,7 @@
 
 import glob
 import json
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -302,6 +303,17 @@ def test_plain_parquet_tensors_are_inferred_and_decoded(tmp_path):
     assert batch.v[3].shape == (3, 2)
 
 
+@pytest.fixture
+def petastorm_logging_restored():
+    """The tool's main configures the 'petastorm' logger for a command line (a handler, level INFO): undo it."""
+    logger = logging.getLogger('petastorm')
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+@pytest.mark.usefixtures('petastorm_logging_restored')
 def test_conversion_tool_rewrites_ndarray_columns(tmp_path, capsys):
     blobs = Unischema('Blobs', [UnischemaField('id', np.int32, (), None, False),
                                 UnischemaField('a', np.float32, (3, 2), NdarrayCodec(), False),

@@ -293,17 +293,20 @@ def test_progress_logging_writes_to_the_current_stderr(monkeypatch, capsys):
     from petastorm.tools import _cli
 
     logger = logging.getLogger('petastorm')
-    monkeypatch.setattr(logger, 'handlers', [h for h in logger.handlers if not getattr(h, _cli._PROGRESS_HANDLER,
-                                                                                       False)])
-    monkeypatch.setattr(logger, 'level', logger.level)
-    replaced = io.StringIO()
-    with monkeypatch.context() as patch:
-        patch.setattr(sys, 'stderr', replaced)
-        _cli.configure_progress_logging()
-        logging.getLogger('petastorm.tools.test').info('while redirected')
-        assert 'while redirected' in replaced.getvalue()
-    replaced.close()
-    logging.getLogger('petastorm.tools.test').info('after the redirect')
-    err = capsys.readouterr().err
-    assert 'after the redirect' in err
-    assert 'Logging error' not in err
+    handlers, level = list(logger.handlers), logger.level
+    logger.handlers[:] = [h for h in handlers if not getattr(h, _cli._PROGRESS_HANDLER, False)]
+    try:
+        replaced = io.StringIO()
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, 'stderr', replaced)
+            _cli.configure_progress_logging()
+            logging.getLogger('petastorm.tools.test').info('while redirected')
+            assert 'while redirected' in replaced.getvalue()
+        replaced.close()
+        logging.getLogger('petastorm.tools.test').info('after the redirect')
+        err = capsys.readouterr().err
+        assert 'after the redirect' in err
+        assert 'Logging error' not in err
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
