@@ -11,7 +11,7 @@ import pytest
 
 from petastorm import write_dataset
 from petastorm.codecs import NdarrayCodec, ScalarCodec
-from petastorm.errors import PetastormMetadataError
+from petastorm.errors import PetastormMetadataError, StorageError
 from petastorm.etl.dataset_metadata import (
     get_schema,
     get_schema_from_dataset_url,
@@ -254,6 +254,15 @@ def test_list_of_file_urls(dataset):
     files = sorted(str(p) for p in dataset.glob('*.parquet'))
     pieces = load_row_groups([path_to_url(p) for p in files[:2]])
     assert _as_tuples(pieces) == [t for t in _footer_pieces(dataset) if t[0] in files[:2]]
+
+
+def test_a_directory_in_a_list_of_file_urls_is_named_as_a_directory(dataset):
+    # It used to be reported as missing ('does not exist'), which sends the user looking for the wrong mistake.
+    first = sorted(str(p) for p in dataset.glob('*.parquet'))[0]
+    with pytest.raises(StorageError, match=f'dataset file {dataset} is a directory.*single URL') as info:
+        load_row_groups([path_to_url(first), path_to_url(str(dataset))])
+    assert not isinstance(info.value, FileNotFoundError)
+    assert isinstance(info.value, OSError)
 
 
 def test_single_file_url(dataset):

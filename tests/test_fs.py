@@ -683,14 +683,18 @@ def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
     ('endpoint_url', 'has no "="'),
     ('=hunter2', 'a pair has an empty key'),
     ('@/nonexistent/options.json', "'/nonexistent/options.json' cannot be read"),
+    # A file that is not UTF-8 text escaped as a UnicodeDecodeError traceback.
+    ('@{binary_file}', 'options.bin\' is not UTF-8 text (an invalid byte at position 19)'),
 ])
 def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, message, tmp_path):
     from petastorm.tools._cli import UsageError, parse_storage_options
 
     list_file = tmp_path / 'list.json'
     list_file.write_text('["hunter2"]')
+    binary_file = tmp_path / 'options.bin'
+    binary_file.write_bytes(b'{"secret": "hunter2\xff"}')
     with pytest.raises(UsageError, match=re.escape(message)) as raised:
-        parse_storage_options(text.replace('{list_file}', str(list_file)))
+        parse_storage_options(text.replace('{list_file}', str(list_file)).replace('{binary_file}', str(binary_file)))
     assert 'hunter2' not in str(raised.value)
 
 

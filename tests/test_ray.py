@@ -266,6 +266,14 @@ def test_a_failed_write_leaves_nothing(ray_cluster, tmp_path):
     assert not target.exists()
 
 
+def test_write_petastorm_without_a_schema_column_names_the_field(ray_cluster, tmp_path):
+    rows = [{name: value for name, value in row.items() if name != 'vector'} for row in shape_rows(6)]
+    target = tmp_path.joinpath('missing_column')
+    with pytest.raises(Exception, match=r"no column for the schema fields \['vector'\]"):
+        write_petastorm(ray.data.from_items(rows), target.as_uri(), Shapes)
+    assert not target.exists()
+
+
 def test_streaming_split_gives_two_equal_disjoint_shares(ray_cluster, shapes_url):
     shards = read_petastorm(shapes_url, schema_fields=['id']).streaming_split(2, equal=True)
     seen: list[list[int]] = [[], []]

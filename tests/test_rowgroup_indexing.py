@@ -10,6 +10,7 @@ import pytest
 import petastorm.read
 from petastorm import make_reader, write_dataset
 from petastorm.codecs import NdarrayCodec, ScalarCodec
+from petastorm.etl import RowGroupIndexerBase
 from petastorm.etl.dataset_metadata import open_dataset
 from petastorm.etl.rowgroup_indexers import FieldNotNullIndexer, SingleFieldIndexer
 from petastorm.etl.rowgroup_indexing import INDEXES_JSON_KEY, build_rowgroup_index, get_row_group_indexes
@@ -105,6 +106,73 @@ def test_indexer_merge_rules():
         a + SingleFieldIndexer('i', 'y')
     with pytest.raises(ValueError, match='empty decoded_rows'):
         SingleFieldIndexer('i', 'x').build_index({'x': np.array([])}, 0)
+
+
+class _BucketIndexer(SingleFieldIndexer):
+    """A user's indexer with its own constructor: it indexes values rounded down to a multiple of ``bucket``."""
+
+    def __init__(self, bucket, index_field):
+        super().__init__(f'{index_field}_by_{bucket}', index_field)
+        self.bucket = bucket
+
+    def build_index(self, decoded_rows, piece_index):
+        values = np.asarray(decoded_rows[self._column_name])
+        return super().build_index({self._column_name: values // self.bucket * self.bucket}, piece_index)
+
+
+def test_an_indexer_with_its_own_constructor_is_built_without_spark(url):
+    # Every row group used to be indexed by type(indexer)(index_name, column), which fails (or silently drops
+    # settings) for an indexer whose constructor takes other arguments; Spark tasks index copies instead.
+    built = build_rowgroup_index(url, None, [_BucketIndexer(20, 'id')])
+    assert set(built['id_by_20'].indexed_values) == {0, 20, 40}
+    stored = get_row_group_indexes(url)['id_by_20']
+    with make_reader(url, reader_pool_type='dummy', rowgroup_selector=SingleIndexSelector('id_by_20', [20])) \
+            as reader:
+        assert sorted(int(r.id) for r in reader) == list(range(20, 40))
+    assert stored.get_row_group_indexes(40) == built['id_by_20'].get_row_group_indexes(40)
+
+
+class _NotStorableIndexer(RowGroupIndexerBase):
+    index_name = 'custom'
+    column_names = ['id']
+    indexed_values: list = []
+
+    def __add__(self, other):
+        return self
+
+    def get_row_group_indexes(self, value_key=None):
+        return set()
+
+    def build_index(self, decoded_rows, piece_index):
+        return self
+
+
+def test_an_indexer_that_cannot_be_stored_is_refused_before_any_work(url, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError('no row group should be read')
+
+    monkeypatch.setattr(petastorm.read, 'decode_columns', never)
+    with pytest.raises(ValueError, match=r"indexers \['_NotStorableIndexer'\] cannot be stored"):
+        build_rowgroup_index(url, None, [_NotStorableIndexer()])
+
+
+def test_indexer_classes_keep_their_public_paths_and_the_storage_layer_loads_them(url):
+    import pickle
+
+    import petastorm.etl
+    import petastorm.etl.rowgroup_indexers as public
+    from petastorm.metadata import row_group_indexes
+
+    assert petastorm.etl.RowGroupIndexerBase is row_group_indexes.RowGroupIndexerBase
+    assert public.SingleFieldIndexer is row_group_indexes.SingleFieldIndexer
+    assert public.FieldNotNullIndexer is row_group_indexes.FieldNotNullIndexer
+    assert public.INDEXERS_BY_KIND is row_group_indexes.INDEXERS_BY_KIND
+    assert SingleFieldIndexer.__module__ == 'petastorm.etl.rowgroup_indexers'
+    assert b'petastorm.etl.rowgroup_indexers' in pickle.dumps(SingleFieldIndexer('i', 'x'))
+    build_rowgroup_index(url, None, [SingleFieldIndexer('by_color', 'color')])
+    loaded = row_group_indexes.load_row_group_indexes(open_dataset(url))
+    assert loaded['by_color'].get_row_group_indexes('red') == get_row_group_indexes(url)['by_color'] \
+        .get_row_group_indexes('red')
 
 
 def test_errors_name_the_problem(url):

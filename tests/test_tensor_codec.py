@@ -2,6 +2,7 @@
 
 import glob
 import json
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -10,6 +11,8 @@ import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCodec, codec_from_json
+from petastorm.codecs import _tensor as tensor_module
+from petastorm.codecs._tensor import _variable_shape_column
 from petastorm.errors import CodecError, SchemaError
 from petastorm.metadata.schema_json import unischema_from_json, unischema_to_json
 from petastorm.tools.tensor_columns import main as tensor_columns_main
@@ -104,6 +107,43 @@ def test_zero_sized_shapes_are_variable_tensors():
     field = _field(np.float32, (None, 4))
     decoded = CODEC.decode_column(field, CODEC.encode_column(field, [np.zeros((0, 4), np.float32)] * 3))
     assert decoded.shape == (3, 0, 4)
+
+
+def test_variable_shape_columns_past_the_offset_limit_are_split_into_arrays():
+    field = _field(np.int32, (None, 2), nullable=True)
+    values = [None if k == 3 else np.full((k, 2), k, np.int32) for k in (2, 4, 1, 3, 5, 0, 5)]
+    column = _variable_shape_column(field, CODEC.arrow_type(field), np.dtype(np.int32), values, max_values=10)
+    assert isinstance(column, pa.ChunkedArray)
+    assert column.type == CODEC.arrow_type(field)
+    # Greedy runs of rows holding at most 10 values: (4), (8, 2, null), (10, 0), (10).
+    assert [len(chunk) for chunk in column.chunks] == [1, 3, 2, 1]
+    assert [chunk.storage.field('data').offsets[-1].as_py() for chunk in column.chunks] == [4, 10, 10, 10]
+    decoded = CODEC.decode_column(field, column)
+    for got, expected in zip(decoded, values, strict=True):
+        if expected is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_a_variable_shape_tensor_larger_than_one_array_is_refused():
+    field = _field(np.int32, (None,))
+    with pytest.raises(SchemaError, match=r'field t: the tensor of row 1 holds 6 values.* at most 5'):
+        _variable_shape_column(field, CODEC.arrow_type(field), np.dtype(np.int32),
+                               [np.zeros(2, np.int32), np.zeros(6, np.int32)], max_values=5)
+
+
+def test_the_writer_stores_a_tensor_column_built_in_several_arrays(tmp_path, monkeypatch):
+    monkeypatch.setattr(tensor_module, '_MAX_LIST_VALUES', 10)
+    schema = Unischema('Split', [UnischemaField('id', np.int32, (), None, False), _field(np.int32, (None, 2))])
+    rows = [{'id': i, 't': np.full((i % 5, 2), i, np.int32)} for i in range(50)]
+    url = f'file://{tmp_path}/ds'
+    write_dataset(url, schema, rows, legacy_metadata=False)
+    with make_reader(url, shuffle_row_groups=False) as reader:
+        stored = {row.id: row.t for row in reader}
+    assert sorted(stored) == list(range(50))
+    for row in rows:
+        np.testing.assert_array_equal(stored[row['id']], row['t'])
 
 
 def test_spark_layout_flat_lists_and_struct_without_extension_metadata():
@@ -263,6 +303,17 @@ def test_plain_parquet_tensors_are_inferred_and_decoded(tmp_path):
     assert batch.v[3].shape == (3, 2)
 
 
+@pytest.fixture
+def petastorm_logging_restored():
+    """The tool's main configures the 'petastorm' logger for a command line (a handler, level INFO): undo it."""
+    logger = logging.getLogger('petastorm')
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+@pytest.mark.usefixtures('petastorm_logging_restored')
 def test_conversion_tool_rewrites_ndarray_columns(tmp_path, capsys):
     blobs = Unischema('Blobs', [UnischemaField('id', np.int32, (), None, False),
                                 UnischemaField('a', np.float32, (3, 2), NdarrayCodec(), False),

@@ -283,3 +283,30 @@ def test_copy_dataset_shows_its_spark_tasks(spark, points_url, tmp_path, progres
     assert done == total
     with make_reader(target, reader_pool_type='dummy', shuffle_row_groups=False) as reader:
         assert [row.id for row in reader] == list(range(60))
+
+
+def test_progress_logging_writes_to_the_current_stderr(monkeypatch, capsys):
+    # A tool run in-process added a handler bound to the sys.stderr of that moment; once that stream was closed
+    # (a test's capture, a redirect_stderr block), every later petastorm log record printed a logging error.
+    import io
+
+    from petastorm.tools import _cli
+
+    logger = logging.getLogger('petastorm')
+    handlers, level = list(logger.handlers), logger.level
+    logger.handlers[:] = [h for h in handlers if not getattr(h, _cli._PROGRESS_HANDLER, False)]
+    try:
+        replaced = io.StringIO()
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, 'stderr', replaced)
+            _cli.configure_progress_logging()
+            logging.getLogger('petastorm.tools.test').info('while redirected')
+            assert 'while redirected' in replaced.getvalue()
+        replaced.close()
+        logging.getLogger('petastorm.tools.test').info('after the redirect')
+        err = capsys.readouterr().err
+        assert 'after the redirect' in err
+        assert 'Logging error' not in err
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)

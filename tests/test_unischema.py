@@ -316,6 +316,22 @@ def test_pickle_round_trip(schema):
         assert restored.matrix is restored.fields['matrix']
 
 
+class _FixedSchema(Unischema):
+    """A user's schema class whose constructor takes no arguments."""
+
+    def __init__(self):
+        super().__init__('Fixed', [UnischemaField('id', np.int64, (), None, False)])
+
+
+def test_pickle_round_trip_of_a_subclass_with_its_own_constructor():
+    # Unpickling called self.__init__(name, fields), which a subclass's own constructor does not take (schemas
+    # are pickled to process-pool workers).
+    restored = pickle.loads(pickle.dumps(_FixedSchema()))
+    assert type(restored) is _FixedSchema
+    assert restored == _FixedSchema()
+    assert restored.id is restored.fields['id']
+
+
 def test_schema_equality():
     fields = [UnischemaField('a', np.int8, ()), UnischemaField('b', np.int8, ())]
     assert Unischema('S', fields) == Unischema('S', fields)
@@ -342,7 +358,7 @@ def test_repr_format():
 def test_tf_and_numpy_dtype_rendering_without_tensorflow():
     import decimal
 
-    from petastorm.unischema import tf_dtype_name
+    from petastorm.tf_utils._dtypes import tf_dtype_name
 
     assert tf_dtype_name(np.uint8) == 'uint8'
     assert tf_dtype_name(np.str_) == tf_dtype_name(decimal.Decimal) == 'string'

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import write_dataset
-from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
-from petastorm.errors import SchemaError
+from petastorm.codecs import CompressedImageCodec, DataframeColumnCodec, NdarrayCodec, ScalarCodec
+from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import path_to_url
 from petastorm.metadata.schema_json import unischema_from_json
 from petastorm.unischema import Unischema, UnischemaField
@@ -352,3 +352,77 @@ def test_a_scalar_codec_field_with_a_shape_is_refused_before_any_row_is_read(tmp
         write_dataset(path_to_url(str(tmp_path / 'ds')), schema, rows())
     assert not consumed
     assert not (tmp_path / 'ds').exists()
+
+
+class _UpperCaseCodec(DataframeColumnCodec):
+    """A user's codec written against the base class alone: it encodes one value at a time."""
+
+    codec_name = 'test_upper_case'
+
+    def encode(self, unischema_field, value):
+        if not isinstance(value, str):
+            raise SchemaError(f'field {unischema_field.name}: expected a str, got {type(value).__name__}')
+        return value.upper()
+
+    def decode(self, unischema_field, value):
+        return value.lower()
+
+    def spark_dtype(self):
+        raise NotImplementedError
+
+    def arrow_type(self):
+        return pa.string()
+
+
+class _RunTaggingCodec(_UpperCaseCodec):
+    """A codec that builds whole columns: each cell records its position in the run of rows it was encoded with."""
+
+    codec_name = 'test_run_tagging'
+
+    def check_value(self, unischema_field, value):
+        return self.encode(unischema_field, value)
+
+    def encode_column(self, unischema_field, values):
+        return pa.array([None if v is None else f'{i}/{len(values)}:{v}' for i, v in enumerate(values)],
+                        type=pa.string())
+
+
+def _words_schema(codec):
+    return Unischema('Words', [UnischemaField('id', np.int32, (), None, False),
+                               UnischemaField('word', np.str_, (), codec, True)])
+
+
+def test_a_codec_with_the_default_protocol_encodes_each_value(tmp_path):
+    root = tmp_path / 'ds'
+    rows = [{'id': i, 'word': None if i == 3 else f'w{i}'} for i in range(10)]
+    write_dataset(path_to_url(str(root)), _words_schema(_UpperCaseCodec()), rows, legacy_metadata=False)
+    stored = pq.read_table(_data_files(root)).to_pydict()
+    assert stored['word'] == [None if i == 3 else f'W{i}' for i in range(10)]
+    with pytest.raises(SchemaError, match='row 4: field word: expected a str, got int'):
+        write_dataset(path_to_url(str(tmp_path / 'bad')), _words_schema(_UpperCaseCodec()),
+                      [{'id': i, 'word': i if i == 4 else 'ok'} for i in range(6)], legacy_metadata=False)
+
+
+def test_the_writer_hands_whole_runs_of_rows_to_encode_column(tmp_path):
+    root = tmp_path / 'ds'
+    rows = [{'id': i, 'word': f'w{i}'} for i in range(100)]
+    write_dataset(path_to_url(str(root)), _words_schema(_RunTaggingCodec()), rows, legacy_metadata=False)
+    table = pq.read_table(_data_files(root))
+    cells = dict(zip(table.column('id').to_pylist(), table.column('word').to_pylist(), strict=True))
+    runs = [int(cells[i].split(':')[0].split('/')[1]) for i in range(100)]
+    assert all(cells[i].endswith(f':W{i}') for i in range(100))
+    assert sum(runs[i] for i in range(100) if cells[i].startswith('0/')) == 100  # the runs cover every row once
+    assert max(runs) > 1  # encoded a run at a time, not cell by cell
+
+
+def test_a_failed_commit_is_rolled_back(tmp_path, monkeypatch):
+    import petastorm.writer
+
+    def failing_metadata_write(*args, **kwargs):
+        raise OSError('the storage refused _common_metadata')
+
+    monkeypatch.setattr(petastorm.writer, 'write_dataset_metadata', failing_metadata_write)
+    root = tmp_path / 'ds'
+    with pytest.raises(DatasetWriteError, match='rolled back: the storage refused _common_metadata'):
+        write_dataset(path_to_url(str(root)), Schema, [_row(i) for i in range(5)])
+    assert not root.exists()  # the data files already moved into place are gone with the directory

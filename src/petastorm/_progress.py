@@ -193,17 +193,16 @@ class SparkJobProgress:
         except Exception:  # noqa: BLE001 - Spark Connect (no SparkContext) or a stand-in object: no progress
             return None
 
-    def _known_jobs(self) -> set[int]:
+    def _known_jobs(self, tracker: Any) -> set[int]:
         # A job that ran between two looks is no longer active, but is still listed in its group.
-        tracker = self._tracker
         return set(tracker.getActiveJobsIds()) | set(tracker.getJobIdsForGroup(self._group))
 
     def __enter__(self) -> SparkJobProgress:
         if self._connect_session is not None:
-            return self._watch_connect()
+            return self._watch_connect(self._connect_session)
         if self._tracker is None:
             return self
-        self._before = self._known_jobs()
+        self._before = self._known_jobs(self._tracker)
         self._meter = ProgressMeter(self._description, None, 'tasks', self._enabled, self._logger)
         self._thread = threading.Thread(target=self._watch, name='petastorm-spark-progress', daemon=True)
         self._thread.start()
@@ -218,7 +217,7 @@ class SparkJobProgress:
         if tracker is None or meter is None:
             return
         try:
-            self._jobs.update(self._known_jobs() - self._before)
+            self._jobs.update(self._known_jobs(tracker) - self._before)
             total = done = 0
             for job_id in sorted(self._jobs):
                 job = tracker.getJobInfo(job_id)
@@ -236,11 +235,11 @@ class SparkJobProgress:
             meter.set_total(total)
             meter.update_to(done)
 
-    def _watch_connect(self) -> SparkJobProgress:
+    def _watch_connect(self, session: Any) -> SparkJobProgress:
         # The server's spark.ui.showConsoleProgress draws on the server's console, not here: it is not looked at.
         try:
             self._meter = ProgressMeter(self._description, None, 'tasks', self._enabled, self._logger)
-            self._connect_session.registerProgressHandler(self._connect_handler)
+            session.registerProgressHandler(self._connect_handler)
         except Exception:  # noqa: BLE001 - an older client without progress reports: show nothing
             if self._meter is not None:
                 self._meter.close()

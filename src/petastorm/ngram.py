@@ -37,7 +37,7 @@ class NGram:
     """
 
     def __init__(self, fields: Mapping[int, list[Any]], delta_threshold: Any, timestamp_field: Any,
-                 timestamp_overlap: bool = True):
+                 timestamp_overlap: bool = True) -> None:
         if not isinstance(fields, Mapping) or not fields:
             raise ValueError(f'NGram fields must be a non-empty dict of offset -> list of fields, got {fields!r}')
         for offset, value in fields.items():
@@ -188,4 +188,4 @@ class NGram:
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
-    __hash__ = None  # type: ignore[assignment]
+    # Defining __eq__ without __hash__ leaves NGram unhashable, as it should be: it is compared by value.

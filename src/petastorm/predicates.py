@@ -59,34 +59,43 @@ class in_set(PredicateBase):  # noqa: N801 (Petastorm's public name)
 
     vectorized = True
 
-    def __init__(self, inclusion_values: Iterable[Any], predicate_field: str):
+    def __init__(self, inclusion_values: Iterable[Any], predicate_field: str) -> None:
         self._inclusion_values = set(inclusion_values)
         self._predicate_field = predicate_field
 
     def get_fields(self) -> set[str]:
+        """``{predicate_field}``."""
         return {self._predicate_field}
 
     def do_include(self, values: Any) -> Any:
+        """Whether the row's value is in the set (for a pandas batch: a boolean Series)."""
         column = values[self._predicate_field]
         if hasattr(column, 'isin'):  # a pandas Series (batch reader)
             return column.isin(self._inclusion_values)
         return column in self._inclusion_values
 
     def evaluate(self, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+        """The rows of the batch whose value is in the set, as a boolean mask (vectorized with numpy)."""
         return _column_isin(columns[self._predicate_field], self._inclusion_values)
 
 
 class in_intersection(PredicateBase):  # noqa: N801
     """Rows whose ``predicate_field`` (an iterable value) shares at least one element with ``inclusion_values``."""
 
-    def __init__(self, inclusion_values: Iterable[Any], _predicate_field: str):
+    def __init__(self, inclusion_values: Iterable[Any], _predicate_field: str) -> None:
         self._inclusion_values = list(inclusion_values)
         self._predicate_field = _predicate_field
 
     def get_fields(self) -> set[str]:
+        """``{predicate_field}``."""
         return {self._predicate_field}
 
     def do_include(self, values: Any) -> bool:
+        """Whether the row's value shares an element with ``inclusion_values``.
+
+        Raises:
+            ValueError: the value is not iterable.
+        """
         value = values[self._predicate_field]
         if not hasattr(value, '__iter__'):
             raise ValueError('Predicate field should have iterable type')
@@ -96,7 +105,7 @@ class in_intersection(PredicateBase):  # noqa: N801
 class in_lambda(PredicateBase):  # noqa: N801
     """Rows for which ``predicate_func(*field values[, state_arg])`` is true."""
 
-    def __init__(self, predicate_fields: list[str], predicate_func: Callable[..., Any], state_arg: Any = None):
+    def __init__(self, predicate_fields: list[str], predicate_func: Callable[..., Any], state_arg: Any = None) -> None:
         if not isinstance(predicate_fields, list):
             raise ValueError('Predicate fields should be a list')
         self._predicate_fields = predicate_fields
@@ -104,9 +113,11 @@ class in_lambda(PredicateBase):  # noqa: N801
         self._state_arg = state_arg
 
     def get_fields(self) -> list[str]:
+        """``predicate_fields``, in the order their values are passed to ``predicate_func``."""
         return self._predicate_fields
 
     def do_include(self, values: Any) -> Any:
+        """``predicate_func(*values of predicate_fields[, state_arg])`` for the row (or pandas batch)."""
         args = [values[f] for f in self._predicate_fields]
         if self._state_arg is not None:
             args.append(self._state_arg)
@@ -116,27 +127,30 @@ class in_lambda(PredicateBase):  # noqa: N801
 class in_negate(PredicateBase):  # noqa: N801
     """The logical negation of another predicate."""
 
-    def __init__(self, predicate: PredicateBase):
+    def __init__(self, predicate: PredicateBase) -> None:
         if not isinstance(predicate, PredicateBase):
             raise ValueError('Predicate is nor derived from PredicateBase')
         self._predicate = predicate
         self.vectorized = predicate.vectorized
 
     def get_fields(self) -> set[str] | list[str]:
+        """The fields of the negated predicate."""
         return self._predicate.get_fields()
 
     def do_include(self, values: Any) -> Any:
+        """The negation of the wrapped predicate's answer (element-wise for a pandas batch)."""
         result = self._predicate.do_include(values)
         return ~result if hasattr(result, '__invert__') and not isinstance(result, (bool, np.bool_)) else not result
 
     def evaluate(self, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+        """The inverse of the wrapped predicate's mask."""
         return ~self._predicate.evaluate(columns, num_rows)
 
 
 class in_reduce(PredicateBase):  # noqa: N801
     """Combines predicates: ``reduce_func([p.do_include(values) for p in predicate_list])`` (e.g. ``all``, ``any``)."""
 
-    def __init__(self, predicate_list: list[PredicateBase], reduce_func: Callable[[list[Any]], Any]):
+    def __init__(self, predicate_list: list[PredicateBase], reduce_func: Callable[[list[Any]], Any]) -> None:
         for predicate in predicate_list:
             if not isinstance(predicate, PredicateBase):
                 raise ValueError('Predicate is nor derived from PredicateBase')
@@ -145,19 +159,23 @@ class in_reduce(PredicateBase):  # noqa: N801
         self.vectorized = reduce_func in (all, any) and all(p.vectorized for p in predicate_list)
 
     def get_fields(self) -> set[str]:
+        """The union of the fields of every combined predicate."""
         fields: set[str] = set()
         for predicate in self._predicate_list:
             fields |= set(predicate.get_fields())
         return fields
 
     def do_include(self, values: Any) -> Any:
+        """``reduce_func`` of the answers of every combined predicate for the row."""
         return self._reduce_func([p.do_include(values) for p in self._predicate_list])
 
     def evaluate(self, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+        """The combined mask: element-wise and/or of the predicates' masks for ``all``/``any``, else row by row."""
         if self._reduce_func in (all, any):
             masks = np.stack([p.evaluate(columns, num_rows) for p in self._predicate_list]) if \
                 self._predicate_list else np.ones((1, num_rows), dtype=bool)
-            return masks.all(axis=0) if self._reduce_func is all else masks.any(axis=0)
+            combine = np.logical_and if self._reduce_func is all else np.logical_or
+            return combine.reduce(masks, axis=0)
         return super().evaluate(columns, num_rows)
 
 
@@ -170,7 +188,7 @@ class in_pseudorandom_split(PredicateBase):  # noqa: N801
         predicate_field: the field whose ``str()`` is hashed (md5).
     """
 
-    def __init__(self, fraction_list: list[float], subset_index: int, predicate_field: str):
+    def __init__(self, fraction_list: list[float], subset_index: int, predicate_field: str) -> None:
         if subset_index >= len(fraction_list):
             raise ValueError('subset_index is out of range')
         self._predicate_field = predicate_field
@@ -178,6 +196,7 @@ class in_pseudorandom_split(PredicateBase):  # noqa: N801
         self._low, self._high = bounds[subset_index], bounds[subset_index + 1]
 
     def get_fields(self) -> set[str]:
+        """``{predicate_field}``."""
         return {self._predicate_field}
 
     def _included(self, value: Any) -> bool:
@@ -186,6 +205,11 @@ class in_pseudorandom_split(PredicateBase):  # noqa: N801
         return self._low * scale <= digest < self._high * scale
 
     def do_include(self, values: Any) -> Any:
+        """Whether the hash of the row's value falls in the kept subset (for a pandas batch: a boolean Series).
+
+        Raises:
+            ValueError: ``values`` has no ``predicate_field``.
+        """
         if self._predicate_field not in values:
             raise ValueError(f'Tested values does not have split key: {self._predicate_field}')
         value = values[self._predicate_field]

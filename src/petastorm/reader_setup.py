@@ -17,6 +17,7 @@ from petastorm.cache import CacheBase, NullCache, RowGroupCache, file_stamps, ma
 from petastorm.column_transform import TransformTarget
 from petastorm.fs import resolve_location
 from petastorm.metadata.filters import columns_of_expression, filter_expression, matching_row_groups
+from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.store import ParquetStore, load_row_groups, open_store
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
@@ -79,7 +80,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     selected = select_row_groups(
         pieces, stored, partition_predicate=options.predicate if partition_predicate else None,
         selector=options.rowgroup_selector,
-        indexes=_row_group_indexes(dataset) if options.rowgroup_selector is not None else None,
+        indexes=load_row_group_indexes(dataset) if options.rowgroup_selector is not None else None,
         matching=matching_row_groups(dataset, expression) if expression is not None else None,
         url=dataset.url)
     # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
@@ -119,12 +120,6 @@ def _predicate_fields(options: ReaderOptions, stored: Unischema) -> list[Unische
         raise ValueError(f'predicate fields {unknown} are not fields of the dataset schema '
                          f'({", ".join(stored.fields)})')
     return [stored.fields[n] for n in names]
-
-
-def _row_group_indexes(dataset: ParquetStore) -> dict[str, object]:
-    from petastorm.etl.rowgroup_indexing import get_row_group_indexes
-
-    return dict(get_row_group_indexes(dataset))
 
 
 def _row_group_cache(cache: CacheBase, dataset: ParquetStore) -> RowGroupCache | None:

@@ -1,8 +1,10 @@
-"""Native (non-codec) column values: Python values for Arrow columns on write, numpy columns on read.
+"""Native (non-codec) columns: their types, Python values for Arrow columns on write, numpy columns on read.
 
-Scalar fields and codec-less list fields are stored as native Parquet values. This module checks and converts
-one value for writing (:func:`to_arrow_scalar`), converts whole Arrow columns to numpy arrays of the field's type
-for reading (:func:`scalar_column_to_numpy`), and describes scalar Arrow types in JSON for the metadata.
+Scalar fields and codec-less list fields are stored as native Parquet values. This module maps numpy types to
+the Arrow types of such columns and back (:func:`native_arrow_type`, :func:`numpy_type_of_arrow`), checks and
+converts one value for writing (:func:`to_arrow_scalar`), converts whole Arrow columns to numpy arrays of the
+field's type for reading (:func:`scalar_column_to_numpy`), and describes scalar Arrow types in JSON for the
+metadata. It sits below the codecs and the Unischema, which both use it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,75 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm.errors import SchemaError
+
+# numpy scalar type -> Arrow type of a native column, following Spark's mapping so that datasets written with
+# Spark and without it are interchangeable (uint8 is stored as a 16-bit integer, uint16 as 32-bit, ...).
+_NUMPY_TO_ARROW = {
+    np.int8: pa.int8(),
+    np.uint8: pa.int16(),
+    np.int16: pa.int16(),
+    np.uint16: pa.int32(),
+    np.int32: pa.int32(),
+    np.uint32: pa.int64(),
+    np.int64: pa.int64(),
+    np.float16: pa.float32(),
+    np.float32: pa.float32(),
+    np.float64: pa.float64(),
+    np.bool_: pa.bool_(),
+    np.str_: pa.string(),
+    np.bytes_: pa.binary(),
+    np.datetime64: pa.timestamp('us'),
+    decimal.Decimal: pa.decimal128(38, 18),
+}
+
+# Arrow scalar type -> numpy scalar type of the field inferred for a column of it.
+_ARROW_TO_NUMPY = {
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+    pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64, pa.bool_(): np.bool_,
+    pa.string(): np.str_, pa.large_string(): np.str_, pa.binary(): np.bytes_, pa.large_binary(): np.bytes_,
+}
+
+
+def native_arrow_type(field: Any) -> pa.DataType:
+    """The Arrow type of the native column that stores a codec-less field: a scalar, or a list for 1-d fields.
+
+    Args:
+        field: a :class:`~petastorm.unischema.UnischemaField` (anything with ``name``, ``numpy_dtype`` and
+            ``shape``); its codec is not looked at.
+
+    Raises:
+        ValueError: the numpy type has no native column type, or the field has more than one dimension (such
+            fields need a codec).
+    """
+    scalar = _NUMPY_TO_ARROW.get(field.numpy_dtype)
+    if scalar is None:
+        raise ValueError(f'Was not able to map type {field.numpy_dtype} of field {field.name!r} to an Arrow '
+                         f'or Spark type; give the field a codec.')
+    if tuple(field.shape) == ():
+        return scalar
+    if len(field.shape) == 1:
+        return pa.list_(scalar)
+    raise ValueError(f"An instance of non-scalar UnischemaField '{field.name}' has codec set to None and "
+                     f'{len(field.shape)} dimensions; only 1-d fields can be stored as lists. Use NdarrayCodec().')
+
+
+def numpy_type_of_arrow(arrow_type: pa.DataType) -> Any:
+    """The numpy scalar type (or ``Decimal``) of values of an Arrow scalar type, or None if there is none.
+
+    Dictionary-encoded types map as their value type; dates and timestamps map to ``np.datetime64``.
+    """
+    if isinstance(arrow_type, pa.DictionaryType):
+        arrow_type = arrow_type.value_type
+    if arrow_type in _ARROW_TO_NUMPY:
+        return _ARROW_TO_NUMPY[arrow_type]
+    if pa.types.is_decimal(arrow_type):
+        return decimal.Decimal
+    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
+        return np.datetime64
+    if pa.types.is_fixed_size_binary(arrow_type):
+        return np.bytes_
+    return None
 
 
 def arrow_type_to_json(arrow_type: pa.DataType) -> dict[str, Any]:

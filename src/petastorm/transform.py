@@ -39,7 +39,7 @@ class TransformSpec:
     """
 
     def __init__(self, func: Callable[[Any], Any] | None = None, edit_fields: Sequence[tuple] | None = None,
-                 removed_fields: Sequence[str] | None = None, selected_fields: Sequence[str] | None = None):
+                 removed_fields: Sequence[str] | None = None, selected_fields: Sequence[str] | None = None) -> None:
         if removed_fields and selected_fields is not None:
             raise ValueError('User can only specify one of removed_fields and selected_fields in TransformSpec.')
         if func is not None and not callable(func):

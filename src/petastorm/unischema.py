@@ -9,7 +9,9 @@ Parquet cells, and a nullability flag::
         UnischemaField('image1', np.uint8, (128, 256, 3), CompressedImageCodec('png'), False),
     ])
 
-Spark and TensorFlow are imported only by the methods that render to them.
+Spark and TensorFlow are imported only by the methods that render to them. The model is layered: native
+column types (:mod:`petastorm.scalars`) and codecs sit below this module, and the TensorFlow dtype table lives in
+the TensorFlow adapter, which ``as_tf_dtypes`` and :func:`numpy_to_tf_dtype` call into.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
 from petastorm.errors import SchemaError
+from petastorm.scalars import native_arrow_type, numpy_type_of_arrow
 
 # 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
 _UNISCHEMA_FIELD_ORDER = 'preserve_input_order'
@@ -84,7 +88,7 @@ class Unischema:
         fields: the fields, in order.
     """
 
-    def __init__(self, name: str, fields: Iterable[UnischemaField]):
+    def __init__(self, name: str, fields: Iterable[UnischemaField]) -> None:
         self._name = name
         fields = list(fields)
         if _UNISCHEMA_FIELD_ORDER == 'alphabetical':
@@ -118,7 +122,7 @@ class Unischema:
         return {'name': self._name, 'fields': list(self._fields.values())}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state['name'], state['fields'])
+        Unischema.__init__(self, state['name'], state['fields'])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Unischema):
@@ -191,7 +195,11 @@ class Unischema:
 
     def as_tf_dtypes(self) -> dict[str, Any]:
         """``{field name: tf.DType}`` (imports TensorFlow); see :func:`numpy_to_tf_dtype`."""
-        return {name: numpy_to_tf_dtype(f.numpy_dtype) for name, f in self._fields.items()}
+        # The one place (with numpy_to_tf_dtype) where the model calls up into an adapter: the TensorFlow table is
+        # the TensorFlow adapter's, and this method is Petastorm's public API.
+        from petastorm.tf_utils._dtypes import schema_tf_dtypes
+
+        return schema_tf_dtypes(self)
 
     def as_numpy_dtypes(self) -> dict[str, np.dtype | Any]:
         """``{field name: numpy dtype}`` (``object`` for ``Decimal``)."""
@@ -223,42 +231,24 @@ class Unischema:
 
     @classmethod
     def from_arrow_schema(cls, parquet_dataset_or_schema: Any, omit_unsupported_fields: bool = True) -> Unischema:
-        """Infer a Unischema (no codecs) from an Arrow schema, a ``pyarrow.dataset.Dataset`` or a ParquetDataset.
+        """Infer a Unischema from an Arrow schema, a ``pyarrow.dataset.Dataset`` or a ParquetDataset.
 
-        Partition columns come first, then file columns in file order. Lists become 1-d fields with shape
-        ``(None,)``. Unsupported columns are skipped with a warning, or raise ``ValueError`` when
-        ``omit_unsupported_fields`` is False.
+        Fields get no codec, except Arrow tensor extension columns, which become n-d fields decoded by
+        ``ArrowTensorCodec``. Partition columns come first, then file columns in file order. Lists become 1-d
+        fields with shape ``(None,)``.
+
+        Args:
+            parquet_dataset_or_schema: a ``pyarrow.Schema`` or anything with a ``schema`` attribute holding one.
+            omit_unsupported_fields: skip columns of unsupported types with a warning instead of raising.
+
+        Raises:
+            ValueError: a column has an unsupported type and ``omit_unsupported_fields`` is False.
         """
-        from petastorm.schema_inference import infer_unischema
-
         return infer_unischema(parquet_dataset_or_schema, omit_unsupported_fields=omit_unsupported_fields)
-
-
-# numpy scalar type -> Arrow type of a native column, following Spark's mapping so that datasets written with
-# Spark and without it are interchangeable (uint8 is stored as a 16-bit integer, uint16 as 32-bit, ...).
-_NUMPY_TO_ARROW = {
-    np.int8: pa.int8(),
-    np.uint8: pa.int16(),
-    np.int16: pa.int16(),
-    np.uint16: pa.int32(),
-    np.int32: pa.int32(),
-    np.uint32: pa.int64(),
-    np.int64: pa.int64(),
-    np.float16: pa.float32(),
-    np.float32: pa.float32(),
-    np.float64: pa.float64(),
-    np.bool_: pa.bool_(),
-    np.str_: pa.string(),
-    np.bytes_: pa.binary(),
-    np.datetime64: pa.timestamp('us'),
-    decimal.Decimal: pa.decimal128(38, 18),
-}
 
 
 def _scalar_codec_with_shape(field: Any) -> bool:
     """True for a ``ScalarCodec`` field of a non-list type whose shape is not ``()``: nothing can store it."""
-    from petastorm.codecs import ScalarCodec
-
     codec = field[3]
     if not isinstance(codec, ScalarCodec) or tuple(field[2]) == ():
         return False
@@ -286,59 +276,98 @@ def check_storable(field: UnischemaField) -> None:
 
 def _typed_by_field(codec: Any) -> bool:
     """Whether the codec's Arrow and Spark types follow the field's dtype and shape (they take the field)."""
-    from petastorm.codecs import ArrowTensorCodec
-
     return isinstance(codec, ArrowTensorCodec)
 
 
 def arrow_type_of_field(field: UnischemaField) -> pa.DataType:
-    """The Arrow type of the Parquet column that stores ``field``."""
+    """The Arrow type of the Parquet column that stores ``field``.
+
+    Raises:
+        SchemaError: a ``ScalarCodec`` field of a non-list type has a non-empty shape.
+        ValueError: a codec-less field has a numpy type without a native column type, or more than one dimension.
+    """
     if field.codec is not None:
         check_storable(field)
         return field.codec.arrow_type(field) if _typed_by_field(field.codec) else field.codec.arrow_type()
-    scalar = _NUMPY_TO_ARROW.get(field.numpy_dtype)
-    if scalar is None:
-        raise ValueError(f'Was not able to map type {field.numpy_dtype} of field {field.name!r} to an Arrow '
-                         f'or Spark type; give the field a codec.')
-    if tuple(field.shape) == ():
-        return scalar
-    if len(field.shape) == 1:
-        return pa.list_(scalar)
-    raise ValueError(f"An instance of non-scalar UnischemaField '{field.name}' has codec set to None and "
-                     f'{len(field.shape)} dimensions; only 1-d fields can be stored as lists. Use NdarrayCodec().')
-
-
-# numpy scalar type -> name of the TensorFlow dtype that carries it (strings and decimals travel as tf.string).
-# uint16 and uint32 widen to signed types, as the TensorFlow adapters deliver them: few TF kernels take them.
-_NUMPY_TO_TF_NAME = {
-    np.int8: 'int8', np.uint8: 'uint8', np.int16: 'int16', np.uint16: 'int32', np.int32: 'int32',
-    np.uint32: 'int64', np.int64: 'int64', np.uint64: 'uint64', np.float16: 'float16', np.float32: 'float32',
-    np.float64: 'float64', np.bool_: 'bool', np.str_: 'string', np.bytes_: 'string', decimal.Decimal: 'string',
-    np.datetime64: 'int64',
-}
-
-
-def tf_dtype_name(numpy_dtype: Any) -> str:
-    """The name of the TensorFlow dtype for a field's ``numpy_dtype`` (``'string'`` for str, bytes, Decimal)."""
-    if isinstance(numpy_dtype, np.dtype):
-        numpy_dtype = numpy_dtype.type
-    name = _NUMPY_TO_TF_NAME.get(numpy_dtype)
-    if name is None:
-        raise ValueError(f'numpy type {numpy_dtype!r} has no TensorFlow counterpart; supported: '
-                         f'{", ".join(sorted(getattr(t, "__name__", str(t)) for t in _NUMPY_TO_TF_NAME))}')
-    return name
+    return native_arrow_type(field)
 
 
 def numpy_to_tf_dtype(numpy_dtype: Any) -> Any:
-    """The ``tf.DType`` for a field's ``numpy_dtype`` (imports TensorFlow)."""
-    from petastorm._optional import import_optional
+    """The ``tf.DType`` that carries values of a field's ``numpy_dtype`` (imports TensorFlow).
 
-    tf = import_optional('tensorflow', 'numpy_to_tf_dtype()')
-    return getattr(tf, tf_dtype_name(numpy_dtype))
+    Raises:
+        ValueError: the type has no TensorFlow counterpart.
+        MissingDependencyError: TensorFlow is not installed.
+    """
+    # Kept here for Petastorm's users; the table belongs to the TensorFlow adapter (see Unischema.as_tf_dtypes).
+    from petastorm.tf_utils._dtypes import numpy_to_tf_dtype as adapter_numpy_to_tf_dtype
+
+    return adapter_numpy_to_tf_dtype(numpy_dtype)
 
 
-def _fullmatch(regex: str, string: str) -> bool:
-    return re.fullmatch(regex, string) is not None
+def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partitions: dict[str, list[str]] | None = None,
+                    name: str = 'inferred_schema') -> Unischema:
+    """A Unischema for a plain Parquet store: the partition columns first, then the file columns in file order.
+
+    Fields get no codec, except Arrow tensor extension columns of numbers (``arrow.fixed_shape_tensor``,
+    ``arrow.variable_shape_tensor``), which become n-d fields decoded by ``ArrowTensorCodec``.
+
+    Args:
+        source: a ``pyarrow.Schema``, or anything with a ``schema`` attribute holding one (a
+            ``pyarrow.dataset.Dataset``).
+        omit_unsupported_fields: skip unsupported columns with a warning instead of raising ``ValueError``.
+        partitions: ``{partition column: values seen}``; a column is int64 when every value parses as an int.
+        name: the schema name.
+
+    Raises:
+        ValueError: a column has an unsupported type and ``omit_unsupported_fields`` is False.
+    """
+    schema = source if isinstance(source, pa.Schema) else source.schema
+    fields = []
+    partitions = partitions or {}
+    for column, values in partitions.items():
+        is_int = all(_parses_as_int(v) for v in values)
+        fields.append(UnischemaField(column, np.int64 if is_int else np.str_, (), None, False))
+    for arrow_field in schema:
+        if arrow_field.name in partitions:
+            continue
+        field = _inferred_field(arrow_field, omit_unsupported_fields)
+        if field is not None:
+            fields.append(field)
+    return Unischema(name, fields)
+
+
+def _inferred_field(arrow_field: pa.Field, omit_unsupported: bool) -> UnischemaField | None:
+    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type)
+    if tensor is not None:
+        return UnischemaField(arrow_field.name, tensor[0], tensor[1], ArrowTensorCodec(), arrow_field.nullable)
+    arrow_type = arrow_field.type
+    shape: tuple[int | None, ...] = ()
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        value_type = arrow_type.value_type
+        if pa.types.is_nested(value_type):
+            warnings.warn(f'[ARROW-1644] Ignoring unsupported structure {arrow_type!r} for field '
+                          f'{arrow_field.name!r}', UserWarning, stacklevel=4)
+            return None
+        shape = (arrow_type.list_size,) if pa.types.is_fixed_size_list(arrow_type) else (None,)
+        arrow_type = value_type
+    numpy_type = numpy_type_of_arrow(arrow_type)
+    if numpy_type is None:
+        if not omit_unsupported:
+            raise ValueError(f'Cannot auto-create unischema due to unsupported column type {arrow_field.type} '
+                             f'of column {arrow_field.name!r}')
+        warnings.warn(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
+                      UserWarning, stacklevel=4)
+        return None
+    return UnischemaField(arrow_field.name, numpy_type, shape, None, arrow_field.nullable)
+
+
+def _parses_as_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
 
 
 def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None) -> list[UnischemaField]:
@@ -383,8 +412,17 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any], *, column_enco
     """Validate ``row_dict`` against the schema and encode every value to what its Parquet cell stores.
 
     This is the validation shared by :func:`dict_to_spark_row` and the dataset writer. With ``column_encoded``,
-    values of codecs that encode whole columns (``encode_column``, e.g. ``ArrowTensorCodec``) are only checked
-    (``codec.check_value``) and left for the caller to encode as a column.
+    codec values are what the codec's ``check_value`` returns, for the caller to pass on to its ``encode_column``
+    (the codec protocol of :class:`~petastorm.codecs.DataframeColumnCodec`); without it, each value is encoded
+    into its cell.
+
+    Args:
+        unischema: the schema the row follows.
+        row_dict: ``{field name: value}``; nullable fields may be missing.
+        column_encoded: leave codec values for column encoding (see above).
+
+    Returns:
+        ``{field name: encoded value}`` for every field of the schema, ``None`` for nulls.
 
     Raises:
         SchemaError: missing or unexpected fields, a ``None`` in a non-nullable field, or a value whose type or
@@ -403,7 +441,7 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any], *, column_enco
     if extra:
         raise SchemaError(f'Dictionary fields {sorted(row)} do not match schema fields {list(unischema.fields)}: '
                           f'unexpected {sorted(extra)} (not fields of schema {unischema._name})')
-    encoded = {}
+    encoded: dict[str, Any] = {}
     for name, field in unischema.fields.items():
         value = row.get(name)
         if value is None:
@@ -411,9 +449,7 @@ def encode_row(unischema: Unischema, row_dict: Mapping[str, Any], *, column_enco
                 raise SchemaError(f'Field {name!r} is not nullable, but got None')
             encoded[name] = None
             continue
-        from petastorm.codecs import encode_value
-
-        if column_encoded and hasattr(field.codec, 'encode_column'):
+        if column_encoded and field.codec is not None:
             encoded[name] = field.codec.check_value(field, value)
         else:
             encoded[name] = encode_value(field, value)

@@ -22,7 +22,7 @@ def decode_row(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
     Raises:
         DecodeFieldError: naming the field that failed, with the original error chained.
     """
-    decoded = {}
+    decoded: dict[str, Any] = {}
     for name, value in row.items():
         field = schema.fields.get(name)
         if field is None:

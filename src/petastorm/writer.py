@@ -10,16 +10,21 @@ Rows are validated exactly as :func:`~petastorm.unischema.dict_to_spark_row` val
 parallel threads (image encoders release the GIL). Files are first written to a hidden staging directory
 inside the target, moved into place when every row was written, and ``_common_metadata`` is written last, so a
 failed write leaves nothing that looks like a dataset.
+
+The steps are public for writers that spread them over a cluster (``petastorm.ray``'s datasink):
+:func:`check_write_options`, :class:`StagedWrite` (the target, its staging directory, commit and roll-back),
+:func:`encode_rows` (rows to an Arrow table) and :class:`FileRoller` (tables to Parquet files of row groups).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm._progress import ProgressMeter, check_progress_argument
+from petastorm.codecs import ArrowTensorCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
 from petastorm.metadata.write import write_dataset_metadata
@@ -51,8 +57,13 @@ class WriteResult:
     row_groups: dict[str, list[int]]
 
 
-def _validate_options(row_group_size_mb: float, file_size_mb: float, mode: str, workers_count: int | None,
-                      compression: str | None) -> None:
+def check_write_options(row_group_size_mb: float, file_size_mb: float, mode: str, workers_count: int | None,
+                        compression: str | None) -> None:
+    """Refuse write options that cannot work, before anything is written (see :func:`write_dataset`).
+
+    Raises:
+        ValueError: naming the option, what it must be and what it got.
+    """
     if not isinstance(row_group_size_mb, (int, float)) or row_group_size_mb <= 0:
         raise ValueError(f'row_group_size_mb must be a positive number, got {row_group_size_mb!r}')
     if not isinstance(file_size_mb, (int, float)) or file_size_mb < row_group_size_mb:
@@ -84,13 +95,13 @@ def _rows_of(data: Any, schema: Unischema) -> Iterator[Mapping[str, Any]]:
 
 
 def _coerce_cells(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
-    # Columns of tables hold lists or Python scalars; codec fields want ndarrays of the field's type.
+    # Columns of tables hold lists or Python scalars; array codecs (binary payloads, tensors) want ndarrays.
     out = dict(row)
     for name, field in schema.fields.items():
         value = out.get(name)
         if value is None:
             continue
-        if field.codec is not None and (hasattr(field.codec, 'encode_column') or arrow_type_of_field(
+        if field.codec is not None and (isinstance(field.codec, ArrowTensorCodec) or arrow_type_of_field(
                 field) == pa.binary()) and not isinstance(value, (np.ndarray, bytes)):
             out[name] = np.asarray(value, dtype=field.numpy_dtype)
         elif isinstance(value, float) and np.isnan(value) and field.nullable:
@@ -98,8 +109,26 @@ def _coerce_cells(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
     return out
 
 
-def _encode_chunk(schema: Unischema, arrow_schema: pa.Schema, rows: list[Mapping[str, Any]],
-                  first_index: int) -> pa.Table:
+def encode_rows(schema: Unischema, arrow_schema: pa.Schema, rows: Sequence[Mapping[str, Any]],
+                first_index: int = 0) -> pa.Table:
+    """Validate rows against the schema and encode them into one Arrow table of the stored columns.
+
+    Each value is checked with its row (as ``dict_to_spark_row`` checks it); each codec column is then built at
+    once by the codec's ``encode_column``, native columns by Arrow.
+
+    Args:
+        schema: the schema every row follows.
+        arrow_schema: the stored columns, ``schema.as_pyarrow_schema()``.
+        rows: row dicts ``{field name: value}``.
+        first_index: the position of ``rows[0]`` in the whole write, for messages.
+
+    Returns:
+        A table of ``len(rows)`` rows with ``arrow_schema``.
+
+    Raises:
+        SchemaError, TypeError: a row does not follow the schema; the message names the row (counted from
+            ``first_index``) and the field.
+    """
     columns: dict[str, list[Any]] = {name: [] for name in schema.fields}
     for offset, row in enumerate(rows):
         try:
@@ -109,16 +138,16 @@ def _encode_chunk(schema: Unischema, arrow_schema: pa.Schema, rows: list[Mapping
         for name, value in encoded.items():
             columns[name].append(value)
     arrays = []
-    for field in arrow_schema:
-        codec = schema.fields[field.name].codec
+    for column in arrow_schema:
+        field = schema.fields[column.name]
         try:
-            if hasattr(codec, 'encode_column'):
-                arrays.append(codec.encode_column(schema.fields[field.name], columns[field.name]))
+            if field.codec is not None:
+                arrays.append(field.codec.encode_column(field, columns[column.name]))
             else:
-                arrays.append(pa.array(columns[field.name], type=field.type))
+                arrays.append(pa.array(columns[column.name], type=column.type))
         except (pa.ArrowException, TypeError, ValueError) as err:
-            raise SchemaError(f'field {field.name!r} (rows {first_index}..{first_index + len(rows) - 1}): values '
-                              f'cannot be stored as {field.type}: {err}') from err
+            raise SchemaError(f'field {column.name!r} (rows {first_index}..{first_index + len(rows) - 1}): values '
+                              f'cannot be stored as {column.type}: {err}') from err
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -129,7 +158,7 @@ def _encoded_tables(schema: Unischema, arrow_schema: pa.Schema, rows: Iterator[M
     with ThreadPoolExecutor(max_workers=workers_count, thread_name_prefix='petastorm-encode') as pool:
         pending = []
         for start, chunk in chunks:
-            pending.append(pool.submit(_encode_chunk, schema, arrow_schema, chunk, start))
+            pending.append(pool.submit(encode_rows, schema, arrow_schema, chunk, start))
             if len(pending) >= 2 * workers_count:
                 yield pending.pop(0).result()
         try:
@@ -146,11 +175,26 @@ def _batched(iterable: Iterable[Any], n: int) -> Iterator[tuple[Any, ...]]:
         yield chunk
 
 
-class _FileRoller:
-    """Writes row groups of about ``row_group_bytes`` into files of about ``file_bytes``."""
+class FileRoller:
+    """Writes tables as row groups of about ``row_group_bytes`` into Parquet files of about ``file_bytes``.
+
+    Files are named ``part-<n>-<token>.parquet`` (the token is unique to the roller, so that rollers of one write
+    can share a directory). Call :meth:`finish` after the last table, or :meth:`abort` when the write failed.
+
+    Args:
+        filesystem: where to write.
+        directory: the directory the files go to.
+        arrow_schema: the schema of every table added.
+        row_group_bytes: uncompressed bytes of a row group (the unit readers read and shuffle).
+        file_bytes: start a new file once a file holds about this many bytes.
+        compression: Parquet compression codec name, or None.
+
+    Attributes:
+        row_groups: ``{file name: [rows of each row group]}`` of the files written so far.
+    """
 
     def __init__(self, filesystem: pafs.FileSystem, directory: str, arrow_schema: pa.Schema, row_group_bytes: int,
-                 file_bytes: int, compression: str | None):
+                 file_bytes: int, compression: str | None) -> None:
         self._fs = filesystem
         self._dir = directory
         self._schema = arrow_schema
@@ -166,6 +210,7 @@ class _FileRoller:
         self.row_groups: dict[str, list[int]] = {}
 
     def add(self, table: pa.Table) -> None:
+        """Buffer ``table``; write the row groups that are full."""
         self._buffer.append(table)
         self._buffered_bytes += table.nbytes
         if self._buffered_bytes < self._row_group_bytes:
@@ -185,7 +230,8 @@ class _FileRoller:
         self._buffer, self._buffered_bytes = [], 0
 
     def _write_row_group(self, table: pa.Table) -> None:
-        table = table.combine_chunks()
+        # The chunks are written as they are: the Parquet writer fills its pages across chunks, and a column too
+        # large for one Arrow array (a tensor column past 2**31 values) could not be combined into one.
         if self._writer is None:
             name = f'part-{len(self.row_groups):05d}-{self._token}.parquet'
             self._stream = self._fs.open_output_stream(posixpath.join(self._dir, name))
@@ -205,14 +251,119 @@ class _FileRoller:
             self._writer = self._stream = None
 
     def finish(self) -> None:
+        """Write what is buffered as the last row group and close the file."""
         self._flush_row_group()
         self._close_file()
 
     def abort(self) -> None:
+        """Close the open file after a failure (its removal is the caller's); never raises."""
         try:
             self._close_file()
         except Exception:  # the write already failed; the staging directory is removed next
             logger.debug('closing a partial file after a failed write failed', exc_info=True)
+
+
+class StagedWrite:
+    """A dataset write into ``root`` through a hidden staging directory, committed or rolled back as a whole.
+
+    :meth:`begin` checks the target and makes the staging directory; files are written there (:meth:`file_roller`);
+    :meth:`commit` moves them into place and writes ``_common_metadata`` last, so the dataset exists only once
+    everything is in place. :meth:`roll_back` removes what the write made: the staging directory, files already
+    moved, and the target directory when the write created it. The object is picklable (the filesystem and
+    paths), so write tasks on other machines can write into the staging directory.
+
+    Args:
+        dataset_url: the target URL, for messages.
+        filesystem: the target's filesystem.
+        root: the target directory on ``filesystem``.
+        replace: replace the target's contents on commit (``mode='overwrite'``) instead of refusing a non-empty
+            target.
+    """
+
+    def __init__(self, dataset_url: str, filesystem: pafs.FileSystem, root: str, *, replace: bool) -> None:
+        self.url = dataset_url
+        self.filesystem = filesystem
+        self.root = root
+        self.replace = replace
+        self.staging = posixpath.join(root, f'_petastorm_staging-{uuid.uuid4().hex}')
+        self._created_root = False
+        self._moved: list[str] = []
+
+    def begin(self) -> None:
+        """Check the target and make the staging directory.
+
+        Raises:
+            FileExistsError: the target is a file, or a non-empty directory and ``replace`` is False.
+        """
+        existing = self.filesystem.get_file_info(self.root)
+        if existing.type == pafs.FileType.File:
+            raise FileExistsError(f'cannot write a dataset to {self.url}: it is a file')
+        if existing.type == pafs.FileType.Directory and not self.replace and self.filesystem.get_file_info(
+                pafs.FileSelector(self.root, recursive=False)):
+            raise FileExistsError(f'cannot write a dataset to {self.url}: the directory is not empty '
+                                  f"(pass mode='overwrite' to replace it)")
+        self._created_root = existing.type == pafs.FileType.NotFound
+        self.filesystem.create_dir(self.staging, recursive=True)
+
+    def file_roller(self, arrow_schema: pa.Schema, row_group_bytes: int, file_bytes: int,
+                    compression: str | None) -> FileRoller:
+        """A :class:`FileRoller` writing into the staging directory."""
+        return FileRoller(self.filesystem, self.staging, arrow_schema, row_group_bytes, file_bytes, compression)
+
+    def commit(self, schema: Unischema, row_groups: Mapping[str, list[int]], *, legacy_metadata: bool) -> None:
+        """Move the staged files into place (replacing the target's contents if asked), then write the metadata.
+
+        Args:
+            schema: the schema the files follow.
+            row_groups: ``{staged file name: [rows of each row group]}`` of every file of the dataset.
+            legacy_metadata: also store Petastorm's pickled schema entry (see :func:`write_dataset`).
+
+        Raises:
+            OSError, pyarrow.ArrowException: the storage failed; call :meth:`roll_back` (or commit inside
+                :meth:`rolling_back_on_error`).
+        """
+        fs = self.filesystem
+        if self.replace:
+            for info in fs.get_file_info(pafs.FileSelector(self.root, recursive=False)):
+                if info.path.rstrip('/') == self.staging:
+                    continue
+                if info.type == pafs.FileType.Directory:
+                    fs.delete_dir(info.path)
+                else:
+                    fs.delete_file(info.path)
+        for name in row_groups:
+            fs.move(posixpath.join(self.staging, name), posixpath.join(self.root, name))
+            self._moved.append(name)
+        fs.delete_dir(self.staging)
+        write_dataset_metadata(fs, self.root, schema, dict(row_groups), legacy_metadata=legacy_metadata)
+
+    def roll_back(self) -> None:
+        """Remove the staging directory, the files already moved into place and a target the write created.
+
+        Failures to remove are logged, not raised: the write already failed.
+        """
+        _remove_quietly(self.filesystem, self.staging)
+        for name in self._moved:
+            _remove_quietly(self.filesystem, posixpath.join(self.root, name))
+        self._moved = []
+        if self._created_root:
+            _remove_quietly(self.filesystem, self.root)
+
+    @contextlib.contextmanager
+    def rolling_back_on_error(self) -> Iterator[None]:
+        """Roll the write back when the ``with`` block raises, then re-raise.
+
+        Raises:
+            DatasetWriteError: the block raised a storage error (``OSError`` other than ``FileExistsError``, or
+                a pyarrow error), chained as the cause; other exceptions are re-raised as they are.
+        """
+        try:
+            yield
+        except BaseException as err:
+            self.roll_back()
+            if isinstance(err, (OSError, pa.ArrowException)) and not isinstance(err, FileExistsError):
+                raise DatasetWriteError(f'writing the dataset {self.url} failed and was rolled back: {err}') from err
+            raise
 
 
 def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
@@ -251,47 +402,29 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     """
     if not isinstance(schema, Unischema):
         raise SchemaError(f'write_dataset needs a Unischema, got {type(schema).__name__}')
-    _validate_options(row_group_size_mb, file_size_mb, mode, workers_count, compression)
+    check_write_options(row_group_size_mb, file_size_mb, mode, workers_count, compression)
     progress = check_progress_argument(progress)
     fs, root = resolve_url(dataset_url, storage_options, filesystem)
-    arrow_schema = pa.schema([pa.field(f.name, arrow_type_of_field(f), nullable=bool(f.nullable))
-                              for f in schema.fields.values()])
-    existing = fs.get_file_info(root)
-    if existing.type == pafs.FileType.File:
-        raise FileExistsError(f'cannot write a dataset to {dataset_url}: it is a file')
-    if existing.type == pafs.FileType.Directory and mode == 'error' and fs.get_file_info(
-            pafs.FileSelector(root, recursive=False)):
-        raise FileExistsError(f'cannot write a dataset to {dataset_url}: the directory is not empty '
-                              f"(pass mode='overwrite' to replace it)")
-    staging = posixpath.join(root, f'_petastorm_staging-{uuid.uuid4().hex}')
-    fs.create_dir(staging, recursive=True)
-    roller = _FileRoller(fs, staging, arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
-                         compression)
+    arrow_schema = schema.as_pyarrow_schema()
+    staged = StagedWrite(dataset_url, fs, root, replace=mode == 'overwrite')
+    staged.begin()
+    roller = staged.file_roller(arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB), compression)
     num_rows = 0
-    meter = ProgressMeter(f'writing {dataset_url}', _known_length(rows), 'rows', progress, logger)
-    try:
-        for table in _encoded_tables(schema, arrow_schema, _rows_of(rows, schema), workers_count or os.cpu_count()
-                                     or 1):
-            roller.add(table)
-            num_rows += table.num_rows
-            meter.update(table.num_rows)
-        meter.close()
-        roller.finish()
+    with staged.rolling_back_on_error():
+        try:
+            with ProgressMeter(f'writing {dataset_url}', _known_length(rows), 'rows', progress, logger) as meter:
+                for table in _encoded_tables(schema, arrow_schema, _rows_of(rows, schema),
+                                             workers_count or os.cpu_count() or 1):
+                    roller.add(table)
+                    num_rows += table.num_rows
+                    meter.update(table.num_rows)
+            roller.finish()
+        except BaseException:
+            roller.abort()
+            raise
         if num_rows == 0:
             raise SchemaError(f'write_dataset got no rows for {dataset_url}; nothing was written')
-        _commit(fs, root, staging, list(roller.row_groups), replace=mode == 'overwrite')
-        write_dataset_metadata(fs, root, schema, roller.row_groups, legacy_metadata=legacy_metadata)
-    except BaseException as err:
-        meter.close()
-        roller.abort()
-        _remove_quietly(fs, staging)
-        for name in roller.row_groups:  # files already moved into place by a commit that failed half-way
-            _remove_quietly(fs, posixpath.join(root, name))
-        if existing.type == pafs.FileType.NotFound:
-            _remove_quietly(fs, root)
-        if isinstance(err, (OSError, pa.ArrowException)) and not isinstance(err, FileExistsError):
-            raise DatasetWriteError(f'writing the dataset {dataset_url} failed and was rolled back: {err}') from err
-        raise
+        staged.commit(schema, roller.row_groups, legacy_metadata=legacy_metadata)
     files = tuple(posixpath.join(root, name) for name in roller.row_groups)
     logger.info('wrote %d rows in %d files to %s', num_rows, len(files), dataset_url)
     return WriteResult(dataset_url, files, num_rows, roller.row_groups)
@@ -303,20 +436,6 @@ def _known_length(rows: Any) -> int | None:
         return len(rows)
     except TypeError:
         return None
-
-
-def _commit(fs: pafs.FileSystem, root: str, staging: str, names: list[str], replace: bool) -> None:
-    if replace:
-        for info in fs.get_file_info(pafs.FileSelector(root, recursive=False)):
-            if info.path.rstrip('/') == staging:
-                continue
-            if info.type == pafs.FileType.Directory:
-                fs.delete_dir(info.path)
-            else:
-                fs.delete_file(info.path)
-    for name in names:
-        fs.move(posixpath.join(staging, name), posixpath.join(root, name))
-    fs.delete_dir(staging)
 
 
 def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:

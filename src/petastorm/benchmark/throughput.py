@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -63,8 +63,11 @@ class ReadMethod(Enum):
 
 
 class Loader(Enum):
-    """What the samples are read through: the reader itself, ``petastorm.pytorch.DataLoader`` or
-    ``petastorm.pytorch.BatchedDataLoader``."""
+    """What the samples are read through.
+
+    The reader itself (``NONE``), ``petastorm.pytorch.DataLoader`` (``TORCH``) or
+    ``petastorm.pytorch.BatchedDataLoader`` (``TORCH_BATCHED``).
+    """
 
     NONE = 'none'
     TORCH = 'torch'
@@ -318,8 +321,11 @@ def _measure(dataset_url: str, field_regex: list[str] | None, warmup_cycles_coun
 
 def describe_result(result: BenchmarkResult, cycles: int | None = None, rows: int | None = None,
                     seconds: float | None = None) -> str:
-    """One readable line for a result, e.g. ``1000 cycles (1000 rows) in 0.25 s: 4000.00 samples/sec, RSS 95.1 MB,
-    CPU 101.3%``."""
+    """One readable line for a result.
+
+    For example ``1000 cycles (1000 rows) in 0.25 s: 4000.00 samples/sec, RSS 95.1 MB, CPU 101.3%``; the part
+    before the colon only when ``cycles``, ``rows`` and ``seconds`` are given.
+    """
     measured = ''
     if cycles is not None and rows is not None and seconds is not None:
         measured = f'{cycles} cycles ({rows} rows) in {seconds:.2f} s: '
@@ -390,12 +396,12 @@ def _rows_in(sample: Any, batched: bool) -> int:
     return int(first.shape[0]) if hasattr(first, 'shape') and len(first.shape) else len(first)
 
 
-def _python_samples(source: Any, batched: bool) -> Iterator[int]:
+def _python_samples(source: Any, batched: bool) -> Generator[int, None, None]:
     for sample in source:
         yield _rows_in(sample, batched)
 
 
-def _tf_samples(reader: Any, shuffling_queue_size: int) -> Iterator[int]:
+def _tf_samples(reader: Any, shuffling_queue_size: int) -> Generator[int, None, None]:
     from petastorm.tf_utils import make_petastorm_dataset
 
     dataset = make_petastorm_dataset(reader)

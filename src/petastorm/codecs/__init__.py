@@ -27,7 +27,7 @@ from petastorm.codecs._ndarray import CompressedNdarrayCodec, NdarrayCodec
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.codecs._tensor import ArrowTensorCodec
 from petastorm.errors import SchemaError
-from petastorm.scalars import to_arrow_scalar
+from petastorm.scalars import native_arrow_type, to_arrow_scalar
 
 __all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ColumnBuilder', 'CompressedImageCodec', 'CompressedNdarrayCodec',
            'DataframeColumnCodec', 'NdarrayCodec', 'ScalarCodec', 'check_array', 'codec_from_json', 'encode_value',
@@ -72,12 +72,21 @@ def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeCo
 
 
 def encode_value(field: Any, value: Any) -> Any:
-    """Encode one non-None value of ``field`` for storage (codec, or native scalar/list conversion)."""
+    """Encode one non-None value of ``field`` for storage (codec, or native scalar/list conversion).
+
+    Args:
+        field: the :class:`~petastorm.unischema.UnischemaField` the value belongs to.
+        value: the value, as ``dict_to_spark_row`` takes it.
+
+    Returns:
+        What the field's Parquet cell stores (bytes for payload codecs, a Python scalar or list otherwise).
+
+    Raises:
+        SchemaError: the value's type or shape does not match the field.
+    """
     if field.codec is not None:
         return field.codec.encode(field, value)
-    from petastorm.unischema import arrow_type_of_field
-
-    arrow_type = arrow_type_of_field(field)
+    arrow_type = native_arrow_type(field)
     if pa.types.is_list(arrow_type):
         array = np.asarray(value)
         if array.ndim != 1 or not _shape_matches(tuple(field.shape), array.shape):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any, ClassVar
 
 import numpy as np
@@ -145,8 +145,9 @@ def stack_or_objects(values: Iterable[Any], count: int | None = None) -> np.ndar
         count: how many values ``values`` yields; default ``len(values)``.
     """
     if count is None:
-        values = values if isinstance(values, Sized) else list(values)
-        count = len(values)  # type: ignore[arg-type]
+        sized = values if isinstance(values, Sized) else list(values)
+        count = len(sized)
+        values = sized
     builder = ColumnBuilder(count)
     for value in values:
         builder.add(value)
@@ -158,6 +159,12 @@ class DataframeColumnCodec(ABC):
 
     Subclasses define :meth:`encode`, :meth:`decode`, :meth:`spark_dtype`, :meth:`arrow_type` and their JSON
     description. :meth:`decode_column` has a per-value default that codecs override with a columnar one.
+
+    Writing a column takes two steps, so that a bad value is reported with its row and the column can still be
+    built at once: :meth:`check_value` for each row's value, then :meth:`encode_column` for the checked values of
+    a run of rows. By default the first step encodes each value into its own cell (:meth:`encode`) and the second
+    puts those cells into one Arrow array; a codec whose stored form is columnar (``ArrowTensorCodec``) overrides
+    both. ``dict_to_spark_row`` encodes single rows and uses :meth:`encode` only.
     """
 
     #: stable registry key, stored in the dataset metadata.
@@ -187,6 +194,37 @@ class DataframeColumnCodec(ABC):
     def from_json(cls, description: dict[str, Any]) -> DataframeColumnCodec:
         """Rebuild a codec from :meth:`to_json` output."""
         return cls()
+
+    def check_value(self, unischema_field: Any, value: Any) -> Any:
+        """Check one non-None value of the field and return it in the form :meth:`encode_column` takes.
+
+        The default is the value encoded into its cell by :meth:`encode` (which checks it).
+
+        Args:
+            unischema_field: the field the value belongs to.
+            value: the value, as ``dict_to_spark_row`` takes it.
+
+        Raises:
+            SchemaError: the value's type or shape does not match the field.
+        """
+        return self.encode(unischema_field, value)
+
+    def encode_column(self, unischema_field: Any, values: Sequence[Any]) -> pa.Array | pa.ChunkedArray:
+        """Build the stored column of a run of rows.
+
+        The default puts the cells into one array of :meth:`arrow_type`.
+
+        Args:
+            unischema_field: the field the column stores.
+            values: what :meth:`check_value` returned for each row, None for a null.
+
+        Returns:
+            An Arrow array (or a chunked array, when one array cannot hold the column) of the stored type.
+
+        Raises:
+            pyarrow.ArrowException, TypeError, ValueError: a value cannot be stored in the column type.
+        """
+        return pa.array(list(values), type=self.arrow_type())
 
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Decode a whole column: a stacked array when every value has one shape, else an object array."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -33,7 +34,7 @@ class CompressedImageCodec(DataframeColumnCodec):
 
     codec_name = 'compressed_image'
 
-    def __init__(self, image_codec: str = 'png', quality: int = 80):
+    def __init__(self, image_codec: str = 'png', quality: int = 80) -> None:
         key = str(image_codec).lower().lstrip('.')
         if key not in _IMAGE_FORMATS:
             raise ValueError(f'CompressedImageCodec: image_codec must be "png" or "jpeg", got {image_codec!r}')
@@ -146,7 +147,7 @@ def _missing_library(what: str) -> MissingDependencyError:
                                   f"them with: pip install 'neo-petastorm[image]'")
 
 
-def _iter_buffers(payloads: pa.Array):
+def _iter_buffers(payloads: pa.Array) -> Iterator[memoryview | None]:
     """Yield each cell of a binary array as a zero-copy memoryview (None for nulls)."""
     n = len(payloads)
     offset_type = np.int64 if pa.types.is_large_binary(payloads.type) else np.int32

@@ -23,7 +23,7 @@ class ScalarCodec(DataframeColumnCodec):
 
     codec_name = 'scalar'
 
-    def __init__(self, spark_type: Any):
+    def __init__(self, spark_type: Any) -> None:
         if isinstance(spark_type, pa.DataType):
             self._arrow_type = spark_type
         elif is_spark_type(spark_type) or type(spark_type).__name__.endswith('Type'):

@@ -25,12 +25,15 @@ import pyarrow as pa
 
 from petastorm.codecs._base import DataframeColumnCodec, _field_name, check_array
 from petastorm.errors import CodecError, SchemaError
+from petastorm.scalars import numpy_type_of_arrow
 
 FIXED_SHAPE_TENSOR = 'arrow.fixed_shape_tensor'
 VARIABLE_SHAPE_TENSOR = 'arrow.variable_shape_tensor'
 
 # Numpy types a tensor may hold: fixed-width numbers Arrow and every reading tool have a type for.
 _NUMERIC_KINDS = 'iuf'
+# The most values one variable-shape array holds: its list offsets are 32-bit.
+_MAX_LIST_VALUES = 2**31 - 1
 
 
 class VariableShapeTensorType(pa.ExtensionType):
@@ -164,32 +167,20 @@ class ArrowTensorCodec(DataframeColumnCodec):
         _tensor_shape(unischema_field)
         return np.ascontiguousarray(check_array(unischema_field, value))
 
-    def encode_column(self, unischema_field: Any, values: Sequence[np.ndarray | None]) -> pa.Array:
-        """One Arrow column of the checked values (see :meth:`check_value`); None values are null tensors."""
+    def encode_column(self, unischema_field: Any, values: Sequence[np.ndarray | None]) -> pa.Array | pa.ChunkedArray:
+        """One Arrow column of the checked values (see :meth:`check_value`); None values are null tensors.
+
+        A variable-shape column addresses its values with 32-bit offsets, so one array holds at most
+        ``2**31 - 1`` values: a run of rows holding more is returned as a ``ChunkedArray`` of several arrays.
+
+        Raises:
+            SchemaError: one variable-shape tensor alone holds more values than an array can address.
+        """
         arrow_type = self.arrow_type(unischema_field)
         dtype = _numeric_dtype(unischema_field)
-        valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-        present = [v for v in values if v is not None]
-        flat = np.concatenate([v.reshape(-1) for v in present]) if present else np.empty(0, dtype)
-        data = pa.array(flat, type=arrow_type.storage_type.field('data').type.value_type
-                        if isinstance(arrow_type, VariableShapeTensorType) else arrow_type.value_type)
-        mask = None if valid.all() else pa.array(~valid)
-        if not isinstance(arrow_type, VariableShapeTensorType):
-            size = int(np.prod(arrow_type.shape))
-            if mask is not None:  # null rows keep their slots in a fixed-size list: fill them with zeros
-                full = np.zeros((len(values), size), dtype=dtype)
-                full[valid] = flat.reshape(-1, size)
-                data = pa.array(full.reshape(-1), type=arrow_type.value_type)
-            storage = pa.FixedSizeListArray.from_arrays(data, size, mask=mask)
-            return pa.ExtensionArray.from_storage(arrow_type, storage)
-        ndim = len(arrow_type.uniform_shape)
-        lengths = np.array([0 if v is None else v.size for v in values], dtype=np.int32)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths, dtype=np.int32)]), type=pa.int32())
-        shapes = np.array([(0,) * ndim if v is None else v.shape for v in values], dtype=np.int32).reshape(-1)
-        storage = pa.StructArray.from_arrays(
-            [pa.ListArray.from_arrays(offsets, data), pa.FixedSizeListArray.from_arrays(pa.array(shapes), ndim)],
-            fields=list(arrow_type.storage_type), mask=mask)
-        return pa.ExtensionArray.from_storage(arrow_type, storage)
+        if isinstance(arrow_type, VariableShapeTensorType):
+            return _variable_shape_column(unischema_field, arrow_type, dtype, values, _MAX_LIST_VALUES)
+        return _fixed_shape_column(arrow_type, dtype, values)
 
     def decode(self, unischema_field: Any, value: Any) -> np.ndarray:
         """One stored row (a flat list of values, or ``{'data': ..., 'shape': ...}``) as an ndarray."""
@@ -310,8 +301,99 @@ class ArrowTensorCodec(DataframeColumnCodec):
         return types.StructType([types.StructField('data', data, False),
                                  types.StructField('shape', types.ArrayType(types.IntegerType(), False), False)])
 
+    @staticmethod
+    def field_type_of_column(arrow_type: pa.DataType) -> tuple[Any, tuple[int | None, ...]] | None:
+        """The numpy type and shape of the field this codec decodes a column of ``arrow_type`` into.
+
+        Args:
+            arrow_type: the Arrow type of a stored column.
+
+        Returns:
+            ``(numpy scalar type, shape)`` for an Arrow tensor extension type (``arrow.fixed_shape_tensor``,
+            ``arrow.variable_shape_tensor``) of numbers, with ``None`` for each dimension that varies; None for
+            any other type.
+        """
+        name = getattr(arrow_type, 'extension_name', None)
+        shape: tuple[int | None, ...]
+        if name == FIXED_SHAPE_TENSOR:
+            value_type, shape = arrow_type.value_type, tuple(int(d) for d in arrow_type.shape)
+        elif name == VARIABLE_SHAPE_TENSOR:
+            storage = arrow_type.storage_type
+            value_type = storage.field('data').type.value_type
+            # pyarrow's own type does not expose the uniform_shape metadata: every dimension is taken as free.
+            shape = arrow_type.uniform_shape if isinstance(arrow_type, VariableShapeTensorType) else \
+                (None,) * storage.field('shape').type.list_size
+        else:
+            return None
+        numpy_type = numpy_type_of_arrow(value_type)
+        if numpy_type is None or np.dtype(numpy_type).kind not in _NUMERIC_KINDS:
+            return None
+        return numpy_type, shape
+
     def __str__(self) -> str:
         return 'ArrowTensorCodec()'
+
+
+def _fixed_shape_column(arrow_type: pa.FixedShapeTensorType, dtype: np.dtype,
+                        values: Sequence[np.ndarray | None]) -> pa.Array:
+    """A ``fixed_shape_tensor`` array of the values (None: a null row); a fixed-size list has no offsets to outgrow."""
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    present = [v.reshape(-1) for v in values if v is not None]
+    flat = np.concatenate(present) if present else np.empty(0, dtype)
+    size = int(np.prod(arrow_type.shape))
+    mask = None
+    if not valid.all():  # null rows keep their slots in a fixed-size list: fill them with zeros
+        full = np.zeros((len(values), size), dtype=dtype)
+        full[valid] = flat.reshape(-1, size)
+        flat = full.reshape(-1)
+        mask = pa.array(~valid)
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=arrow_type.value_type), size, mask=mask)
+    return pa.ExtensionArray.from_storage(arrow_type, storage)
+
+
+def _variable_shape_column(field: Any, arrow_type: VariableShapeTensorType, dtype: np.dtype,
+                           values: Sequence[np.ndarray | None], max_values: int) -> pa.Array | pa.ChunkedArray:
+    """A ``variable_shape_tensor`` column of the values, in arrays of at most ``max_values`` values each.
+
+    Raises:
+        SchemaError: one tensor holds more than ``max_values`` values.
+    """
+    sizes = np.fromiter((0 if v is None else v.size for v in values), dtype=np.int64, count=len(values))
+    oversized = np.flatnonzero(sizes > max_values)
+    if oversized.size:
+        row = int(oversized[0])
+        raise SchemaError(f'field {_field_name(field)}: the tensor of row {row} holds {int(sizes[row])} values; a '
+                          f'variable-shape tensor holds at most {max_values} (its Arrow list offsets are 32-bit). '
+                          f'Give the field a fixed shape or store it with NdarrayCodec()')
+    if not len(values):
+        return _variable_shape_array(arrow_type, dtype, values, sizes)
+    ends = np.cumsum(sizes)
+    chunks = []
+    start = 0
+    while start < len(values):
+        before = int(ends[start - 1]) if start else 0
+        # The longest run of rows from ``start`` whose values fit: never empty, as every row fits alone.
+        stop = int(np.searchsorted(ends, before + max_values, side='right'))
+        chunks.append(_variable_shape_array(arrow_type, dtype, values[start:stop], sizes[start:stop]))
+        start = stop
+    return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, type=arrow_type)
+
+
+def _variable_shape_array(arrow_type: VariableShapeTensorType, dtype: np.dtype, values: Sequence[np.ndarray | None],
+                          sizes: np.ndarray) -> pa.Array:
+    """One ``variable_shape_tensor`` array of values that together hold fewer than ``2**31`` values."""
+    ndim = len(arrow_type.uniform_shape)
+    present = [v.reshape(-1) for v in values if v is not None]
+    flat = np.concatenate(present) if present else np.empty(0, dtype)
+    data = pa.array(flat, type=arrow_type.storage_type.field('data').type.value_type)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32), type=pa.int32())
+    shapes = np.array([(0,) * ndim if v is None else v.shape for v in values], dtype=np.int32).reshape(-1)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    mask = None if valid.all() else pa.array(~valid)
+    storage = pa.StructArray.from_arrays(
+        [pa.ListArray.from_arrays(offsets, data), pa.FixedSizeListArray.from_arrays(pa.array(shapes), ndim)],
+        fields=list(arrow_type.storage_type), mask=mask)
+    return pa.ExtensionArray.from_storage(arrow_type, storage)
 
 
 def _matches(expected: tuple, actual: tuple) -> bool:
@@ -337,7 +419,8 @@ def _stored_shape(field: Any, extension: pa.DataType | None) -> tuple[int, ...]:
             raise CodecError(f'field {_field_name(field)}: the stored tensors have shape {shape}; the schema '
                              f'expects {expected}')
         return shape
-    if None in expected:
+    fixed = tuple(d for d in expected if d is not None)
+    if len(fixed) != len(expected):
         raise CodecError(f'field {_field_name(field)}: a column of flat lists holds fixed-shape tensors, but the '
                          f'schema shape {expected} has free dimensions')
-    return tuple(int(d) for d in expected)
+    return fixed

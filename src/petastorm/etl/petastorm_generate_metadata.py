@@ -51,7 +51,7 @@ def _locate(dotted_name: str) -> Any:
         return pydoc.locate(dotted_name)
     except pydoc.ErrorDuringImport as err:
         raise ValueError(f'unischema class {dotted_name!r}: importing {err.filename} failed with '
-                         f'{err.exc.__name__}: {err.value}') from err
+                         f'{type(err.value).__name__}: {err.value}') from err
 
 
 def load_unischema(dotted_name: str) -> Unischema:
@@ -260,8 +260,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _main(argv: Sequence[str]) -> None:
-    """Run the tool in this process on ``argv`` (without the program name), raising what
-    :func:`generate_petastorm_metadata` raises; :func:`main` is the command line (exit codes, one-line errors)."""
+    """Run the tool in this process on ``argv`` (without the program name).
+
+    It raises what :func:`generate_petastorm_metadata` raises; :func:`main` is the command line (exit codes,
+    one-line errors).
+    """
     from petastorm.tools import _cli
 
     args = _parse(argv)

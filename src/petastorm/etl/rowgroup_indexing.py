@@ -1,7 +1,8 @@
 """Building and loading row-group indexes (``rowgroup_selector=`` uses them to read only some row groups).
 
 Indexes are stored in ``_common_metadata`` as versioned JSON under :data:`INDEXES_JSON_KEY`. Indexes written by
-Petastorm (a pickle under :data:`ROWGROUPS_INDEX_KEY`) are read through the guarded unpickler.
+Petastorm (a pickle under :data:`ROWGROUPS_INDEX_KEY`) are read through the guarded unpickler. The stored form and
+its loading belong to the storage layer (:mod:`petastorm.metadata.row_group_indexes`); this module builds indexes.
 
 ``build_rowgroup_index(url, spark_context, indexers)`` distributes the work over Spark like Petastorm; pass
 ``spark_context=None`` to build the index on this machine with a thread pool instead (no Spark needed).
@@ -9,9 +10,8 @@ Petastorm (a pickle under :data:`ROWGROUPS_INDEX_KEY`) are read through the guar
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
-import posixpath
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,34 +20,36 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
-from petastorm.errors import PetastormMetadataError
-from petastorm.etl import RowGroupIndexerBase
-from petastorm.etl.rowgroup_indexers import INDEXERS_BY_KIND, FieldNotNullIndexer, SingleFieldIndexer
 from petastorm.fs import resolve_location
-from petastorm.metadata.keys import ROWGROUPS_INDEX_KEY
-from petastorm.metadata.legacy import legacy_indexes_from_pickle
+from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
+from petastorm.metadata.row_group_indexes import (
+    INDEXES_FORMAT_VERSION,
+    RowGroupIndexerBase,
+    indexes_to_json,
+    load_row_group_indexes,
+    storable_kind,
+)
 from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store, stored_schema
 from petastorm.metadata.write import update_common_metadata
 from petastorm.unischema import UnischemaField
 
-__all__ = ['INDEXES_JSON_KEY', 'PARALLEL_SLICE_NUM', 'ROWGROUPS_INDEX_KEY', 'build_rowgroup_index',
-           'get_row_group_indexes']
+__all__ = ['INDEXES_FORMAT_VERSION', 'INDEXES_JSON_KEY', 'PARALLEL_SLICE_NUM', 'ROWGROUPS_INDEX_KEY',
+           'build_rowgroup_index', 'get_row_group_indexes']
 
 logger = logging.getLogger(__name__)
 
-#: Our index document: ``{"format_version": 1, "indexes": {name: indexer.to_json()}}``.
-INDEXES_JSON_KEY = b'petastorm.rowgroup_indexes.json'
-INDEXES_FORMAT_VERSION = 1
 #: Most Spark partitions used to build an index.
 PARALLEL_SLICE_NUM = 2000
 
 
 def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_index: int,
                      fields: Sequence[UnischemaField], partition_names: Sequence[str],
-                     indexers: Sequence[RowGroupIndexerBase]) -> list[Any]:
-    """Fresh copies of ``indexers`` holding one row group's values.
+                     indexers: Sequence[RowGroupIndexerBase]) -> list[RowGroupIndexerBase]:
+    """Copies of ``indexers`` holding one row group's values.
 
-    Hive partition columns are not in the files: their values come from the piece's directory, as in reading.
+    Each row group is indexed by its own copy of every indexer, as a Spark task indexes its deserialized copy:
+    the local threads share the given objects. Hive partition columns are not in the files: their values come
+    from the piece's directory, as in reading.
     """
     from petastorm.read import append_partition_columns, decode_columns
 
@@ -56,14 +58,10 @@ def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_in
         table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=file_columns)
     table = append_partition_columns(table, piece, [f for f in fields if f.name in partition_names])
     columns = decode_columns(list(fields), table, f'{piece.path} (row group {piece.row_group})')
-    built = []
-    for indexer in indexers:
-        fresh = type(indexer)(indexer.index_name, indexer.column_names[0])
-        built.append(fresh.build_index(columns, piece_index))
-    return built
+    return [copy.deepcopy(indexer).build_index(columns, piece_index) for indexer in indexers]
 
 
-def _merge(left: list[Any], right: list[Any]) -> list[Any]:
+def _merge(left: list[RowGroupIndexerBase], right: list[RowGroupIndexerBase]) -> list[RowGroupIndexerBase]:
     return [a + b for a, b in zip(left, right, strict=True)]
 
 
@@ -87,8 +85,9 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         ``{index name: indexer}`` as stored.
 
     Raises:
-        ValueError: no indexers, duplicate index names, an indexed field that is not in the dataset schema, or
-            ``progress`` is not None, True or False.
+        ValueError: no indexers, duplicate index names, an indexer of no stored kind (see
+            :func:`~petastorm.metadata.row_group_indexes.storable_kind`), an indexed field that is not in the
+            dataset schema, or ``progress`` is not None, True or False.
     """
     progress = check_progress_argument(progress)
     indexers = list(indexers)
@@ -97,6 +96,10 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
     names = [i.index_name for i in indexers]
     if len(set(names)) != len(names):
         raise ValueError(f'index names must be unique, got {names}')
+    unstorable = [type(i).__name__ for i in indexers if storable_kind(i) is None]
+    if unstorable:
+        raise ValueError(f'indexers {unstorable} cannot be stored: stored indexes are SingleFieldIndexer or '
+                         f'FieldNotNullIndexer (or subclasses of them)')
     store = open_store(resolve_location(dataset_url, storage_options, filesystem))
     if store.root is None:
         raise ValueError(f'row-group indexes are stored in a dataset directory; {dataset_url} is a list of files')
@@ -131,59 +134,19 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
                 .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers)) \
                 .reduce(_merge)
     result = {indexer.index_name: indexer for indexer in merged}
-    document = {'format_version': INDEXES_FORMAT_VERSION,
-                'indexes': {name: indexer.to_json() for name, indexer in result.items()}}
-    try:
-        payload = json.dumps(document, sort_keys=True).encode()
-    except TypeError as err:
-        raise ValueError(f'index values must be numbers, strings or booleans to be stored: {err}') from err
-    update_common_metadata(fs, store.root, {INDEXES_JSON_KEY: payload}, list(store.files))
+    update_common_metadata(fs, store.root, {INDEXES_JSON_KEY: indexes_to_json(result)}, list(store.files))
     return result
 
 
-def _from_legacy(raw: bytes, where: str) -> dict[str, RowGroupIndexerBase]:
-    indexes: dict[str, RowGroupIndexerBase] = {}
-    for name, description in legacy_indexes_from_pickle(raw, where).items():
-        if description['kind'] == 'SingleFieldIndexer':
-            indexes[name] = SingleFieldIndexer.from_json(
-                {'name': name, 'column': description['column'], 'values': list(description['data'].items())})
-        elif description['kind'] == 'FieldNotNullIndexer':
-            indexes[name] = FieldNotNullIndexer.from_json(
-                {'name': name, 'column': description['column'], 'pieces': description['data']})
-    return indexes
-
-
 def get_row_group_indexes(dataset: Any) -> dict[str, RowGroupIndexerBase]:
-    """``{index name: indexer}`` stored in a dataset (a URL or an opened store).
+    """``{index name: indexer}`` stored in a dataset.
+
+    Args:
+        dataset: a dataset URL, or a store opened with :func:`petastorm.metadata.store.open_store`.
 
     Raises:
         ValueError: the dataset has no ``_common_metadata`` or no row-group indexes in it.
         PetastormMetadataError: the stored indexes are malformed, from a newer format, or a refused pickle.
     """
     store = dataset if isinstance(dataset, ParquetStore) else open_store(resolve_location(dataset))
-    if store.metadata_path is None or posixpath.basename(store.metadata_path) != '_common_metadata':
-        raise ValueError(f'Could not find _common_metadata file in {store.url}: the dataset has no row-group '
-                         f'indexes. Build them with petastorm.etl.rowgroup_indexing.build_rowgroup_index(...)')
-    where = f'{store.metadata_path}'
-    raw = store.metadata_kv.get(INDEXES_JSON_KEY)
-    if raw is not None:
-        try:
-            document = json.loads(raw)
-            version = document['format_version']
-            described = document['indexes']
-        except (ValueError, KeyError, TypeError) as err:
-            raise PetastormMetadataError(f'{where}: malformed row-group indexes ({err})') from err
-        if not isinstance(version, int) or version > INDEXES_FORMAT_VERSION:
-            raise PetastormMetadataError(f'{where}: row-group index format_version {version!r} is newer than this '
-                                         f'petastorm reads (<= {INDEXES_FORMAT_VERSION}); upgrade petastorm.')
-        indexes = {}
-        for name, description in described.items():
-            cls = INDEXERS_BY_KIND.get(description.get('kind'))
-            if cls is None:
-                raise PetastormMetadataError(f'{where}: index {name!r} has unknown kind {description.get("kind")!r}')
-            indexes[name] = cls.from_json(description)
-        return indexes
-    if ROWGROUPS_INDEX_KEY in store.metadata_kv:
-        return _from_legacy(store.metadata_kv[ROWGROUPS_INDEX_KEY], f'{where} (key {ROWGROUPS_INDEX_KEY.decode()})')
-    raise ValueError(f'Could not find row group indexes in the dataset metadata {where}. Build them with '
-                     f'petastorm.etl.rowgroup_indexing.build_rowgroup_index(...)')
+    return load_row_group_indexes(store)

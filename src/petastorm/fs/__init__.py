@@ -8,7 +8,7 @@ Petastorm's own module paths, ``petastorm.fs_utils`` and ``petastorm.hdfs.nameno
 
 from __future__ import annotations
 
-from petastorm.fs._errors import display_url
+from petastorm._describe import display_url
 from petastorm.fs._handler import StorageHandler
 from petastorm.fs._resolve import (
     ResolvedLocation,

@@ -8,10 +8,10 @@ petastorm's storage errors, and :func:`redact` removes credentials from any text
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
+from petastorm._describe import display_url, hide_url_passwords
 from petastorm.errors import (
     PetastormError,
     StorageCredentialsError,
@@ -57,8 +57,6 @@ _TRANSIENT_TEXT = ('reduce your request rate', 'SlowDown', 'Service Unavailable'
                    'Throttl', 'timed out', 'Timeout', 'Connection reset', 'Server disconnected',
                    'Connection closed', 'Connection aborted', 'Response payload is not completed', 'Broken pipe')
 
-_URL_PASSWORD = re.compile(r'(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@/\s]+@')
-
 
 class ShortReadError(OSError):
     """A ranged read returned fewer bytes than asked (a connection dropped mid-body); it is retried."""
@@ -89,12 +87,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with each secret and every password in a URL's user-info replaced by ``***``."""
     for secret in secrets:
         text = text.replace(secret, '***')
-    return _URL_PASSWORD.sub(r'\g<head>:***@', text)
-
-
-def display_url(url: str) -> str:
-    """A URL as we show it in messages: any password in its user-info hidden."""
-    return redact(url)
+    return hide_url_passwords(text)
 
 
 def safe_cause(err: BaseException, secrets: Iterable[str]) -> BaseException | None:

@@ -42,7 +42,7 @@ OBJECT_STORE_SCHEMES = frozenset({'s3', 's3a', 'gs', 'gcs', 'abfs', 'abfss', 'az
 class _LruBytes:
     """Thread-safe LRU of ``path -> (offset, bytes)`` bounded by total bytes."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._size = 0
         self._items: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
@@ -82,7 +82,7 @@ class StorageHandler(pafs.FSSpecHandler):
     """
 
     def __init__(self, fs: Any, scheme: str, retry: RetryPolicy = DEFAULT_RETRY,
-                 known_sizes: dict[str, int] | None = None):
+                 known_sizes: dict[str, int] | None = None) -> None:
         super().__init__(fs)
         self.scheme = scheme
         self.retry = retry
@@ -107,7 +107,7 @@ class StorageHandler(pafs.FSSpecHandler):
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
-    __hash__ = None  # type: ignore[assignment]
+    # Defining __eq__ without __hash__ leaves the handler unhashable: it is compared by value and caches state.
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ class StorageHandler(pafs.FSSpecHandler):
 class _RangedFile(io.RawIOBase):
     """A read-only, seekable file whose every read is one ranged fetch through the handler."""
 
-    def __init__(self, handler: StorageHandler, path: str, size: int):
+    def __init__(self, handler: StorageHandler, path: str, size: int) -> None:
         super().__init__()
         self._handler = handler
         self._path = path

@@ -32,9 +32,10 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
+from petastorm._describe import display_url
 from petastorm._optional import import_optional
 from petastorm.errors import MissingDependencyError, StorageError
-from petastorm.fs._errors import describe, display_url, safe_cause, secrets_of
+from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
 

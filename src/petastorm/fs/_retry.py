@@ -23,7 +23,7 @@ T = TypeVar('T')
 class RetriesExhausted(Exception):
     """Carries the last transient error and the number of attempts made (internal; translated by the caller)."""
 
-    def __init__(self, error: BaseException, attempts: int):
+    def __init__(self, error: BaseException, attempts: int) -> None:
         super().__init__(str(error))
         self.error = error
         self.attempts = attempts

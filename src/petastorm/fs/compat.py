@@ -97,7 +97,7 @@ class FilesystemResolver:
 
     def __init__(self, dataset_url: str | ParseResult, hadoop_configuration: Any = None,
                  connector: Any = HdfsConnector, hdfs_driver: str = 'libhdfs3', user: str | None = None,
-                 storage_options: dict | None = None):
+                 storage_options: dict | None = None) -> None:
         if isinstance(dataset_url, ParseResult):
             parsed = dataset_url
         elif isinstance(dataset_url, str):

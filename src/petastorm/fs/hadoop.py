@@ -57,7 +57,7 @@ class HdfsConnectError(PetastormError, OSError):
 class MaxFailoversExceeded(PetastormError, RuntimeError):
     """An HDFS call kept failing after failing over between namenodes the maximum number of times."""
 
-    def __init__(self, failed_exceptions: list[BaseException], max_failover_attempts: int, func_name: str):
+    def __init__(self, failed_exceptions: list[BaseException], max_failover_attempts: int, func_name: str) -> None:
         self.failed_exceptions = failed_exceptions
         self.max_failover_attempts = max_failover_attempts
         self.func_name = func_name
@@ -128,7 +128,7 @@ class HdfsNamenodeResolver:
             ``sc._jsc.hadoopConfiguration()``). Default: the XML files found through the environment.
     """
 
-    def __init__(self, hadoop_configuration: Any = None):
+    def __init__(self, hadoop_configuration: Any = None) -> None:
         self._hadoop_configuration = (load_hadoop_configuration() if hadoop_configuration is None
                                       else hadoop_configuration)
 
@@ -265,7 +265,7 @@ class namenode_failover:  # noqa: N801 - Petastorm's name
 
     MAX_FAILOVER_ATTEMPTS = 3
 
-    def __init__(self, func: Callable):
+    def __init__(self, func: Callable) -> None:
         self._func = func
         functools.update_wrapper(self, func)
 
@@ -275,6 +275,11 @@ class namenode_failover:  # noqa: N801 - Petastorm's name
         return functools.partial(self.__call__, obj)
 
     def __call__(self, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call the method on ``obj``, failing over to the next namenode on an ``OSError`` about the connection.
+
+        Raises:
+            MaxFailoversExceeded: the call failed after ``MAX_FAILOVER_ATTEMPTS`` failovers (the errors are listed).
+        """
         failures: list[BaseException] = []
         while True:
             try:
@@ -313,27 +318,29 @@ class HAHdfsClient(pafs.FileSystemHandler):
         user: the HDFS user.
     """
 
-    def __init__(self, connector_cls: Any, list_of_namenodes: list[str], user: str | None = None):
+    def __init__(self, connector_cls: Any, list_of_namenodes: list[str], user: str | None = None) -> None:
         if not list_of_namenodes:
             raise HdfsConnectError('HAHdfsClient needs at least one namenode')
         self._connector_cls = connector_cls
         self._list_of_namenodes = list(list_of_namenodes)
         self._user = user
         self._index_of_nn = -1
-        self._fs: pafs.FileSystem | None = None
-        self._try_next_namenode()
+        self._fs: pafs.FileSystem = self._connect_next_namenode()
 
     def __reduce__(self) -> tuple:
         return HAHdfsClient, (self._connector_cls, self._list_of_namenodes, self._user)
 
     def _try_next_namenode(self) -> None:
+        """Fail over: connect to the next namenode that accepts (``namenode_failover`` calls this)."""
+        self._fs = self._connect_next_namenode()
+
+    def _connect_next_namenode(self) -> pafs.FileSystem:
         errors = []
         for _ in range(len(self._list_of_namenodes)):
             self._index_of_nn = (self._index_of_nn + 1) % len(self._list_of_namenodes)
             namenode = self._list_of_namenodes[self._index_of_nn]
             try:
-                self._fs = self._connector_cls.hdfs_connect_namenode(urlparse(f'hdfs://{namenode}'), user=self._user)
-                return
+                return self._connector_cls.hdfs_connect_namenode(urlparse(f'hdfs://{namenode}'), user=self._user)
             except OSError as err:
                 errors.append(f'{namenode}: {err}')
         raise HdfsConnectError(f'Unable to connect to any HDFS namenode of {self._list_of_namenodes}: '
@@ -344,50 +351,73 @@ class HAHdfsClient(pafs.FileSystemHandler):
         """The namenode in use."""
         return self._list_of_namenodes[self._index_of_nn]
 
+    # The methods below are pyarrow's FileSystemHandler protocol. Each runs on the namenode in use; on an OSError
+    # other than one about the path itself, namenode_failover connects to the next namenode and calls again.
+
     def get_type_name(self) -> str:
+        """``'ha-hdfs'``, the name pyarrow shows for this filesystem."""
         return 'ha-hdfs'
 
     def normalize_path(self, path: str) -> str:
+        """``path`` unchanged: HDFS paths are used as given."""
         return path
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        return self._fs.get_file_info(paths)  # type: ignore[union-attr]
+        """The ``FileInfo`` of each path (type ``NotFound`` for a missing one)."""
+        return self._fs.get_file_info(paths)
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return self._fs.get_file_info(selector)  # type: ignore[union-attr]
+        """The ``FileInfo`` of every entry the selector lists (recursively if it says so)."""
+        return self._fs.get_file_info(selector)
 
     def create_dir(self, path: str, recursive: bool) -> None:
-        self._fs.create_dir(path, recursive=recursive)  # type: ignore[union-attr]
+        """Create the directory ``path`` (and its missing parents when ``recursive``)."""
+        self._fs.create_dir(path, recursive=recursive)
 
     def delete_dir(self, path: str) -> None:
-        self._fs.delete_dir(path)  # type: ignore[union-attr]
+        """Delete the directory ``path`` and everything in it."""
+        self._fs.delete_dir(path)
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self._fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)  # type: ignore[union-attr]
+        """Delete everything in the directory ``path``, keeping the directory.
+
+        Args:
+            path: the directory.
+            missing_dir_ok: succeed when ``path`` does not exist instead of raising ``FileNotFoundError``.
+        """
+        self._fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
-        self._fs.delete_dir_contents('/', accept_root_dir=True)  # type: ignore[union-attr]
+        """Delete everything in the filesystem's root directory."""
+        self._fs.delete_dir_contents('/', accept_root_dir=True)
 
     def delete_file(self, path: str) -> None:
-        self._fs.delete_file(path)  # type: ignore[union-attr]
+        """Delete the file ``path``."""
+        self._fs.delete_file(path)
 
     def move(self, src: str, dest: str) -> None:
-        self._fs.move(src, dest)  # type: ignore[union-attr]
+        """Move (rename) the file or directory ``src`` to ``dest``."""
+        self._fs.move(src, dest)
 
     def copy_file(self, src: str, dest: str) -> None:
-        self._fs.copy_file(src, dest)  # type: ignore[union-attr]
+        """Copy the file ``src`` to ``dest``."""
+        self._fs.copy_file(src, dest)
 
     def open_input_stream(self, path: str) -> Any:
-        return self._fs.open_input_stream(path)  # type: ignore[union-attr]
+        """A sequential-read stream of the file ``path``."""
+        return self._fs.open_input_stream(path)
 
     def open_input_file(self, path: str) -> Any:
-        return self._fs.open_input_file(path)  # type: ignore[union-attr]
+        """A random-access (seekable) reader of the file ``path``."""
+        return self._fs.open_input_file(path)
 
     def open_output_stream(self, path: str, metadata: Any) -> Any:
-        return self._fs.open_output_stream(path, metadata=metadata)  # type: ignore[union-attr]
+        """A stream writing the file ``path`` (replacing it); ``metadata`` is pyarrow's key-value metadata."""
+        return self._fs.open_output_stream(path, metadata=metadata)
 
     def open_append_stream(self, path: str, metadata: Any) -> Any:
-        return self._fs.open_append_stream(path, metadata=metadata)  # type: ignore[union-attr]
+        """A stream appending to the file ``path``; ``metadata`` is pyarrow's key-value metadata."""
+        return self._fs.open_append_stream(path, metadata=metadata)
 
 
 class HdfsConnector:

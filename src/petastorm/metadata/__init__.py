@@ -1,1 +1,1 @@
-"""Dataset metadata: the schema and row-group information stored in ``_common_metadata``."""
+"""Dataset metadata: the schema, the row groups and the row-group indexes stored in ``_common_metadata``."""

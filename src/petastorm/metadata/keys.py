@@ -10,6 +10,10 @@ SCHEMA_JSON_KEY = b'petastorm.unischema.json'
 ROW_GROUPS_JSON_KEY = b'petastorm.row_groups.json'
 ROW_GROUPS_FORMAT_VERSION = 1
 
+#: Our row-group indexes: ``{"format_version": 1, "indexes": {name: indexer}}`` (see
+#: :mod:`petastorm.metadata.row_group_indexes`).
+INDEXES_JSON_KEY = b'petastorm.rowgroup_indexes.json'
+
 #: Petastorm's pickled Unischema (read through the guarded unpickler only).
 UNISCHEMA_KEY = b'dataset-toolkit.unischema.v1'
 #: Petastorm's JSON ``{relative path: number of row groups}``.

@@ -236,10 +236,11 @@ def unischema_from_legacy_pickle(data: bytes, where: str = 'legacy metadata') ->
         PetastormMetadataError: the pickle does not hold a Petastorm Unischema.
     """
     obj = restricted_loads(data, where)
-    if not isinstance(obj, _LegacyUnischema) or not isinstance(getattr(obj, '_fields', None), dict):
+    pickled_fields = getattr(obj, '_fields', None)
+    if not isinstance(obj, _LegacyUnischema) or not isinstance(pickled_fields, dict):
         raise PetastormMetadataError(f'{where}: the legacy pickle does not hold a Petastorm Unischema '
                                      f'(got {type(obj).__name__})')
-    fields = [_convert_field(f, where) for f in obj._fields.values()]
+    fields = [_convert_field(f, where) for f in pickled_fields.values()]
     return Unischema(str(getattr(obj, '_name', 'schema')), fields)
 
 

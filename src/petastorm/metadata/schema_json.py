@@ -53,8 +53,16 @@ def dtype_to_name(numpy_dtype: Any, field_name: str = '') -> str:
     return name
 
 
-def dtype_from_name(name: str, where: str = '') -> Any:
-    """Inverse of :func:`dtype_to_name`."""
+def dtype_from_name(name: object, where: str = '') -> Any:
+    """Inverse of :func:`dtype_to_name`.
+
+    Args:
+        name: the stored name (anything a JSON document may hold there).
+        where: what holds the name, for the message.
+
+    Raises:
+        PetastormMetadataError: ``name`` is not a known numpy type name.
+    """
     if not isinstance(name, str) or name not in _DTYPES_BY_NAME:
         raise PetastormMetadataError(f'unknown numpy_dtype {name!r}{" in " + where if where else ""}; expected one '
                                      f'of {", ".join(sorted(_DTYPES_BY_NAME))}')

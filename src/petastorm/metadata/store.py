@@ -17,12 +17,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.errors import PetastormMetadataError, StorageNotFoundError
+from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
-from petastorm.unischema import Unischema
+from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
 SUMMARY_METADATA = '_metadata'
@@ -113,16 +113,21 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
 
     Raises:
         StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
+        StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
         PetastormMetadataError: a metadata file exists but cannot be read.
     """
     fs = location.filesystem
-    if location.is_file_list:
-        files = tuple(sorted(location.path))  # type: ignore[arg-type]
+    if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
+        files = tuple(sorted(location.path))
         for path in files:
-            if fs.get_file_info(path).type != pafs.FileType.File:
+            kind = fs.get_file_info(path).type
+            if kind == pafs.FileType.Directory:
+                raise StorageError(f'dataset file {path} is a directory: a list of URLs names Parquet files; pass '
+                                   f'a dataset directory as a single URL')
+            if kind != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
         return ParquetStore(fs, location.url, None, files)
-    root = location.path  # type: ignore[assignment]
+    root = location.path
     files = tuple(list_data_files(fs, root, location.url))
     kv: dict[bytes, bytes] = {}
     metadata_path = None
@@ -164,6 +169,18 @@ def stored_schema(store: ParquetStore) -> Unischema:
 
 
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
+    """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
+
+    Args:
+        filesystem: where the files are.
+        paths: the data files.
+
+    Returns:
+        ``{path: [rows of row group 0, 1, ...]}``.
+
+    Raises:
+        PetastormMetadataError: a file is not readable Parquet (the message names it).
+    """
     def read(path: str) -> list[int]:
         try:
             with filesystem.open_input_file(path) as f:
@@ -253,7 +270,7 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     if counts is None:
         _warn_if_deprecated_metadata(store)
         counts = footer_row_counts(store.filesystem, list(store.files))
-    pieces = []
+    pieces: list[RowGroupPiece] = []
     for path in store.files:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
         pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
@@ -262,8 +279,6 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
 
 def inferred_schema(store: ParquetStore) -> Unischema:
     """A Unischema inferred from the first data file's Arrow schema and the partition directories."""
-    from petastorm.schema_inference import infer_unischema
-
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
     try:

@@ -11,6 +11,7 @@ import json
 import logging
 import posixpath
 import uuid
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -36,7 +37,7 @@ def _base_arrow_schema(filesystem: pafs.FileSystem, root: str, data_files: list[
         return pq.read_schema(f)
 
 
-def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: dict[bytes, bytes | None],
+def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: Mapping[bytes, bytes | None],
                            data_files: list[str] | None = None) -> None:
     """Merge ``updates`` into the key-value metadata of ``root/_common_metadata`` (created if missing).
 

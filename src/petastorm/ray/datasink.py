@@ -11,21 +11,16 @@ like a dataset.
 from __future__ import annotations
 
 import logging
-import posixpath
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
 from ray.data.block import Block, BlockAccessor
 from ray.data.datasource import Datasink, WriteResult
 
-from petastorm.errors import DatasetWriteError, SchemaError
+from petastorm.errors import SchemaError
 from petastorm.fs import resolve_url
-from petastorm.metadata.write import write_dataset_metadata
-from petastorm.unischema import Unischema, arrow_type_of_field
-from petastorm.writer import _commit, _encode_chunk, _FileRoller, _remove_quietly, _validate_options
+from petastorm.unischema import Unischema
+from petastorm.writer import StagedWrite, check_write_options, encode_rows
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +34,21 @@ class PetastormDatasink(Datasink[dict]):
 
     Each write task returns ``{file name: [rows of each row group]}`` of the files it wrote in the staging
     directory; the driver commits them all at once.
+
+    Args:
+        dataset_url: the target directory URL.
+        schema: the Unischema of the rows; every field must be a column of the Ray Dataset.
+        row_group_size_mb: uncompressed size of a row group.
+        file_size_mb: start a new file once a file holds about this much.
+        mode: ``'error'`` refuses a non-empty target; ``'overwrite'`` replaces it on commit.
+        compression: Parquet compression codec name, or None.
+        storage_options: fsspec options for remote URLs.
+        filesystem: a ready pyarrow or fsspec filesystem instead of resolving ``dataset_url``.
+        legacy_metadata: also store Petastorm's pickled schema entry (see :func:`petastorm.write_dataset`).
+
+    Raises:
+        SchemaError: ``schema`` is not a Unischema.
+        ValueError: an option is invalid.
     """
 
     def __init__(self, dataset_url: str, schema: Unischema, *, row_group_size_mb: float = 32,
@@ -46,53 +56,58 @@ class PetastormDatasink(Datasink[dict]):
                  storage_options: dict | None = None, filesystem: Any = None, legacy_metadata: bool = True) -> None:
         if not isinstance(schema, Unischema):
             raise SchemaError(f'write_petastorm needs a Unischema, got {type(schema).__name__}')
-        _validate_options(row_group_size_mb, file_size_mb, mode, None, compression)
+        check_write_options(row_group_size_mb, file_size_mb, mode, None, compression)
         self._url = dataset_url
         self._schema = schema
         self._row_group_bytes = int(row_group_size_mb * _MB)
         self._file_bytes = int(file_size_mb * _MB)
-        self._replace = mode == 'overwrite'
         self._compression = compression
         self._legacy_metadata = legacy_metadata
-        self._fs, self._root = resolve_url(dataset_url, storage_options, filesystem)
-        self._arrow_schema = pa.schema([pa.field(f.name, arrow_type_of_field(f), nullable=bool(f.nullable))
-                                        for f in schema.fields.values()])
-        self._staging = posixpath.join(self._root, f'_petastorm_staging-{uuid.uuid4().hex}')
-        self._created_root = False
+        fs, root = resolve_url(dataset_url, storage_options, filesystem)
+        self._staged = StagedWrite(dataset_url, fs, root, replace=mode == 'overwrite')
+        self._arrow_schema = schema.as_pyarrow_schema()
 
     def get_name(self) -> str:
+        """The name Ray shows for the write operator."""
         return 'WritePetastorm'
 
     def on_write_start(self, schema: Any = None) -> None:
-        existing = self._fs.get_file_info(self._root)
-        if existing.type == pafs.FileType.File:
-            raise FileExistsError(f'cannot write a dataset to {self._url}: it is a file')
-        if existing.type == pafs.FileType.Directory and not self._replace and self._fs.get_file_info(
-                pafs.FileSelector(self._root, recursive=False)):
-            raise FileExistsError(f'cannot write a dataset to {self._url}: the directory is not empty '
-                                  f"(pass mode='overwrite' to replace it)")
-        self._created_root = existing.type == pafs.FileType.NotFound
-        self._fs.create_dir(self._staging, recursive=True)
+        """Check the target and make the staging directory (on the driver, before any write task).
+
+        Raises:
+            FileExistsError: the target is a file, or a non-empty directory and ``mode`` is not ``'overwrite'``.
+        """
+        self._staged.begin()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict:
-        """Encode the rows of ``blocks`` and write them as Parquet files into the staging directory."""
-        roller = _FileRoller(self._fs, self._staging, self._arrow_schema, self._row_group_bytes, self._file_bytes,
-                             self._compression)
+        """Encode the rows of ``blocks`` and write them as Parquet files into the staging directory.
+
+        Returns:
+            ``{file name: [rows of each row group]}`` of the files written.
+
+        Raises:
+            SchemaError: a schema field has no column in the blocks, or a value does not follow the schema.
+        """
+        roller = self._staged.file_roller(self._arrow_schema, self._row_group_bytes, self._file_bytes,
+                                          self._compression)
         names = list(self._schema.fields)
         written = 0
         try:
             for block in blocks:
                 accessor = BlockAccessor.for_block(block)
-                missing = [name for name in names if name not in accessor.column_names()]
+                columns = accessor.to_numpy()  # every column of the block: {name: ndarray}
+                if not isinstance(columns, dict):
+                    raise SchemaError(f'write_petastorm to {self._url}: expected blocks of named columns, got a '
+                                      f'{type(block).__name__} holding one unnamed array')
+                missing = [name for name in names if name not in columns]
                 if missing:
                     raise SchemaError(f'write_petastorm to {self._url}: the dataset has no column for the schema '
-                                      f'fields {missing} (its columns: {", ".join(accessor.column_names())})')
-                columns = accessor.to_batch_format('numpy')
+                                      f'fields {missing} (its columns: {", ".join(columns)})')
                 for start in range(0, accessor.num_rows(), _ENCODE_ROWS):
                     stop = min(start + _ENCODE_ROWS, accessor.num_rows())
                     # Encoding is per value (an image is one PNG): rows are the codecs' unit here.
                     rows = [{name: columns[name][i] for name in names} for i in range(start, stop)]
-                    roller.add(_encode_chunk(self._schema, self._arrow_schema, rows, written + start))
+                    roller.add(encode_rows(self._schema, self._arrow_schema, rows, written + start))
                 written += accessor.num_rows()
             roller.finish()
         except BaseException:
@@ -101,30 +116,22 @@ class PetastormDatasink(Datasink[dict]):
         return roller.row_groups
 
     def on_write_complete(self, write_result: WriteResult[dict]) -> None:
-        """Move every task's files into place, then write the metadata: the dataset exists only now."""
+        """Move every task's files into place, then write the metadata: the dataset exists only now.
+
+        Raises:
+            SchemaError: no rows were written (the write is rolled back).
+            DatasetWriteError: the storage failed; the write was rolled back.
+        """
         row_groups: dict[str, list[int]] = {}
         for task_row_groups in write_result.write_returns:
             row_groups.update(task_row_groups or {})
-        try:
+        with self._staged.rolling_back_on_error():
             if not row_groups:
                 raise SchemaError(f'write_petastorm got no rows for {self._url}; nothing was written')
-            _commit(self._fs, self._root, self._staging, list(row_groups), replace=self._replace)
-            write_dataset_metadata(self._fs, self._root, self._schema, row_groups,
-                                   legacy_metadata=self._legacy_metadata)
-        except BaseException as err:
-            for name in row_groups:  # files already moved into place by a commit that failed half-way
-                _remove_quietly(self._fs, posixpath.join(self._root, name))
-            self._roll_back()
-            if isinstance(err, (OSError, pa.ArrowException)) and not isinstance(err, FileExistsError):
-                raise DatasetWriteError(f'writing the dataset {self._url} failed and was rolled back: {err}') from err
-            raise
+            self._staged.commit(self._schema, row_groups, legacy_metadata=self._legacy_metadata)
         logger.info('wrote %d rows in %d files to %s', write_result.num_rows, len(row_groups), self._url)
 
     def on_write_failed(self, error: Exception) -> None:
+        """Remove the staging directory (and a target directory the write created) after a failed task."""
         logger.debug('write_petastorm to %s failed (%s); removing its staging files', self._url, error)
-        self._roll_back()
-
-    def _roll_back(self) -> None:
-        _remove_quietly(self._fs, self._staging)
-        if self._created_root:
-            _remove_quietly(self._fs, self._root)
+        self._staged.roll_back()

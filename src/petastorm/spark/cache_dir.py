@@ -1,5 +1,6 @@
-"""Where converters keep their Parquet copies: the parent cache directory URL, the per-DataFrame subdirectory,
-the files written there, and deleting them.
+"""Where converters keep their Parquet copies.
+
+The parent cache directory URL, the per-DataFrame subdirectory, the files written there, and deleting them.
 
 The parent directory comes from the Spark conf ``petastorm.spark.converter.parentCacheDirUrl``. Spark writes the
 files and our readers read them, so the URL must name storage both can reach: ``file:///...`` (a local disk in
@@ -101,7 +102,9 @@ def check_parent_cache_dir_url(url: Any) -> str:
 
 
 def warn_if_local_dir_on_cluster(url: str, master: str | None, connect_server_host: str | None = None) -> None:
-    """A ``file://`` cache outside ``/dbfs`` and ``/Volumes`` only works when every Spark task, and the Spark
+    """Refuse a ``file://`` cache that the Spark driver or tasks cannot reach.
+
+    A ``file://`` cache outside ``/dbfs`` and ``/Volumes`` only works when every Spark task, and the Spark
     driver, run on this machine.
 
     Args:

@@ -82,6 +82,7 @@ class ConverterCache:
             return None
 
     def add(self, entry: CacheEntry) -> None:
+        """Remember a converter's copy so that an equal DataFrame converted later reuses it."""
         with self.lock:
             self._entries.append(entry)
 
@@ -100,6 +101,7 @@ class ConverterCache:
             self._created = [url for url in self._created if url != dir_url]
 
     def created_here(self, dir_url: str) -> bool:
+        """Whether this process wrote the directory (and so removes it at exit unless it was deleted)."""
         with self.lock:
             return dir_url in self._created
 

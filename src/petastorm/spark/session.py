@@ -20,8 +20,10 @@ _LOOPBACK_HOSTS = frozenset({'localhost', '127.0.0.1', '::1', '[::1]', '0.0.0.0'
 
 
 class ClassicSessionRequiredError(PetastormError, TypeError):
-    """A function that needs the JVM of a classic SparkSession (RDDs, the Hadoop configuration) got a Spark
-    Connect session."""
+    """A Spark Connect session was given to a function that needs a classic SparkSession.
+
+    Such functions use the session's JVM (RDDs, the Hadoop configuration), which a Connect client does not have.
+    """
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -85,8 +87,10 @@ def connect_server_host(spark: Any) -> str | None:
 
 
 def remote_connect_host(spark: Any) -> str | None:
-    """The host of the Spark Connect server when it is another machine; None for a classic session, a server on
-    loopback, or an unknown host. In ``local[*]`` mode the server's driver writes the cache files, so this decides
-    what a local ``file://`` directory means."""
+    """The host of the Spark Connect server when it is another machine.
+
+    None for a classic session, a server on loopback, or an unknown host. In ``local[*]`` mode the server's driver
+    writes the cache files, so this decides what a local ``file://`` directory means.
+    """
     host = connect_server_host(spark)
     return None if host is None or host.lower() in _LOOPBACK_HOSTS else host

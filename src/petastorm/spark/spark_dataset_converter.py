@@ -244,8 +244,11 @@ def _full_file_url(url: str) -> str:
 
 
 def _converter_for_spark_path(path: str) -> SparkDatasetConverter:
-    """A converter for a saved Parquet directory named by a scheme-less path, qualified the way Spark qualifies it
-    (against its default filesystem, ``file:`` in local mode), since Spark is what wrote and names such paths."""
+    """A converter for a saved Parquet directory named by a scheme-less path.
+
+    The path is qualified the way Spark qualifies it (against its default filesystem, ``file:`` in local mode),
+    since Spark is what wrote and names such paths.
+    """
     saved = _get_spark_session().read.parquet(path)
     files = list(saved.inputFiles())
     if not files:

@@ -38,7 +38,7 @@ class ReaderMock:
     """
 
     def __init__(self, schema: Unischema, schema_data_generator: Callable[[Unischema], dict[str, Any]],
-                 ngram: Any = None):
+                 ngram: Any = None) -> None:
         if ngram is not None:
             raise ValueError('ReaderMock does not support NGram output yet (pass ngram=None)')
         self.schema = schema

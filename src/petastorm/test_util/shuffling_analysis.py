@@ -52,8 +52,9 @@ class CorrelationDistribution(NamedTuple):
 
 def generate_shuffle_analysis_dataset(spark: Any, output_dataset_url: str, num_rows: int = 1000,
                                       row_group_size: int = 100) -> None:
-    """Write ``num_rows`` rows of :data:`ShuffleAnalysisSchema` (``id`` = 0, 1, ...) in row groups of
-    ``row_group_size`` rows.
+    """Write ``num_rows`` rows of :data:`ShuffleAnalysisSchema` (``id`` = 0, 1, ...).
+
+    Row groups hold ``row_group_size`` rows each.
 
     Args:
         spark: a SparkSession, or None to write without Spark through :func:`petastorm.write_dataset`.

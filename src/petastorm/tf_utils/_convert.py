@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 # Petastorm widened these before making tensors; TensorFlow kernels rarely accept the unsigned originals.
-_WIDENED = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
+_WIDENED: dict[np.dtype, np.dtype] = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
 _EPOCH = np.datetime64(0, 'ns')
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from petastorm.batch import ColumnBatch
-from petastorm.unischema import Unischema, UnischemaField, numpy_to_tf_dtype, tf_dtype_name
+from petastorm.tf_utils._dtypes import numpy_to_tf_dtype, tf_dtype_name
+from petastorm.unischema import Unischema, UnischemaField
 
 
 def _numpy_to_tf_dtypes(numpy_dtype: Any) -> Any:

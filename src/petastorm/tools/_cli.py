@@ -1,5 +1,6 @@
-"""What the command-line tools share: progress on stderr, one-line errors, exit codes, ``--version`` and
-``--storage-options``.
+"""What the command-line tools share.
+
+Progress on stderr, one-line errors, exit codes, ``--version`` and ``--storage-options``.
 
 Every tool exits with:
 
@@ -46,9 +47,31 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def error_label(err: BaseException) -> str:
-    """The kind of error shown after a failure's message: the exception's class name, or, for an error carried
-    back from another process, the class name of the original (its ``error_type`` attribute)."""
+    """The kind of error shown after a failure's message.
+
+    The exception's class name, or, for an error carried back from another process, the class name of the
+    original (its ``error_type`` attribute).
+    """
     return getattr(err, 'error_type', None) or type(err).__name__
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever ``sys.stderr`` is when a record is emitted.
+
+    A tool run in-process (a script calling ``main``, a test capturing output) may replace and close
+    ``sys.stderr`` after the handler was added; a handler holding the old stream would then fail on every record.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # the stream is always the current sys.stderr
 
 
 def configure_progress_logging() -> None:
@@ -56,7 +79,7 @@ def configure_progress_logging() -> None:
     root = logging.getLogger('petastorm')
     if any(getattr(h, _PROGRESS_HANDLER, False) for h in root.handlers):
         return  # a second call in the same process (tests, wrappers) must not duplicate every line
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderrHandler()
     handler.setFormatter(logging.Formatter('%(asctime)s %(message)s', datefmt='%H:%M:%S'))
     setattr(handler, _PROGRESS_HANDLER, True)
     root.addHandler(handler)
@@ -112,11 +135,14 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
                 text = f.read()
         except OSError as err:
             raise UsageError(f'{source} cannot be read: {err.strerror}') from err
+        except UnicodeDecodeError as err:
+            # Only the position: the bytes themselves may be part of a secret.
+            raise UsageError(f'{source} is not UTF-8 text (an invalid byte at position {err.start})') from err
     stripped = text.strip()
     if from_file or stripped.startswith('{'):
         try:
             options = json.loads(stripped)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             # The position is enough to find the mistake; the text itself may hold a secret.
             raise UsageError(f'{source} is not valid JSON ({err.msg} at character {err.pos})') from err
         if not isinstance(options, dict):

@@ -1,8 +1,8 @@
-"""Copy a Petastorm dataset with Spark, optionally keeping only some fields and rows (``petastorm-copy-dataset.py``).
+r"""Copy a Petastorm dataset with Spark, optionally keeping only some fields and rows (``petastorm-copy-dataset.py``).
 
 Example::
 
-    petastorm-copy-dataset.py file:///data/full file:///data/images_only --field-regex 'id' 'image.*' \\
+    petastorm-copy-dataset.py file:///data/full file:///data/images_only --field-regex 'id' 'image.*' \
         --not-null-fields image1 --partition-count 8 --row-group-size-mb 64 --master 'local[*]'
 """
 
@@ -127,8 +127,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:
-    """Start a Spark session as the arguments configure it (or join the active one), copy, and stop the session if
-    it was started here: a script calling :func:`_main` keeps its own session."""
+    """Start a Spark session as the arguments configure it (or join the active one) and copy.
+
+    The session is stopped only if it was started here: a script calling :func:`_main` keeps its own session.
+    """
     from pyspark.sql import SparkSession
 
     already_active = SparkSession.getActiveSession() is not None
@@ -152,8 +154,10 @@ def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:
 
 
 def _main(argv: Sequence[str]) -> None:
-    """Run the tool in this process on ``argv`` (without the program name), raising what :func:`copy_dataset`
-    raises (e.g. Spark's ``AnalysisException`` for an existing target without ``--overwrite``).
+    """Run the tool in this process on ``argv`` (without the program name).
+
+    It raises what :func:`copy_dataset` raises (e.g. Spark's ``AnalysisException`` for an existing target without
+    ``--overwrite``).
 
     :func:`main` is the command line: it checks the arguments before Spark starts and turns failures into a
     one-line message and an exit code.

@@ -1,5 +1,6 @@
-"""Spark session options shared by the command-line tools: ``--master`` or ``--remote``, and
-``--spark-session-config``.
+"""Spark session options shared by the command-line tools.
+
+``--master`` or ``--remote``, and ``--spark-session-config``.
 
 Example::
 
@@ -17,8 +18,11 @@ from typing import Any
 __all__ = ['add_configure_spark_arguments', 'configure_spark']
 
 def add_configure_spark_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--master``, ``--remote`` and ``--spark-session-config KEY=VALUE ...`` to ``parser`` (returned for
-    chaining)."""
+    """Add ``--master``, ``--remote`` and ``--spark-session-config KEY=VALUE ...`` to ``parser``.
+
+    Returns:
+        ``parser``, for chaining.
+    """
     group = parser.add_argument_group('Spark session')
     group.add_argument('--master', type=str, default=None,
                        help='Spark master URL, e.g. local[*] or yarn; the Spark default when omitted')
@@ -42,8 +46,7 @@ def _parse_pairs(pairs: list[str] | None) -> list[tuple[str, str]]:
 
 
 def configure_spark(builder: Any, args: argparse.Namespace) -> Any:
-    """Apply the parsed ``--master`` or ``--remote`` and ``--spark-session-config`` options to a
-    ``SparkSession.Builder``.
+    """Apply the parsed ``--master``/``--remote`` and ``--spark-session-config`` options to a builder.
 
     Args:
         builder: ``SparkSession.builder`` (or any object with ``master(url)``, ``remote(url)`` and
