@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
-from petastorm._cache_values import MAGIC
+from petastorm.cache._values import MAGIC
 from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
 from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.local_disk_cache import CacheLocationError, LocalDiskCache, UncacheableValueError
@@ -321,7 +321,7 @@ def test_damaged_or_crafted_value_entries_are_read_again_and_run_nothing(tmp_pat
         entry.write_bytes(MAGIC + (5).to_bytes(8, 'little') + b'{{{{{')
     else:
         entry.write_bytes(b'\x80\x04K*.')  # a pickle of 42
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         assert cache.get('key', lambda: 'again') == 'again'
     assert 'unreadable local disk cache entry' in caplog.text
     assert not marker.exists()
@@ -348,7 +348,7 @@ def test_an_unreadable_entry_is_read_again(tmp_path, caplog):
     cache.get('key', lambda: _table(1))
     [entry] = (tmp_path / 'c' / 'entries').rglob('*.arrow')
     entry.write_bytes(b'not arrow')
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         assert cache.get('key', lambda: _table(2)).equals(_table(2))
     assert 'unreadable local disk cache entry' in caplog.text
     assert cache.get('key', lambda: pytest.fail('should hit')).equals(_table(2))
@@ -367,7 +367,7 @@ def test_constructor_validation(tmp_path, caplog):
         LocalDiskCache(tmp_path / 'c', LIMIT, 1000, eviction_policy='random')
     with pytest.raises(ValueError, match='cache_location'):
         LocalDiskCache(None, LIMIT, 1000)
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         LocalDiskCache(tmp_path / 'c', LIMIT, 1000, timeout=60)
     assert "ignores the settings ['timeout']" in caplog.text
 

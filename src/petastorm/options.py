@@ -6,12 +6,12 @@ Internals receive :class:`ReaderOptions`, never the raw keyword arguments.
 from __future__ import annotations
 
 import numbers
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from petastorm.cache import check_cache_arguments
 from petastorm.distributed import SHARD_MODES, resolve_shard
 from petastorm.plan import REMAINDER_POLICIES
 from petastorm.pools import POOL_KINDS
@@ -134,11 +134,8 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
     if zmq_copy_buffers is not True:
         warnings.warn('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
                       'shared memory.', DeprecationWarning, stacklevel=3)
-    cache_type = NULL_CACHE if cache_type is None else cache_type
-    if cache_type not in (NULL_CACHE, LOCAL_DISK_CACHE):
-        raise ValueError(f'Unknown cache_type: {cache_type!r}; expected {NULL_CACHE!r} or {LOCAL_DISK_CACHE!r}')
-    if cache_type == LOCAL_DISK_CACHE:
-        _check_local_disk_cache(cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings)
+    cache_type = check_cache_arguments(cache_type, cache_location, cache_size_limit, cache_row_size_estimate,
+                                       cache_extra_settings)
     if rowgroup_selector is not None:
         from petastorm.selectors import RowGroupSelectorBase
 
@@ -165,16 +162,6 @@ def validate_options(*, dataset_url_or_urls: Any, batched_output: bool,
         filters=filters, storage_options=storage_options, filesystem=filesystem,
         convert_early_to_numpy=bool(convert_early_to_numpy), shard_mode=shard_mode,
         shard_remainder=shard_remainder, shard_source=shard_source)
-
-
-def _check_local_disk_cache(location: Any, size_limit: Any, row_size_estimate: Any, extra_settings: Any) -> None:
-    if not isinstance(location, (str, os.PathLike)) or not os.fspath(location):
-        raise ValueError(f"cache_type='local-disk' needs cache_location, a local directory path; got {location!r}")
-    _check_positive_int('cache_size_limit', size_limit)
-    if row_size_estimate is not None:
-        _check_positive_int('cache_row_size_estimate', row_size_estimate)
-    if extra_settings is not None and not isinstance(extra_settings, dict):
-        raise ValueError(f'cache_extra_settings must be a dict or None, got {type(extra_settings).__name__}')
 
 
 def _is_expression(value: Any) -> bool:

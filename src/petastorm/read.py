@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.cache import RowGroupCache
+from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.codecs import stack_or_objects
 from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
 from petastorm.metadata.store import RowGroupPiece
@@ -62,7 +62,7 @@ class ReadContext:
         filter_columns: columns the filter expression reads.
         partition_names: hive partition columns (not stored in the files).
         ngram: the NGram whose windows to form, or None.
-        cache: caches the raw row-group columns read from the files, or None.
+        cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them in
             ``'.meta'``; off by default, then nothing is measured.
         result_schema: the schema after the transform, against which the first result of the transform function
@@ -167,7 +167,10 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
     for field in fields:
         column = table.column(field.name)
         try:
-            if field.codec is not None:
+            cached = cached_decoded_values(field, column)  # from a decoded-column cache entry: already decoded
+            if cached is not None:
+                columns[field.name] = cached
+            elif field.codec is not None:
                 # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
                 columns[field.name] = field.codec.decode_column(field, column)
             else:

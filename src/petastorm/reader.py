@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from petastorm.cache import NullCache, RowGroupCache, file_stamps, make_cache
+from petastorm.cache import RowGroupCache, make_cache, make_row_group_cache
 from petastorm.distributed import Stage, StreamPosition
 from petastorm.fs import normalize_dir_url, resolve_location
 from petastorm.metadata.store import (
@@ -103,9 +103,11 @@ def make_reader(dataset_url, schema_fields=None, reader_pool_type='thread', work
             SLURM), read once here; see :func:`petastorm.distributed.detect_rank_and_world_size`.
         shard_count: number of shards (``'auto'``: the world size, found as for ``cur_shard``).
         shard_seed: deprecated; use ``seed``.
-        cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
-            in a local directory, for later epochs (removed when the reader exits, as in Petastorm; pass
-            ``cache_extra_settings={'cleanup': False}`` to keep it for later readers).
+        cache_type: ``'null'`` (default), ``'local-disk'``: keep the raw row-group columns read from the files
+            in a local directory, for later epochs, or ``'local-disk-decoded'``: keep them with their images and
+            arrays decoded, so later epochs skip the decoding too (see :mod:`petastorm.cache`). The cache is
+            removed when the reader exits, as in Petastorm; pass ``cache_extra_settings={'cleanup': False}`` to
+            keep it for later readers.
         cache_location, cache_size_limit, cache_row_size_estimate, cache_extra_settings: the directory, size limit
             (bytes), expected entry size and more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`.
         hdfs_driver: ``'libhdfs3'`` or ``'libhdfs'`` (for ``hdfs://`` URLs).
@@ -180,7 +182,7 @@ class Reader(ResumableReader):
         num_epochs: epochs per pass.
         last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
-        cache: the cache of raw row-group columns (a ``NullCache`` unless ``cache_type='local-disk'``).
+        cache: the cache of row groups (a ``NullCache`` unless ``cache_type`` is a local-disk type).
     """
 
     def __init__(self, options: ReaderOptions, *, time_stages: bool = False):
@@ -240,6 +242,7 @@ class Reader(ResumableReader):
         expression = filter_expression(options.filters)
         partition_names = tuple(self.dataset.partition_names)
         candidates = list(dict.fromkeys(list(stored.fields) + list(partition_names)))
+        filter_columns = columns_of_expression(expression, candidates) if expression is not None else ()
         return ReadContext(
             filesystem=self.dataset.filesystem,
             pieces=(),  # filled by _plan
@@ -252,17 +255,14 @@ class Reader(ResumableReader):
             batched_output=options.batched_output,
             shuffle_rows=options.shuffle_rows,
             filter_expression=expression,
-            filter_columns=columns_of_expression(expression, candidates) if expression is not None else (),
+            filter_columns=filter_columns,
             partition_names=partition_names,
             ngram=self.ngram,
-            cache=self._row_group_cache())
+            cache=self._row_group_cache(stored, filter_columns))
 
-    def _row_group_cache(self) -> RowGroupCache | None:
-        if isinstance(self.cache, NullCache):
-            return None
-        # Size and modification time of every file go into the keys: a rewritten file is never served stale.
-        return RowGroupCache(self.cache, str(self.dataset.url),
-                             file_stamps(self.dataset.filesystem, self.dataset.files))
+    def _row_group_cache(self, stored: Unischema, filter_columns: tuple[str, ...]) -> RowGroupCache | None:
+        return make_row_group_cache(self._options.cache_type, self.cache, str(self.dataset.url),
+                                    self.dataset.filesystem, self.dataset.files, stored.fields.values(), filter_columns)
 
     def _plan(self, stored: Unischema, pieces: list[RowGroupPiece], context: ReadContext) -> list[WorkItem]:
         options = self._options
