@@ -5,6 +5,8 @@ import decimal
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema, UnischemaField
 
 ROWS = 60
+BENCH = Path(__file__).resolve().parent.parent / 'benchmarks' / 'decoded_cache_bench.py'
 LIMIT = 200 << 20
 POOLS = ['dummy', 'thread', 'process']
 READERS = {'rows': make_reader, 'batches': make_batch_reader}
@@ -477,3 +480,13 @@ def test_ranks_of_one_node_decode_each_row_group_once(url, tmp_path):
         process.join(120)
     assert [p.exitcode for p in processes] == [0, 0]
     assert len(counter.read_text().split()) == _row_group_count(url)
+
+
+def test_the_decoded_cache_benchmark_runs(tmp_path):
+    completed = subprocess.run([sys.executable, str(BENCH), '--quick', '--data', str(tmp_path)], capture_output=True,
+                               text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr
+    rows = {line.split('|')[1].strip(): line for line in completed.stdout.splitlines() if line.startswith('| ')}
+    assert {'no cache', 'decoded cache, first epoch', 'decoded cache, later epochs'} <= set(rows)
+    assert 'decoded cache, first epoch / no cache: ' in completed.stdout
+    assert 'bytes on disk / Parquet store' in completed.stdout
