@@ -15,7 +15,13 @@ last batch, so reader start-up is included:
   decoded, later     --epochs epochs from that directory (one reader)
   HF <layout> <fmt>  --epochs epochs of ``Dataset.iter(batch_size=64)`` over the decoded files
 
+``--images photo`` stores photographs shipped with scikit-image (astronaut, coffee, chelsea, resized to 128x256)
+in the PNG column instead of the hello-world random pixels: PNG files that compress and cost more to decode, as
+real images do (random pixels make PNG decoding little more than a copy, the cheapest case for a loader and the
+dearest for a cache's first epoch).
+
 Usage: python benchmarks/decoded_cache_bench.py [--quick] [--rows 2000] [--rounds 3] [--epochs 3] [--data DIR]
+                                                [--images noise|photo] [--no-hf]
 """
 
 from __future__ import annotations
@@ -37,6 +43,19 @@ from petastorm import make_reader, write_dataset
 
 BATCH = 64
 IMAGE_SHAPE, ARRAY_SHAPE = (128, 256, 3), (4, 128, 30, 3)
+
+
+def photo_rows(count: int):
+    """Hello-world rows whose image is one of three photographs (shifted per row), the array random as there."""
+    import cv2
+    import numpy as np
+    from skimage import data
+
+    photos = [cv2.resize(getattr(data, name)(), IMAGE_SHAPE[1::-1], interpolation=cv2.INTER_AREA)
+              for name in ('astronaut', 'coffee', 'chelsea')]
+    for row in hello_rows(count):
+        row['image1'] = np.roll(photos[row['id'] % 3], row['id'] % 64, axis=1)
+        yield row
 
 
 def _load() -> str:
@@ -149,14 +168,17 @@ def main() -> None:
     parser.add_argument('--epochs', type=int, default=3, help='epochs per pass of the later-epoch cases')
     parser.add_argument('--data', default=None, help='where to keep the store, the caches and the HF files')
     parser.add_argument('--no-hf', action='store_true', help='leave out the Hugging Face pipeline')
+    parser.add_argument('--images', choices=('noise', 'photo'), default='noise',
+                        help='hello-world random pixels (default) or photographs in the PNG column')
     args = parser.parse_args()
     rows, rounds, epochs = (200, 1, 2) if args.quick else (args.rows, args.rounds, args.epochs)
     warnings.filterwarnings('ignore', category=UserWarning)
     root = Path(args.data or tempfile.mkdtemp(prefix='decoded_cache_bench_'))
-    store = root / f'hello{rows}'
+    store = root / f'hello{rows}' if args.images == 'noise' else root / f'photo{rows}'
     url = store.as_uri()
     if not store.exists():
-        write_dataset(url, HelloSchema, hello_rows(rows), row_group_size_mb=16)
+        write_dataset(url, HelloSchema, (hello_rows if args.images == 'noise' else photo_rows)(rows),
+                      row_group_size_mb=16)
     parquet_files = sorted(str(p) for p in store.rglob('*.parquet'))
     load_before = _load()
 
@@ -185,9 +207,9 @@ def main() -> None:
     medians = {case: statistics.median(p.rate for p in values) for case, values in passes.items()}
     cpu = {case: statistics.median(p.cpu_us for p in values) for case, values in passes.items()}
     parquet_bytes = _bytes(parquet_files)
-    print(f'hello world, {rows} rows, {len(parquet_files)} Parquet file(s), DataLoader batch {BATCH}, {rounds} '
-          f'interleaved rounds, later epochs {epochs} per pass (python {sys.version.split()[0]}, {os.cpu_count()} '
-          f'cores; load average {load_before} before, {_load()} after)')
+    print(f'hello world ({args.images} images), {rows} rows, {len(parquet_files)} Parquet file(s), DataLoader '
+          f'batch {BATCH}, {rounds} interleaved rounds, later epochs {epochs} per pass (python '
+          f'{sys.version.split()[0]}, {os.cpu_count()} cores; load average {load_before} before, {_load()} after)')
     print('| case | samples/s | CPU µs/sample |')
     print('|---|---:|---:|')
     for case, rate in medians.items():
