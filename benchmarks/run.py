@@ -7,7 +7,9 @@ the same run on the same data (see those scripts for what each limit is):
   reader   reader_bench.py: make_batch_reader vs a pyarrow scan; make_reader vs the decode limit on all cores
   torch    torch_bench.py:  BatchedDataLoader vs a pyarrow->torch loop; DataLoader vs make_reader alone; hello
            world with our image decoders vs OpenCV's, and the process pool vs the thread pool
-  cache    cache_bench.py:  a warm local disk cache over a slow filesystem vs reading the local files directly
+  cache    cache_bench.py:  a warm local disk cache over a slow filesystem vs reading the local files directly;
+           decoded_cache_bench.py: hello world through the decoded-column cache, later epochs vs a Hugging Face
+           datasets pipeline that decoded the images once, first epoch vs no cache
   storage  storage_bench.py: make_batch_reader from S3 (moto on loopback) vs from local disk
 
 Writes ``benchmarks.md`` and ``benchmarks.png`` into --output-dir (default, for a full run only: the repository's
@@ -165,7 +167,48 @@ def cache_cases(settings: Settings) -> list[Measurement]:
     return [Measurement('cache', f'warm local disk cache ({name})', 'rows/s', statistics.median(warm),
                         'local files, no cache', limit),
             Measurement('cache', f'cold cache, first epoch ({name})', 'rows/s', statistics.median(cold),
-                        'local files, no cache', limit)]
+                        'local files, no cache', limit),
+            *decoded_cache_cases(settings)]
+
+
+def decoded_cache_cases(settings: Settings) -> list[Measurement]:
+    import decoded_cache_bench as bench
+    from bench_datasets import HelloSchema, hello_rows
+
+    from petastorm import write_dataset
+
+    rows, epochs = (200, 2) if settings.quick else (2000, 3)
+    root = settings.data_root / 'decoded_cache'
+    store = root / f'hello{rows}'
+    if not store.exists():
+        write_dataset(store.as_uri(), HelloSchema, hello_rows(rows), row_group_size_mb=16)
+    # The quick run leaves out the Hugging Face pipeline (its one-time decode starts two processes).
+    prepared = {} if settings.quick else bench.hf_prepare(sorted(str(p) for p in store.rglob('*.parquet')), root)
+    bench.loader_pass(store.as_uri(), 1)  # warm-up: lazy imports, image decoders, the page cache of the store
+    rates: dict[str, list[float]] = {}
+    for repeat in range(settings.repeats):  # interleaved: a change of load hits every case alike
+        cache_dir = root / f'cache{repeat}'
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        cache = bench.cache_arguments(cache_dir)
+        rates.setdefault('none', []).append(bench.loader_pass(store.as_uri(), 1).rate)
+        rates.setdefault('first', []).append(bench.loader_pass(store.as_uri(), 1, **cache).rate)
+        rates.setdefault('later', []).append(bench.loader_pass(store.as_uri(), epochs, **cache).rate)
+        for layout, (dataset, _, _) in prepared.items():
+            for fmt in ('torch', 'numpy'):
+                rates.setdefault(f'HF {layout}, {fmt}', []).append(bench.hf_pass(dataset, fmt, epochs).rate)
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    medians = {case: statistics.median(values) for case, values in rates.items()}
+    case = 'hello DataLoader bs64, decoded cache'
+    found = [Measurement('cache', f'{case}, first epoch', 'rows/s', medians['first'], 'no cache', medians['none'])]
+    hf = {name: rate for name, rate in medians.items() if name.startswith('HF ')}
+    if hf:
+        best = max(hf, key=hf.__getitem__)
+        found.append(Measurement('cache', f'{case}, later epochs', 'rows/s', medians['later'],
+                                 f'{best} (decoded once)', hf[best]))
+    else:
+        found.append(Measurement('cache', f'{case}, later epochs', 'rows/s', medians['later'], 'no cache',
+                                 medians['none']))
+    return found
 
 
 def storage_cases(settings: Settings) -> list[Measurement]:

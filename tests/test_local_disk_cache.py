@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
-from petastorm._cache_values import MAGIC
 from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
+from petastorm.cache._values import MAGIC
 from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.local_disk_cache import CacheLocationError, LocalDiskCache, UncacheableValueError
 from petastorm.ngram import NGram
@@ -139,6 +139,47 @@ def test_miss_fills_once_then_hits_from_an_arrow_ipc_file(tmp_path):
     assert cache.volume() == entries[0].stat().st_size
     assert cache.get('other key', lambda: _table(2)).equals(_table(2))
     assert len(list((tmp_path / 'c' / 'entries').rglob('*.arrow'))) == 2
+
+
+def _table_of_every_kind(rows=5):
+    ints = pa.array(range(rows), type=pa.int32())
+    return pa.table({
+        'int': ints,
+        'float with nulls': pa.array([None if i == 2 else i / 3 for i in range(rows)]),
+        'bool': pa.array([i % 2 == 0 for i in range(rows)]),
+        'string': pa.array([f'row {i}' * i for i in range(rows)]),
+        'binary': pa.array([bytes([i]) * i for i in range(rows)], type=pa.large_binary()),
+        'decimal': pa.array([decimal.Decimal(i) / 8 for i in range(rows)], type=pa.decimal128(6, 3)),
+        'timestamp': pa.array(np.arange(rows).astype('datetime64[ms]')),
+        'list': pa.array([list(range(i)) for i in range(rows)]),
+        'fixed list': pa.FixedSizeListArray.from_arrays(pa.array(np.arange(rows * 2, dtype=np.float32)), 2),
+        'struct': pa.StructArray.from_arrays([ints, pa.array([str(i) for i in range(rows)])], names=['a', 'b']),
+        'tensor': pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.uint8(), (2, 2)),
+                                                 pa.FixedSizeListArray.from_arrays(
+                                                     pa.array(np.arange(rows * 4, dtype=np.uint8)), 4)),
+        'dictionary': pa.array(['a', 'b', 'a', 'c', 'b'][:rows]).dictionary_encode(),
+    })
+
+
+def test_tables_come_back_equal_and_writable_without_changing_the_entry(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    table = _table_of_every_kind()
+    cache.get('key', lambda: table)
+    [entry] = (tmp_path / 'c' / 'entries').rglob('*.arrow')
+    stored = entry.read_bytes()
+    hit = cache.get('key', lambda: pytest.fail('should hit'))
+    assert hit.equals(table)
+    assert hit.schema == table.schema
+    ints = np.frombuffer(hit.column('int').chunk(0).buffers()[1], dtype=np.int32)
+    values = hit.column('tensor').chunk(0).storage.values
+    pixels = np.frombuffer(values.buffers()[1], dtype=np.uint8)
+    # Views of the entry's pages, writable as a decoded column without the cache: a write changes a private copy.
+    assert ints.flags.writeable
+    assert pixels.flags.writeable
+    ints[:] = -1
+    pixels[:] = 0
+    assert entry.read_bytes() == stored
+    assert cache.get('key', lambda: pytest.fail('should hit')).equals(table)
 
 
 def test_cache_pickles_as_its_settings_and_works_in_the_copy(tmp_path):
@@ -321,7 +362,7 @@ def test_damaged_or_crafted_value_entries_are_read_again_and_run_nothing(tmp_pat
         entry.write_bytes(MAGIC + (5).to_bytes(8, 'little') + b'{{{{{')
     else:
         entry.write_bytes(b'\x80\x04K*.')  # a pickle of 42
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         assert cache.get('key', lambda: 'again') == 'again'
     assert 'unreadable local disk cache entry' in caplog.text
     assert not marker.exists()
@@ -348,7 +389,7 @@ def test_an_unreadable_entry_is_read_again(tmp_path, caplog):
     cache.get('key', lambda: _table(1))
     [entry] = (tmp_path / 'c' / 'entries').rglob('*.arrow')
     entry.write_bytes(b'not arrow')
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         assert cache.get('key', lambda: _table(2)).equals(_table(2))
     assert 'unreadable local disk cache entry' in caplog.text
     assert cache.get('key', lambda: pytest.fail('should hit')).equals(_table(2))
@@ -367,7 +408,7 @@ def test_constructor_validation(tmp_path, caplog):
         LocalDiskCache(tmp_path / 'c', LIMIT, 1000, eviction_policy='random')
     with pytest.raises(ValueError, match='cache_location'):
         LocalDiskCache(None, LIMIT, 1000)
-    with caplog.at_level(logging.WARNING, logger='petastorm.local_disk_cache'):
+    with caplog.at_level(logging.WARNING, logger='petastorm.cache'):
         LocalDiskCache(tmp_path / 'c', LIMIT, 1000, timeout=60)
     assert "ignores the settings ['timeout']" in caplog.text
 

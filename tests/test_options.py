@@ -33,7 +33,7 @@ def test_options_are_frozen_and_normalized():
     options = validate_options(dataset_url_or_urls=['file:///a', 'file:///b'], batched_output=False,
                                cur_shard=1, shard_count=3, seed=7)
     assert options.dataset_url_or_urls == ('file:///a', 'file:///b')
-    assert options.shard.shard == 1 and options.shard.count == 3 and options.shard.mode == 'row_groups'
+    assert (options.shard.shard, options.shard.count, options.shard.mode) == (1, 3, 'row_groups')
     with pytest.raises(AttributeError):
         options.seed = 8  # type: ignore[misc]
     assert isinstance(options, ReaderOptions)

@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
+from petastorm.cache import LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE, NULL_CACHE, CacheType, check_cache_arguments
 from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.transform import TransformSpec
 
-NULL_CACHE: Final = 'null'
-LOCAL_DISK_CACHE: Final = 'local-disk'
+__all__ = ['LOCAL_DISK_CACHE', 'LOCAL_DISK_DECODED_CACHE', 'NULL_CACHE', 'CacheType', 'HdfsDriver', 'PoolType',
+           'ReaderOptions', 'reader_arguments', 'validate_options']
 
 #: ``reader_pool_type``: inline reference, threads, or worker processes.
 PoolType = Literal['thread', 'process', 'dummy']
-#: ``cache_type``: no cache, or the raw row groups on local disk.
-CacheType = Literal['null', 'local-disk']
 #: ``hdfs_driver``.
 HdfsDriver = Literal['libhdfs3', 'libhdfs']
 
@@ -63,7 +61,7 @@ class ReaderOptions:
     cur_shard: int | None = None
     shard_count: int | None = None
     shard_seed: int | None = None
-    cache_type: CacheType = NULL_CACHE
+    cache_type: CacheType = 'null'
     cache_location: str | None = None
     cache_size_limit: int | None = None
     cache_row_size_estimate: int | None = None
@@ -137,12 +135,8 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
     _check_order(raw)
     cur_shard, shard_count, shard_source = _check_shards(raw)
     _warn_about_deprecated(raw)
-    cache_type = NULL_CACHE if raw.cache_type is None else raw.cache_type
-    if cache_type not in (NULL_CACHE, LOCAL_DISK_CACHE):
-        raise ValueError(f'Unknown cache_type: {cache_type!r}; expected {NULL_CACHE!r} or {LOCAL_DISK_CACHE!r}')
-    if cache_type == LOCAL_DISK_CACHE:
-        _check_local_disk_cache(raw.cache_location, raw.cache_size_limit, raw.cache_row_size_estimate,
-                                raw.cache_extra_settings)
+    cache_type = check_cache_arguments(raw.cache_type, raw.cache_location, raw.cache_size_limit,
+                                       raw.cache_row_size_estimate, raw.cache_extra_settings)
     _check_row_hooks(raw)
     if raw.hdfs_driver not in ('libhdfs3', 'libhdfs'):
         raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
@@ -226,16 +220,6 @@ def _check_row_hooks(raw: ReaderOptions) -> None:
     if filters is not None and not isinstance(filters, Sequence) and not _is_expression(filters):
         raise ValueError(f'filters must be a list of (column, op, value) tuples, a list of such lists, or a '
                          f'pyarrow.compute.Expression; got {filters!r}')
-
-
-def _check_local_disk_cache(location: Any, size_limit: Any, row_size_estimate: Any, extra_settings: Any) -> None:
-    if not isinstance(location, (str, os.PathLike)) or not os.fspath(location):
-        raise ValueError(f"cache_type='local-disk' needs cache_location, a local directory path; got {location!r}")
-    _check_positive_int('cache_size_limit', size_limit)
-    if row_size_estimate is not None:
-        _check_positive_int('cache_row_size_estimate', row_size_estimate)
-    if extra_settings is not None and not isinstance(extra_settings, dict):
-        raise ValueError(f'cache_extra_settings must be a dict or None, got {type(extra_settings).__name__}')
 
 
 def _is_expression(value: Any) -> bool:

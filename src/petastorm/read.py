@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.batch import ColumnBatch
-from petastorm.cache import RowGroupCache
+from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
 from petastorm.metadata.store import RowGroupPiece
@@ -52,7 +52,7 @@ class ReadContext:
         partition_names: hive partition columns (not stored in the files).
         transform: the transform and what it must produce, or None.
         ngram: the NGram whose windows to form, or None.
-        cache: caches the raw row-group columns read from the files, or None.
+        cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them with
             the batch; off by default, then nothing is measured.
     """
@@ -153,7 +153,10 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
     for field in fields:
         column = table.column(field.name)
         try:
-            if field.codec is not None:
+            cached = cached_decoded_values(field, column)  # from a decoded-column cache entry: already decoded
+            if cached is not None:
+                columns[field.name] = cached
+            elif field.codec is not None:
                 # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
                 columns[field.name] = field.codec.decode_column(field, column)
             else:

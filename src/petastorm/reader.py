@@ -99,9 +99,11 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             SLURM), read once here; see :func:`petastorm.distributed.detect_rank_and_world_size`.
         shard_count: number of shards (``'auto'``: the world size, found as for ``cur_shard``).
         shard_seed: deprecated; use ``seed``.
-        cache_type: ``'null'`` (default) or ``'local-disk'``: keep the raw row-group columns read from the files
-            in a local directory, for later epochs (removed when the reader exits, as in Petastorm; pass
-            ``cache_extra_settings={'cleanup': False}`` to keep it for later readers).
+        cache_type: ``'null'`` (default), ``'local-disk'``: keep the raw row-group columns read from the files
+            in a local directory, for later epochs, or ``'local-disk-decoded'``: keep them with their images and
+            arrays decoded, so later epochs skip the decoding too (see :mod:`petastorm.cache`). The cache is
+            removed when the reader exits, as in Petastorm; pass ``cache_extra_settings={'cleanup': False}`` to
+            keep it for later readers.
         cache_location: the cache directory (``'local-disk'``).
         cache_size_limit: the cache's size limit in bytes.
         cache_row_size_estimate: the expected size of one entry in bytes (checked against the limit).
@@ -167,7 +169,7 @@ class Reader:
         num_epochs: epochs per pass.
         last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
-        cache: the cache of raw row-group columns (a ``NullCache`` unless ``cache_type='local-disk'``).
+        cache: the cache of row groups (a ``NullCache`` unless ``cache_type`` is a local-disk type).
         read_context: what every worker receives; executors other than the pool (Ray Data read tasks) read work
             items with :func:`petastorm.read.read_item` and it.
     """

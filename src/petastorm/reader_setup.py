@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from petastorm.cache import CacheBase, NullCache, RowGroupCache, file_stamps, make_cache
+from petastorm.cache import CacheBase, make_cache, make_row_group_cache
 from petastorm.column_transform import TransformTarget
 from petastorm.fs import resolve_location
 from petastorm.metadata.filters import columns_of_expression, filter_expression, matching_row_groups
@@ -100,7 +100,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         partition_names=tuple(dataset.partition_names),
         transform=None if options.transform_spec is None else TransformTarget(
             options.transform_spec, tuple(schema.fields), schema, options.batched_output),
-        ngram=ngram, cache=_row_group_cache(cache, dataset), time_stages=time_stages)
+        ngram=ngram, time_stages=time_stages,
+        cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
+                                   stored.fields.values(), filter_columns))
     filters_exact = set(filter_columns) <= set(dataset.partition_names)
     rows_known = ((options.predicate is None or partition_predicate) and ngram is None and filters_exact and
                   not (options.batched_output and options.transform_spec is not None and
@@ -120,11 +122,3 @@ def _predicate_fields(options: ReaderOptions, stored: Unischema) -> list[Unische
         raise ValueError(f'predicate fields {unknown} are not fields of the dataset schema '
                          f'({", ".join(stored.fields)})')
     return [stored.fields[n] for n in names]
-
-
-def _row_group_cache(cache: CacheBase, dataset: ParquetStore) -> RowGroupCache | None:
-    if isinstance(cache, NullCache):
-        return None
-    # Size and modification time of every file go into the keys: a rewritten file is never served stale.
-    return RowGroupCache(cache, str(dataset.url), file_stamps(dataset.filesystem, dataset.files))
-

@@ -19,8 +19,9 @@ logger = logging.getLogger(__name__)
 _LIST_KINDS = frozenset('USOMmV')
 
 # Petastorm promoted these dtypes before making tensors; kept so that batches have the same dtypes.
-_PROMOTED: dict[np.dtype[Any], np.dtype[Any]] = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64),
-             np.dtype(np.bool_): np.dtype(np.uint8)}
+_PROMOTED: dict[np.dtype[Any], np.dtype[Any]] = {
+    np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64),
+    np.dtype(np.bool_): np.dtype(np.uint8)}
 
 
 class TorchTypeError(PetastormError, TypeError):

@@ -220,9 +220,10 @@ class _Decoder:
 
     def _npscalar(self, index: Any) -> np.generic:
         array = self._ndarray(index)
-        if array.ndim != 0:
+        scalar = array[()] if array.ndim == 0 else None
+        if not isinstance(scalar, np.generic):
             raise ValueError('a NumPy scalar of a local disk cache entry is not a 0-d array')
-        return array[()]
+        return scalar
 
     def _objarray(self, payload: Any) -> np.ndarray:
         if type(payload) is not list or len(payload) != 2:

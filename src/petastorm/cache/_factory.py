@@ -1,0 +1,121 @@
+"""From a reader's ``cache_*`` arguments to its cache: the cache types, their checks, and the caches they make."""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
+
+import pyarrow.fs as pafs
+
+from petastorm.cache._base import CacheBase, NullCache
+from petastorm.cache._decoded import DecodedRowGroupCache, decodes_in_cache
+from petastorm.cache._local_disk import LocalDiskCache
+from petastorm.cache._row_groups import RowGroupCache, file_stamps
+from petastorm.unischema import UnischemaField
+
+#: A reader's ``cache_type``.
+CacheType = Literal['null', 'local-disk', 'local-disk-decoded']
+#: ``cache_type`` of no cache (the default).
+NULL_CACHE: Final = 'null'
+#: ``cache_type`` of the local disk cache of raw row groups, as in Petastorm.
+LOCAL_DISK_CACHE: Final = 'local-disk'
+#: ``cache_type`` of the local disk cache of decoded row groups (images and arrays decoded once).
+LOCAL_DISK_DECODED_CACHE: Final = 'local-disk-decoded'
+#: Every ``cache_type`` a reader accepts.
+CACHE_TYPES: tuple[CacheType, ...] = (NULL_CACHE, LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE)
+
+
+def _unknown_cache_type(cache_type: Any) -> ValueError:
+    return ValueError(f'Unknown cache_type: {cache_type!r}; expected one of {", ".join(map(repr, CACHE_TYPES))}')
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+
+
+def check_cache_arguments(cache_type: Any, location: Any, size_limit: Any, row_size_estimate: Any,
+                          extra_settings: Any) -> CacheType:
+    """Check a reader's ``cache_*`` arguments early, before anything is read; returns the cache type.
+
+    Args:
+        cache_type: one of :data:`CACHE_TYPES`, or None for ``'null'``.
+        location: ``cache_location``, a local directory path (the local-disk types).
+        size_limit: ``cache_size_limit`` in bytes (the local-disk types).
+        row_size_estimate: ``cache_row_size_estimate`` in bytes, or None.
+        extra_settings: ``cache_extra_settings``, a dict or None.
+
+    Raises:
+        ValueError: naming the argument, its value and what is expected.
+    """
+    wanted = NULL_CACHE if cache_type is None else cache_type
+    checked = next((known for known in CACHE_TYPES if known == wanted), None)
+    if checked is None:
+        raise _unknown_cache_type(cache_type)
+    if checked == NULL_CACHE:
+        return checked
+    if not isinstance(location, (str, os.PathLike)) or not os.fspath(location):
+        raise ValueError(f'cache_type={cache_type!r} needs cache_location, a local directory path; got {location!r}')
+    _check_positive_int('cache_size_limit', size_limit)
+    if row_size_estimate is not None:
+        _check_positive_int('cache_row_size_estimate', row_size_estimate)
+    if extra_settings is not None and not isinstance(extra_settings, dict):
+        raise ValueError(f'cache_extra_settings must be a dict or None, got {type(extra_settings).__name__}')
+    return checked
+
+
+def make_cache(cache_type: str | None, location: Any, size_limit: int | None, row_size_estimate: int | None,
+               extra_settings: Mapping[str, Any] | None = None) -> CacheBase:
+    """The cache a reader's ``cache_*`` arguments ask for.
+
+    Args:
+        cache_type: ``'null'`` (or None) for no cache; ``'local-disk'`` or ``'local-disk-decoded'`` for a
+            :class:`~petastorm.cache.LocalDiskCache` (the reader decides what it stores in it).
+        location: the cache directory (local-disk).
+        size_limit: the cache's size limit in bytes (local-disk).
+        row_size_estimate: expected size of one entry in bytes, used to check ``size_limit`` (local-disk).
+        extra_settings: more keyword arguments of ``LocalDiskCache`` (for example ``{'cleanup': False}``).
+
+    Raises:
+        ValueError: unknown ``cache_type`` or bad settings.
+        CacheLocationError: ``location`` cannot be used as a cache directory.
+
+    Example::
+
+        cache = make_cache('local-disk', '/tmp/petastorm-cache', 10 << 30, 1 << 20)
+        table = cache.get('some key', lambda: expensive_read())
+    """
+    if cache_type is None or cache_type == NULL_CACHE:
+        return NullCache()
+    if cache_type in (LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE):
+        return LocalDiskCache(location, size_limit, row_size_estimate, **dict(extra_settings or {}))
+    raise _unknown_cache_type(cache_type)
+
+
+def make_row_group_cache(cache_type: str, cache: CacheBase, dataset: str, filesystem: pafs.FileSystem,
+                         files: Sequence[str], fields: Iterable[UnischemaField],
+                         stored_columns: Iterable[str] = ()) -> RowGroupCache | None:
+    """What a reader's workers read row groups through: None without a cache.
+
+    Args:
+        cache_type: the reader's ``cache_type``: ``'local-disk-decoded'`` gives a :class:`DecodedRowGroupCache`,
+            any other type a :class:`RowGroupCache` of raw columns.
+        cache: the cache made by :func:`make_cache`.
+        dataset: the dataset URL (or URLs), part of every key.
+        filesystem: the dataset's filesystem, asked once for the size and modification time of every file.
+        files: the dataset's data files.
+        fields: the stored schema's fields (those whose codec the decoded cache decodes are stored decoded).
+        stored_columns: columns to keep as stored in the file even in the decoded cache: those that a filter
+            expression reads.
+    """
+    if isinstance(cache, NullCache):
+        return None
+    # Size and modification time of every file go into the keys: a rewritten file is never served stale.
+    stamps = file_stamps(filesystem, files)
+    if cache_type != LOCAL_DISK_DECODED_CACHE:
+        return RowGroupCache(cache, dataset, stamps)
+    keep = set(stored_columns)
+    decoded = {field.name: field for field in fields if decodes_in_cache(field) and field.name not in keep}
+    return DecodedRowGroupCache(cache, dataset, stamps, decoded)
