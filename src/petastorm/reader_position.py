@@ -9,6 +9,7 @@ the pure functions of :mod:`petastorm.plan`; this class only holds the current v
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -48,6 +49,7 @@ class ReaderPosition:
         self._first = Stage(0)
         self._pass_start = 0
         self._cursor: Cursor | None = None
+        self._delivered = 0
         self.started = False
         self.new_pass()
 
@@ -82,14 +84,13 @@ class ReaderPosition:
         """The result ``batch`` of the unit tagged ``tag`` is being handed out; nothing of it delivered yet."""
         stage, units, main_from, index = tag
         self._cursor = Cursor(stage, units, main_from, index, batch.num_rows, batch.positions, batch.untracked)
+        self._delivered = 0
 
     def delivered(self, rows: int | None = None) -> None:
         """``rows`` more rows of the current result reached the caller (None: all of them)."""
-        cursor = self._cursor
-        assert cursor is not None, 'delivered() before begin()'
-        count = cursor.num_rows if rows is None else cursor.delivered + rows
-        self._cursor = Cursor(cursor.stage, cursor.units, cursor.main_from, cursor.index, cursor.num_rows,
-                              cursor.positions, cursor.untracked, count)
+        # Called once per row by make_reader's iteration: a counter, not a new cursor.
+        assert self._cursor is not None, 'delivered() before begin()'
+        self._delivered = self._cursor.num_rows if rows is None else self._delivered + rows
 
     def row_ids(self) -> np.ndarray | None:
         """Numbers naming the rows of the current result across epochs (None when a transform hid them)."""
@@ -111,7 +112,8 @@ class ReaderPosition:
 
     def state(self, extra: dict[str, Any]) -> dict[str, Any]:
         """The state from which a new reader delivers exactly the rows not delivered yet."""
-        return position_state(self._layout, cursor_stage(self._cursor, self._first), self._pass_start, extra)
+        cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
+        return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, extra)
 
     def restore(self, states: Sequence[dict[str, Any]], seed: int | None) -> None:
         """Continue from saved states (one, or every rank's), checked against this layout; before reading.
