@@ -62,6 +62,6 @@ class ColumnBatch:
         return dataclasses.replace(self, columns=dict(arrays))
 
     def to_dict(self) -> dict[str, object]:
-        """The columns plus a ``'.meta'`` entry, the form :meth:`petastorm.reader.Reader.column_batches` gives."""
+        """The columns plus a ``'.meta'`` entry, the form :meth:`petastorm.reader.Reader.iter_column_batches` gives."""
         return {**self.columns, '.meta': {'num_rows': self.num_rows, 'tuple': self.rows_are_tuples,
                                           'row_ids': self.row_ids}}
