@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -25,7 +24,6 @@ from petastorm.pytorch._collate import (
     prepare_columns,
     rows_of,
 )
-from petastorm.pytorch._tables import Table
 from petastorm.pytorch._tensors import (
     TensorOps,
     TorchTypeError,
@@ -39,6 +37,7 @@ from petastorm.pytorch._tensors import (
     torch,
 )
 from petastorm.reader_inputs import check_reader
+from petastorm.shuffle import Batcher, NumpyOps, ShufflingBuffer, Table
 
 logger = logging.getLogger(__name__)
 
