@@ -44,6 +44,7 @@ _MOVE_ROWS = 8192
 MAX_ROWS = 2 ** 31 - 1
 
 
+# SplitMix64's state increment and the multipliers of its output mix (the kernel's draw_word uses the same).
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
