@@ -7,8 +7,9 @@ Cases (each in its own process, so that peak RSS is the case's own; rates are me
   mnist    DataLoader(make_reader(28x28 uint8 + label), batch_size=64) vs make_reader alone.
   scalars  BatchedDataLoader(make_batch_reader(N x 10 scalar columns), batch_size=1024) vs the limit: a raw
            pyarrow scan -> numpy -> 1024-row slices -> torch.as_tensor loop; and the same loader with
-           shuffling_queue_capacity=100000, also with the compiled shuffling loops switched off (the numpy code
-           an install without a C compiler runs) next to it.
+           shuffling_queue_capacity=100000, also with the compiled shuffling kernel switched off
+           (PETASTORM_NO_COMPILED_SHUFFLE=1: the numpy code an install without a C compiler runs, same batches)
+           next to it.
   inmem    InMemBatchedDataLoader(batch_size=1024, shuffle=True): load time and shuffled epoch rate, on the
            scalar store (make_batch_reader) and the MNIST-style store (make_reader).
 The last column repeats what the original Petastorm 0.13.1 measured on a 2-core machine of this kind, for
@@ -212,30 +213,32 @@ def case_mnist(path, seconds, repeats):
     return {'mnist DataLoader bs64': loader, 'mnist make_reader': reader}
 
 
-# The shuffled loader without the compiled loops (what an install without a C compiler runs).
+# The shuffled loader without the compiled kernel (what an install without a C compiler runs).
 NUMPY_SHUFFLE = 'scalars BatchedDataLoader bs1024 shufq100k, numpy shuffle'
+NO_KERNEL = 'PETASTORM_NO_COMPILED_SHUFFLE'
 
 
 def _numpy_shuffle_pass(path):
-    """The shuffled loader as installed without a C compiler: the compiled loops switched off in this process."""
-    from petastorm.pytorch import _records
-
-    load_kernel = _records._load_kernel
-    _records._load_kernel = lambda: None
+    """The shuffled loader as installed without a C compiler: the kernel switched off for the buffers it makes."""
+    before = os.environ.get(NO_KERNEL)
+    os.environ[NO_KERNEL] = '1'
     try:
         return _loader_pass(path, 100_000)
     finally:
-        _records._load_kernel = load_kernel
+        if before is None:
+            os.environ.pop(NO_KERNEL)
+        else:
+            os.environ[NO_KERNEL] = before
 
 
 def case_scalars(path, seconds, repeats):
-    from petastorm.pytorch import _records
+    from petastorm.shuffle import compiled_shuffle_in_use
 
     rates = {'scalars raw pyarrow->torch loop': timed_passes(lambda: _raw_torch_pass(path), repeats),
              'scalars BatchedDataLoader bs1024': timed_passes(lambda: _loader_pass(path, 0), repeats),
              'scalars BatchedDataLoader bs1024 shufq100k': timed_passes(lambda: _loader_pass(path, 100_000),
                                                                          repeats)}
-    if _records._load_kernel() is not None:
+    if compiled_shuffle_in_use():
         rates[NUMPY_SHUFFLE] = timed_passes(lambda: _numpy_shuffle_pass(path), repeats)
     return rates
 

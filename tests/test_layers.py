@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  'petastorm.cache', 'petastorm.local_disk_cache')),
     ('plan', ('petastorm.plan', 'petastorm.distributed')),
     ('execution', ('petastorm.read', 'petastorm.batch', 'petastorm.column_transform', 'petastorm.pools',
-                   'petastorm.shuffle', 'petastorm._shuffle')),
+                   'petastorm.shuffle')),
     ('api', ('petastorm', 'petastorm.options', 'petastorm.reader', 'petastorm.reader_inputs',
              'petastorm.reader_setup', 'petastorm.reader_position', 'petastorm.delivery', 'petastorm.source',
              'petastorm.weighted_sampling_reader')),
@@ -53,9 +53,10 @@ def layer_of(module: str) -> int | None:
 
 
 def source_modules(root: pathlib.Path = SOURCE) -> dict[str, pathlib.Path]:
-    """``{module name: file}`` of every module of the package under ``root``."""
+    """``{module name: file}`` of every module of the package under ``root`` (compiled ones by their stubs)."""
     modules = {}
-    for path in sorted((root / 'petastorm').rglob('*.py')):
+    package = root / 'petastorm'
+    for path in sorted([*package.rglob('*.py'), *package.rglob('*.pyi')]):
         parts = path.relative_to(root).with_suffix('').parts
         name = '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
         modules[name] = path

@@ -23,8 +23,7 @@ from petastorm.pytorch import (  # noqa: E402
     _sanitize_pytorch_types,
     decimal_friendly_collate,
 )
-from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer  # noqa: E402
-from petastorm.pytorch._records import PackedColumns  # noqa: E402
+from petastorm.shuffle import Batcher, ShufflingBuffer, compiled_shuffle_in_use  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')]
@@ -269,58 +268,6 @@ def _cut(batcher, table):
     return list(batcher.batches())
 
 
-@pytest.mark.parametrize('piece_rows', [1, 8, 4096])
-@pytest.mark.parametrize('batch_size', [1, 4])
-@pytest.mark.parametrize('layout', ['columns', 'numpy records', 'compiled records'])
-def test_shuffling_buffer_laws(layout, batch_size, piece_rows, monkeypatch):
-    from petastorm.pytorch import _buffers, _records
-
-    if layout == 'numpy records':  # as installed without a C compiler
-        monkeypatch.setattr(_records, '_load_kernel', lambda: None)
-    elif layout == 'compiled records':
-        pytest.importorskip('petastorm._shuffle')
-    monkeypatch.setattr(_buffers, '_PIECE_ROWS', piece_rows)  # tables of one batch, of several, of all drawn
-    ops = NumpyOps()
-    for capacity, chunks in [(1, [5, 5]), (10, [3, 30, 1, 7]), (100, [20, 20]), (6, [2, 9, 1, 1, 13])]:
-        buffer = ShufflingBuffer(capacity, np.random.default_rng(0), ops, batch_size, packed=layout != 'columns')
-        out, start = [], 0
-        for size in chunks:
-            ids = np.arange(start, start + size)
-            drawn = buffer.add({'i': ids, 'f': ids.astype(np.float32) / 2, 'b': (ids % 256).astype(np.uint8),
-                                'h': ids.astype(np.float16), 's': (-ids).astype(np.int16),
-                                'c': ids * (1 + 2j), 'm': np.stack([ids, -ids], axis=1)})
-            start += size
-            assert isinstance(buffer._store, PackedColumns) == (layout != 'columns')
-            assert getattr(buffer._store, 'can_draw', False) == (layout == 'compiled records')
-            # At least capacity - 1 rows stay, and fewer than a batch more: draws are whole batches.
-            assert min(start, capacity - 1) <= len(buffer) <= max(capacity - 1, 0) + batch_size - 1
-            assert len(buffer) <= start
-            for piece in drawn:
-                assert len(piece['i']) > 0
-                assert len(piece['i']) % batch_size == 0  # whole batches
-                assert (piece['m'][:, 0] == piece['i']).all()
-                assert (piece['m'][:, 1] == -piece['i']).all()
-                assert (piece['f'] == piece['i'] / 2).all()
-                assert (piece['b'] == piece['i'] % 256).all()
-                assert (piece['h'] == piece['i'].astype(np.float16)).all()
-                assert (piece['s'] == -piece['i']).all()
-                assert (piece['c'] == piece['i'] * (1 + 2j)).all()
-                assert all(column.flags.c_contiguous for column in piece.values())
-                out.append(piece['i'])
-        rest = buffer.drain()
-        assert all(len(piece['i']) % batch_size == 0 for piece in rest[:-1])
-        assert len(buffer) == 0
-        out.extend(piece['i'] for piece in rest)
-        everything = np.concatenate(out)
-        assert sorted(everything.tolist()) == list(range(start))
-        if start > 20:
-            assert everything.tolist() != sorted(everything.tolist())
-    batcher = Batcher(4, ops)
-    got = [b['x'].tolist() for chunk in ([0, 1, 2], [3, 4, 5, 6, 7, 8], [9]) for b in _cut(
-        batcher, {'x': np.array(chunk)})] + [b['x'].tolist() for b in batcher.flush()]
-    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-
-
 def test_tensor_buffers_for_accelerator_devices():
     """The tensor path BatchedDataLoader uses on a non-CPU device, exercised with CPU tensors."""
     from petastorm.pytorch._tensors import TensorOps
@@ -350,28 +297,6 @@ def test_load_rows_into_mem(url):
     assert keys == ['id', 'matrix']
     assert columns[0].tolist() == list(range(20))
     assert columns[1].shape == (20, 2, 3)
-
-
-def test_packed_columns_keep_values_and_own_their_output():
-    rng = np.random.default_rng(1)
-    table = {'a': np.arange(10, dtype=np.int64), 'b': rng.random(10).astype(np.float32),
-             'c': np.arange(10, dtype=np.int32) * 3, 'img': rng.integers(0, 255, (10, 2, 2), dtype=np.uint8)}
-    packed = PackedColumns(table, 10)
-    packed.write(0, table)
-    index = np.array([7, 0, 3])
-    taken = packed.take(index)
-    for name, column in table.items():
-        np.testing.assert_array_equal(taken[name], column[index])
-        assert taken[name].dtype == column.dtype
-        assert taken[name].flags.c_contiguous
-    sliced = packed.slice(2, 5)
-    sliced['a'][:] = -1
-    np.testing.assert_array_equal(packed.slice(2, 5)['a'], [2, 3, 4])
-    packed.move(np.array([9, 8]), np.array([0, 1]))
-    np.testing.assert_array_equal(packed.slice(0, 2)['c'], [27, 24])
-    np.testing.assert_array_equal(packed.slice(0, 2)['img'], table['img'][[9, 8]])
-    with pytest.raises(TypeError, match='columns changed between row groups'):
-        packed.grown({**table, 'c': table['c'].astype(np.int64)}, 20, 10)
 
 
 def test_reiteration_rules(url):
@@ -544,6 +469,41 @@ def test_batched_loaders_judge_types_by_what_the_transform_returns(plain_url, lo
         list(loader)
 
 
+def _shuffled_loaders(url, plain_url):
+    """Each loader kind with shuffling, seeded: what must give the same batches with and without the kernel."""
+    return {
+        'DataLoader': lambda: DataLoader(_reader(url, schema_fields=['id', 'matrix', 'name'], seed=5), batch_size=7,
+                                         shuffling_queue_capacity=20),
+        'BatchedDataLoader': lambda: BatchedDataLoader(_reader(url, schema_fields=NUMERIC, seed=5), batch_size=7,
+                                                       shuffling_queue_capacity=20),
+        'BatchedDataLoader batch reader': lambda: BatchedDataLoader(
+            _batch_reader(plain_url, schema_fields=['id', 'x', 'u'], seed=5), batch_size=32,
+            shuffling_queue_capacity=100),
+        'InMemBatchedDataLoader': lambda: InMemBatchedDataLoader(
+            _batch_reader(plain_url, schema_fields=['id', 'x']), batch_size=32, num_epochs=2, seed=5,
+            rows_capacity=1000, shuffle=True),
+    }
+
+
+@pytest.mark.parametrize('kind', ['DataLoader', 'BatchedDataLoader', 'BatchedDataLoader batch reader',
+                                  'InMemBatchedDataLoader'])
+def test_shuffled_batches_are_the_same_with_and_without_the_compiled_kernel(url, plain_url, kind, monkeypatch):
+    make = _shuffled_loaders(url, plain_url)[kind]
+    runs = []
+    for switched_off in ('0', '1'):
+        monkeypatch.setenv('PETASTORM_NO_COMPILED_SHUFFLE', switched_off)
+        assert compiled_shuffle_in_use() == (switched_off == '0' and
+                                             importlib.util.find_spec('petastorm.shuffle._kernel') is not None)
+        with make() as loader:
+            runs.append(list(loader))
+    with_kernel, without = runs
+    assert len(with_kernel) == len(without)
+    for a, b in zip(with_kernel, without, strict=True):
+        _assert_same_batch(a, b)
+    ids = _ids(with_kernel)
+    assert ids != sorted(ids)
+
+
 # -- InMemBatchedDataLoader ---------------------------------------------------------------------------------------
 
 def test_inmem_loader_epochs_and_shuffling(plain_url):
@@ -609,24 +569,6 @@ def test_inmem_unknown_row_count_grows_and_tensor_columns(url):
     matrices = torch.cat([b['matrix'] for b in batches])
     assert matrices.dtype == torch.bfloat16
     assert matrices[:, 0, 0].float().tolist() == [float(i) for i in kept]
-
-
-def test_packed_columns_align_mixed_widths():
-    n = 9
-    table = {'u8': np.arange(n, dtype=np.uint8), 'i16': -np.arange(n, dtype=np.int16),
-             'c64': (np.arange(n) * (1 + 2j)).astype(np.complex64), 'f64': np.linspace(0, 1, n),
-             'i32': np.arange(n, dtype=np.int32) * 7, 'vec': np.arange(n * 3, dtype=np.float32).reshape(n, 3)}
-    packed = PackedColumns(table, 0).grown(table, n, 0)
-    packed.write(0, table)
-    assert packed.row_nbytes == 1 + 2 + 8 + 8 + 4 + 12
-    taken = packed.take(np.array([8, 2, 5]))
-    for name, column in table.items():
-        np.testing.assert_array_equal(taken[name], column[[8, 2, 5]])
-        assert taken[name].dtype == column.dtype
-        assert taken[name].flags.c_contiguous
-    grown = packed.grown(table, 2 * n, n)
-    grown.write(n, table)
-    np.testing.assert_array_equal(grown.slice(n - 1, n + 1)['f64'], table['f64'][[n - 1, 0]])
 
 
 # -- the MNIST example --------------------------------------------------------------------------------------------
@@ -716,9 +658,7 @@ def test_torch_bench_quick_prints_its_table(tmp_path):
     assert 'scalars BatchedDataLoader bs1024' in rows
     assert 'scalars BatchedDataLoader bs1024 shufq100k' in rows
     assert 'mnist InMem shuffled epoch' in rows
-    from petastorm.pytorch import _records
-
-    if _records._load_kernel() is not None:  # the numpy fallback, compared with the compiled shuffle
+    if compiled_shuffle_in_use():  # the numpy path, compared with the compiled shuffle
         numpy_row = rows['scalars BatchedDataLoader bs1024 shufq100k, numpy shuffle']
         assert '| scalars BatchedDataLoader bs1024 shufq100k |' in numpy_row
 

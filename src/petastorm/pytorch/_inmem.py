@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._buffers import ColumnStore
 from petastorm.pytorch._loaders import (
     _batch_columns,
     _check_tensor_fields,
@@ -17,9 +16,8 @@ from petastorm.pytorch._loaders import (
     _LoaderBase,
     _stop_reader_on_error,
 )
-from petastorm.pytorch._records import PackedColumns
-from petastorm.pytorch._tables import Table, num_rows
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
+from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows
 from petastorm.source import ColumnSource, as_column_source
 
 

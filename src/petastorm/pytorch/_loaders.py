@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from petastorm.plan import merge_runs, runs_of_rows
-from petastorm.pytorch._buffers import Batcher, NumpyOps, ShufflingBuffer
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -26,7 +25,6 @@ from petastorm.pytorch._collate import (
     prepare_columns,
     rows_of,
 )
-from petastorm.pytorch._tables import Table
 from petastorm.pytorch._tensors import (
     TensorOps,
     TorchTypeError,
@@ -39,6 +37,7 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
+from petastorm.shuffle import Batcher, NumpyOps, ShufflingBuffer, Table
 from petastorm.source import ColumnSource, as_column_source
 
 logger = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ class _LoaderBase(_TorchDataLoader):
         """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches.
 
         ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records
-        (:class:`~petastorm.pytorch._records.PackedColumns`).
+        (:class:`~petastorm.shuffle.PackedColumns`).
         """
         batcher = Batcher(self.batch_size, ops)
         capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
@@ -292,7 +291,9 @@ class DataLoader(_LoaderBase):
             the columnar fast path; any other function receives the rows, made only for its batch.
         shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a buffer
             holding at least this many rows (minus one) while data keeps coming. Seeded from the reader's
-            ``seed``: the same seed gives the same batches.
+            ``seed``: the same seed gives the same batches on every install, with or without the compiled
+            shuffling kernel (``PETASTORM_NO_COMPILED_SHUFFLE=1`` turns it off; see
+            :func:`petastorm.shuffle.compiled_shuffle_in_use`).
         variable_length: what a batch of arrays with different shapes becomes: ``'list'`` (default) a list of
             per-row tensors (a batch whose shapes agree is stacked, as torch would); ``'pad'`` a tensor
             zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real elements under the
@@ -365,7 +366,7 @@ class BatchedDataLoader(_LoaderBase):
             default: ``torch.from_numpy`` (zero-copy when the reader's array is writable).
         shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a buffer
             holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
-            ``seed``.
+            ``seed`` (the same batches with or without the compiled shuffling kernel, as for :class:`DataLoader`).
         device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
             moved once, and slicing and shuffling happen on the device.
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).

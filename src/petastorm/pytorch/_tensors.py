@@ -10,6 +10,7 @@ import numpy as np
 
 from petastorm._optional import import_optional
 from petastorm.errors import PetastormError
+from petastorm.shuffle import ArrayOps
 
 torch = import_optional('torch', 'petastorm.pytorch')
 
@@ -138,7 +139,7 @@ def pin(value: Any) -> Any:
     return value
 
 
-class TensorOps:
+class TensorOps(ArrayOps):
     """Buffer operations for batched loaders: numpy columns with numpy kernels, tensors with torch kernels.
 
     On the CPU the batched loaders keep the reader's numpy columns (and the numpy views of tensors a

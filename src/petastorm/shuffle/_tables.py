@@ -1,6 +1,7 @@
 """Tables: dicts ``{column name: array}`` whose arrays all have the same first dimension (the rows).
 
-The unit every loader buffer works on; arrays are numpy arrays or torch tensors.
+The unit every buffer of this package takes in and hands out; the arrays are numpy arrays, or tensors of an
+array framework when the caller's :class:`~petastorm.shuffle.ArrayOps` works on those.
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
 """Packed records: the numeric columns of a table kept as one fixed-width record per row.
 
 A random row is then one place in memory instead of one per column, which is what random gathers (the shuffling
-buffer, ``InMemBatchedDataLoader`` epochs over scalar tables) are bound by. The compiled loops of
-``petastorm._shuffle`` write and draw such records when the package was built with them.
+buffer, ``InMemBatchedDataLoader`` epochs over scalar tables) are bound by. Where the compiled kernel is in use
+(:mod:`petastorm.shuffle._compiled`), it writes the records and carries out the buffer's draws; otherwise numpy
+does the same work, with the same result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from petastorm.pytorch._tables import Table, num_rows
+from petastorm.shuffle._compiled import built_kernel, kernel_in_use
+from petastorm.shuffle._draw import Draw, draw_by_gathers
+from petastorm.shuffle._tables import Table, num_rows
 
 _RECORD_KINDS = frozenset('biufc')
 
@@ -36,15 +40,24 @@ class PackedColumns:
     gathering a row then reads one place in memory instead of one per column, and random gathers are bound by
     memory latency. Columns holding an array per row keep their own array (each row is contiguous already).
 
-    Where the package was built with its compiled loops (``petastorm._shuffle``), writing rows and drawing random
-    rows (:meth:`draw`) run there: a block of records at a time, one field after the other. Otherwise numpy does
-    the work: records are moved as opaque fixed-size items (what ``np.take`` moves fastest); values of one width
-    sit next to each other in every record, so the records of a batch are split into columns one width at a time
-    (the group's words copied out transposed, one contiguous row per column, instead of one strided copy per
-    column); writes go a block of rows at a time so that the records being filled stay in the cache.
+    Where the compiled kernel is in use, writing rows and carrying out draws (:meth:`draw`) run there: a block of
+    records at a time, one field after the other. Otherwise numpy does the work: records are moved as opaque
+    fixed-size items (what ``np.take`` moves fastest); values of one width sit next to each other in every record,
+    so the records of a batch are split into columns one width at a time (the group's words copied out transposed,
+    one contiguous row per column, instead of one strided copy per column); writes go a block of rows at a time so
+    that the records being filled stay in the cache.
+
+    Args:
+        like: a table whose columns have the dtypes and row shapes to hold.
+        rows: rows of room.
+        compiled: None (default): use the compiled kernel when it is in use now (built, and not switched off by
+            ``PETASTORM_NO_COMPILED_SHUFFLE=1``); False: numpy only; True: the kernel, which must be built.
+
+    Raises:
+        ImportError: ``compiled=True`` and the kernel was not built.
     """
 
-    def __init__(self, like: Table, rows: int) -> None:
+    def __init__(self, like: Table, rows: int, *, compiled: bool | None = None) -> None:
         self.names = list(like)
         self.rows = rows
         self._dtypes = {name: array.dtype for name, array in like.items()}
@@ -66,7 +79,7 @@ class PackedColumns:
                 self._groups.append((size, offset // size, [name]))
         self._packed = frozenset(packed)
         self._offsets = dict(zip(packed, offsets, strict=True))
-        self._kernel = _load_kernel()
+        self._kernel = _kernel_for(compiled)
         # Opaque items of the record's width: what np.take moves fastest.
         self._records = _cache_aligned_records(rows, width) if packed else None
         self._others = {name: np.empty((rows, *array.shape[1:]), dtype=array.dtype)
@@ -87,27 +100,34 @@ class PackedColumns:
         return int(np.prod(self._row_shapes[name], dtype=np.int64)) * self._dtypes[name].itemsize
 
     @property
-    def can_draw(self) -> bool:
-        """True when :meth:`draw` is available (the compiled loops were built)."""
+    def compiled(self) -> bool:
+        """True when the compiled kernel writes the records and carries out the draws."""
         return self._kernel is not None
 
     def matches(self, table: Table) -> bool:
+        """True when ``table`` has this store's columns, in order, with their dtypes and row shapes."""
         return list(table) == self.names and all(
             table[n].dtype == self._dtypes[n] and table[n].shape[1:] == self._row_shapes[n] for n in self.names)
 
     def fits(self, table: Table, rows: int) -> bool:
+        """True when rows like ``table``'s can be written up to row ``rows``."""
         return rows <= self.rows and self.matches(table)
 
     def grown(self, table: Table, rows: int, used: int) -> PackedColumns:
+        """A store of ``rows`` rows holding this one's first ``used`` rows (the same kernel choice).
+
+        Raises:
+            TypeError: ``table``'s columns differ from this store's in names, dtypes or row shapes.
+        """
         if not self.matches(table):
             before = [(n, str(self._dtypes[n]), self._row_shapes[n]) for n in self.names]
             after = [(n, str(a.dtype), a.shape[1:]) for n, a in table.items()]
             raise TypeError(f'columns changed between row groups: {after} after {before}; batched loaders need one '
                             f'fixed dtype and shape per column')
-        new = PackedColumns(table, rows)
+        new = PackedColumns(table, rows, compiled=self.compiled)
         if used:
-            if self._records is not None:
-                new._records[:used] = self._records[:used]  # type: ignore[index]
+            if self._records is not None and new._records is not None:
+                new._records[:used] = self._records[:used]
             for name, array in self._others.items():
                 new._others[name][:used] = array[:used]
         return new
@@ -122,6 +142,7 @@ class PackedColumns:
         return raw.view(self._dtypes[name])[:, 0]
 
     def write(self, start: int, table: Table) -> None:
+        """Write the rows of ``table`` at rows ``start...``."""
         stop = start + num_rows(table)
         for name, values in table.items():
             if name not in self._packed:
@@ -164,16 +185,20 @@ class PackedColumns:
         take_rows = take_rows or _take_rows
         return self._columns(records, {n: take_rows(a, index) for n, a in self._others.items()})
 
-    def draw(self, size: int, count: int, seed: int) -> Table:
-        """Draw ``count`` rows of the first ``size``, one at a time, uniformly at random and without replacement.
+    def draw(self, draw: Draw) -> list[Table]:
+        """Carry out a draw: the drawn rows as tables (``draw.piece_rows`` each), the kept rows moved to the front.
 
-        Returns new columns of the drawn rows in the order drawn. Each drawn row's place is taken by the last row
-        held, so the rows kept are the first ``size - count`` afterwards. Needs :attr:`can_draw`; ``seed`` fixes
-        the draw.
+        The compiled kernel, when in use, does the draw's swap-removes row by row; numpy otherwise replays them
+        with the same result (:func:`~petastorm.shuffle._draw.draw_by_gathers`).
         """
-        out, stores = self._kernel_stores(count)
-        self._kernel.draw(size, count, seed, stores)
-        return out
+        if self._kernel is None:
+            return draw_by_gathers(self, draw)
+        drawn = []
+        for held, first, rows in draw.pieces():
+            out, stores = self._kernel_stores(rows)
+            self._kernel.draw(held, rows, draw.key, first, stores)
+            drawn.append(out)
+        return drawn
 
     def _kernel_stores(self, count: int) -> tuple[Table, list[tuple[Any, ...]]]:
         """New columns for ``count`` drawn rows, and the compiled loop's description of where they come from.
@@ -181,7 +206,6 @@ class PackedColumns:
         One store for the records (a field per packed column) and one per array column (a single field covering
         the row).
         """
-        assert self._kernel is not None
         out: Table = {}
         stores: list[tuple[Any, ...]] = []
         if self._records is not None:
@@ -198,21 +222,24 @@ class PackedColumns:
         return {name: out[name] for name in self.names}, stores
 
     def column(self, name: str, rows: int) -> np.ndarray:
-        if name not in self._packed:
+        """The column ``name`` of the first ``rows`` rows (a view into the records)."""
+        if name not in self._packed or self._records is None:
             return self._others[name][:rows]
         for size, first, names in self._groups:
             if name in names:
-                records = self._records[:rows]  # type: ignore[index]
+                records = self._records[:rows]
                 if size not in _WORDS:
                     return self._field(records, size, first, name)
                 return self._words(records, size)[:, first + names.index(name)].view(self._dtypes[name])
         raise KeyError(name)
 
     def slice(self, start: int, stop: int) -> Table:
+        """Copies of rows ``[start, stop)``."""
         records = self._records[start:stop] if self._records is not None else None
         return self._columns(records, {n: a[start:stop].copy() for n, a in self._others.items()})
 
     def move(self, source: np.ndarray, target: np.ndarray) -> None:
+        """Row ``target[i]`` becomes row ``source[i]`` (disjoint index sets)."""
         if self._records is not None:
             np.put(self._records, target, np.take(self._records, source))
         for array in self._others.values():
@@ -220,7 +247,8 @@ class PackedColumns:
 
 
 # numpy's unsigned word for each width: a group of same-width fields is moved as a 2-d array of these.
-_WORDS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+_WORDS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+                                    8: np.dtype(np.uint64)}
 # Rows packed at a time: a block of records stays in the core's cache while each of its fields is written.
 _WRITE_ROWS = 4096
 
@@ -239,16 +267,17 @@ def _cache_aligned_records(rows: int, width: int) -> np.ndarray:
     return raw[start:start + rows * width].view(np.dtype((np.void, width)))
 
 
-def _load_kernel() -> Any:
-    """The compiled loops of :meth:`PackedColumns.write` and :meth:`PackedColumns.draw` (``petastorm._shuffle``).
-
-    None when the package was installed without them (no C compiler): the numpy code then does the same work.
-    """
-    try:
-        from petastorm import _shuffle
-    except ImportError:
+def _kernel_for(compiled: bool | None) -> ModuleType | None:
+    """The kernel a new store uses: see the ``compiled`` argument of :class:`PackedColumns`."""
+    if compiled is None:
+        return kernel_in_use()
+    if not compiled:
         return None
-    return _shuffle
+    kernel = built_kernel()
+    if kernel is None:
+        raise ImportError('PackedColumns(compiled=True) needs the compiled kernel petastorm.shuffle._kernel, which '
+                          'was not built when the package was installed (no C compiler was available)')
+    return kernel
 
 
 def _take_rows(array: np.ndarray, index: np.ndarray) -> np.ndarray:

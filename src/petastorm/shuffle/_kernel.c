@@ -1,83 +1,31 @@
 /*
- * petastorm._shuffle: the two inner loops of the shuffling buffer, compiled.
+ * petastorm.shuffle._kernel: the two inner loops of the shuffling buffer, compiled.
  *
- * The buffer keeps rows as fixed-width records (see PackedColumns in petastorm/pytorch/_buffers.py). Two
- * operations touch every row that passes through it, and in numpy each costs several passes over memory plus a
- * random permutation made one element at a time:
+ * The buffer keeps rows as fixed-width records (PackedColumns in petastorm/shuffle/_records.py). Two operations
+ * touch every row that passes through it:
  *
  *   pack(store, row_bytes, start, rows, fields)
  *       writes `rows` rows from contiguous input columns into the records [start, start + rows);
  *       fields: a sequence of (column buffer, byte offset in the record, bytes per value).
  *
- *   draw(size, count, seed, stores)
- *       draws `count` rows, one at a time and uniformly at random without replacement, from the first `size`
- *       records of every store, writing their fields to output columns; each drawn row's place is filled by the
- *       last held row, so the kept rows are the first `size - count` records afterwards. The same draw applies
- *       to every store (a row can span several stores: its scalars in one, each of its arrays in another).
+ *   draw(size, count, key, first, stores)
+ *       draws `count` rows, one at a time and without replacement, from the first `size` records of every store,
+ *       writing their fields to output columns. Draw t takes the row at position
+ *       floor(word(first + t) * (size - t) / 2**64) among the size - t rows still held, and the last held row fills
+ *       its place, so the kept rows are the first size - count records afterwards. word(i) is the i-th output of
+ *       SplitMix64 started at `key` (a counter hashed: any word is computed on its own), so the words of one
+ *       buffer draw can be split into several calls (`first` = the draw's rows already handed out). The same draw
+ *       applies to every store (a row can span several stores: its scalars in one, each of its arrays in another).
  *       stores: a sequence of (store buffer, row bytes, fields), fields: (output buffer, offset, bytes).
- *       seed: a 64-bit integer; the same seed gives the same draw.
  *
- * Both release the GIL while they run. Buffers must be C-contiguous; sizes are checked before any byte moves.
+ * The key comes from the buffer's numpy generator, and petastorm/shuffle/_draw.py replays the same draws with numpy
+ * where the kernel is not built or switched off, so both hand out the same rows in the same order. Both functions
+ * release the GIL while they run. Buffers must be C-contiguous; sizes are checked before any byte moves.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-
-/* ---- random numbers: xoshiro256** seeded through splitmix64 (public-domain algorithms by Vigna et al.) ---- */
-
-typedef struct {
-    uint64_t s[4];
-} rng_state;
-
-static uint64_t splitmix64_next(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static void rng_seed(rng_state *rng, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) {
-        rng->s[i] = splitmix64_next(&seed);
-    }
-}
-
-static inline uint64_t rotate_left(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static inline uint64_t rng_next(rng_state *rng)
-{
-    uint64_t *s = rng->s;
-    const uint64_t result = rotate_left(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotate_left(s[3], 45);
-    return result;
-}
-
-/* A uniform integer in [0, range), 0 < range < 2**32: multiply-and-shift with rejection of the biased low part. */
-static inline uint32_t rng_below(rng_state *rng, uint32_t range)
-{
-    uint64_t product = (rng_next(rng) >> 32) * (uint64_t)range;
-    uint32_t low = (uint32_t)product;
-    if (low < range) {
-        uint32_t threshold = (uint32_t)(-range) % range;
-        while (low < threshold) {
-            product = (rng_next(rng) >> 32) * (uint64_t)range;
-            low = (uint32_t)product;
-        }
-    }
-    return (uint32_t)(product >> 32);
-}
 
 /* ---- byte moves ---- */
 
@@ -369,16 +317,32 @@ static void split_block(const store_spec *store, const field_spec *fields, Py_ss
     }
 }
 
-/* Swap-remove: draw i takes a random one of the size - i rows still held; the last held row fills its place. */
-static void draw_rows(const store_set *set, Py_ssize_t size, Py_ssize_t count, uint64_t seed)
+/* The i-th word (i >= 1) of SplitMix64 started at `key`: the state key + i * gamma, through its output mix. The
+ * same arithmetic as the numpy replay (SplitMix64: Steele, Lea and Flood, 2014; public constants). */
+static inline uint64_t draw_word(uint64_t key, uint64_t i)
 {
-    rng_state rng;
+    uint64_t z = key + i * UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* floor(word * range / 2**64) for range < 2**32, in 64-bit steps: the same arithmetic as the numpy replay. */
+static inline uint32_t scale_word(uint64_t word, uint64_t range)
+{
+    uint64_t low = ((word & UINT64_C(0xFFFFFFFF)) * range) >> 32;
+    return (uint32_t)(((word >> 32) * range + low) >> 32);
+}
+
+/* Swap-remove: draw t takes one of the size - t rows still held; the last held row fills its place. */
+static void draw_rows(const store_set *set, Py_ssize_t size, Py_ssize_t count, uint64_t key, uint64_t first)
+{
     uint32_t picks[DRAW_BLOCK];
-    rng_seed(&rng, seed);
     for (Py_ssize_t block = 0; block < count; block += DRAW_BLOCK) {
         Py_ssize_t n = count - block < DRAW_BLOCK ? count - block : DRAW_BLOCK;
         for (Py_ssize_t k = 0; k < n; k++) {  /* positions depend on the draw's number only, never on the data */
-            picks[k] = rng_below(&rng, (uint32_t)(size - block - k));
+            uint64_t word = draw_word(key, first + (uint64_t)(block + k) + 1);
+            picks[k] = scale_word(word, (uint64_t)(size - block - k));
         }
         for (Py_ssize_t s = 0; s < set->num_stores; s++) {
             const store_spec *store = &set->stores[s];
@@ -404,8 +368,8 @@ static PyObject *shuffle_draw(PyObject *self, PyObject *args)
 {
     PyObject *stores_obj;
     Py_ssize_t size, count;
-    unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "nnKO", &size, &count, &seed, &stores_obj)) {
+    unsigned long long key, first;
+    if (!PyArg_ParseTuple(args, "nnKKO", &size, &count, &key, &first, &stores_obj)) {
         return NULL;
     }
     if (size < 0 || count < 0 || count > size || size > (Py_ssize_t)UINT32_MAX) {
@@ -420,7 +384,7 @@ static PyObject *shuffle_draw(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     if (stores_parse(stores, size, count, &set) == 0) {
         Py_BEGIN_ALLOW_THREADS
-        draw_rows(&set, size, count, (uint64_t)seed);
+        draw_rows(&set, size, count, (uint64_t)key, (uint64_t)first);
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
@@ -429,20 +393,20 @@ static PyObject *shuffle_draw(PyObject *self, PyObject *args)
     return result;
 }
 
-static PyMethodDef shuffle_methods[] = {
+static PyMethodDef kernel_methods[] = {
     {"pack", shuffle_pack, METH_VARARGS,
      "pack(store, row_bytes, start, rows, fields): write rows of contiguous columns into fixed-width records."},
     {"draw", shuffle_draw, METH_VARARGS,
-     "draw(size, count, seed, stores): draw rows uniformly at random without replacement into output columns."},
+     "draw(size, count, key, first, stores): draw rows uniformly at random without replacement into output columns."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef shuffle_module = {
-    PyModuleDef_HEAD_INIT, "_shuffle", "Compiled inner loops of the shuffling buffer.", -1, shuffle_methods,
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT, "_kernel", "Compiled inner loops of the shuffling buffer.", -1, kernel_methods,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__shuffle(void)
+PyMODINIT_FUNC PyInit__kernel(void)
 {
-    return PyModule_Create(&shuffle_module);
+    return PyModule_Create(&kernel_module);
 }
