@@ -161,8 +161,18 @@ def _table_of_every_kind(rows=5):
     })
 
 
-def test_tables_come_back_equal_and_writable_without_changing_the_entry(tmp_path):
+def test_tables_come_back_equal_and_read_only_by_default(tmp_path):
     cache = LocalDiskCache(tmp_path / 'c', LIMIT, None)
+    table = _table_of_every_kind()
+    cache.get('key', lambda: table)
+    hit = cache.get('key', lambda: pytest.fail('should hit'))
+    assert hit.equals(table)
+    assert hit.schema == table.schema
+    assert not np.frombuffer(hit.column('int').chunk(0).buffers()[1], dtype=np.int32).flags.writeable
+
+
+def test_writable_tables_come_back_equal_and_writable_without_changing_the_entry(tmp_path):
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, None, writable_tables=True)
     table = _table_of_every_kind()
     cache.get('key', lambda: table)
     [entry] = (tmp_path / 'c' / 'entries').rglob('*.arrow')
@@ -183,7 +193,8 @@ def test_tables_come_back_equal_and_writable_without_changing_the_entry(tmp_path
 
 
 def test_cache_pickles_as_its_settings_and_works_in_the_copy(tmp_path):
-    cache = LocalDiskCache(tmp_path / 'c', LIMIT, 1000, shards=3, eviction_policy='least-recently-stored')
+    cache = LocalDiskCache(tmp_path / 'c', LIMIT, 1000, shards=3, eviction_policy='least-recently-stored',
+                           writable_tables=True)
     cache.get('key', lambda: _table(1))
     copy = pickle.loads(pickle.dumps(cache))
     assert repr(copy) == repr(cache)

@@ -97,17 +97,26 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         predicate_fields=() if partition_predicate else tuple(predicate_fields),
         predicate=None if partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
-        partition_names=tuple(dataset.partition_names),
-        transform=None if options.transform_spec is None else TransformTarget(
-            options.transform_spec, tuple(schema.fields), schema, options.batched_output),
-        ngram=ngram, time_stages=time_stages,
+        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema), ngram=ngram,
+        time_stages=time_stages,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
-    filters_exact = set(filter_columns) <= set(dataset.partition_names)
-    rows_known = ((options.predicate is None or partition_predicate) and ngram is None and filters_exact and
-                  not (options.batched_output and options.transform_spec is not None and
-                       options.transform_spec.func is not None))
+    # Which rows an epoch holds is known before reading unless rows are chosen by looking at them.
+    rows_known = ((options.predicate is None or partition_predicate) and ngram is None
+                  and set(filter_columns) <= set(dataset.partition_names) and not _batch_function(options))
     return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known)
+
+
+def _transform_target(options: ReaderOptions, schema: Unischema) -> TransformTarget | None:
+    if options.transform_spec is None:
+        return None
+    return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output)
+
+
+def _batch_function(options: ReaderOptions) -> bool:
+    """A ``make_batch_reader`` transform function: it may drop rows."""
+    spec = options.transform_spec
+    return options.batched_output and spec is not None and spec.func is not None
 
 
 def _predicate_fields(options: ReaderOptions, stored: Unischema) -> list[UnischemaField]:

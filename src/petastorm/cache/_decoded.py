@@ -93,10 +93,8 @@ class DecodedRowGroupCache(RowGroupCache):
 
     def key(self, path: str, row_group: int, columns: Sequence[str]) -> str:
         """The cache key of ``columns`` (in any order) of a row group, with how each decoded column is decoded."""
-        stamp = self.stamps.get(path)
-        size, mtime_ns = (stamp.size, stamp.mtime_ns) if stamp is not None else (None, None)
         decoded = [_field_key(self.fields[name]) for name in sorted(columns) if name in self.fields]
-        return json.dumps([DECODED_FORMAT, self.dataset, path, size, mtime_ns, row_group, sorted(columns), decoded])
+        return json.dumps([DECODED_FORMAT, *self.identity(path, row_group, columns), decoded])
 
     def read(self, path: str, row_group: int, columns: Sequence[str], read_func: Callable[[], pa.Table]) -> pa.Table:
         """The row group's ``columns``, decoded where possible: from the cache, or read and decoded on a miss.

@@ -44,8 +44,9 @@ class DiskStore:
     cleanup that follows removes everything for good.
     """
 
-    def __init__(self, path: str, shards: int, size_limit: int, policy: str) -> None:
+    def __init__(self, path: str, shards: int, size_limit: int, policy: str, writable_tables: bool = False) -> None:
         self._path = path
+        self._read_table = read_mapped_table if writable_tables else _read_table
         self._shards = shards
         self._size_limit = size_limit
         self._policy = policy
@@ -125,8 +126,8 @@ class DiskStore:
     # -- entries ------------------------------------------------------------------------------------------------
 
     def load(self, digest: str, remove_unreadable: bool = False) -> Any:
-        """The entry's value (a table viewing its file through a private memory map); None if absent or unreadable."""
-        for suffix, read in ((_TABLE_SUFFIX, read_mapped_table), (_VALUE_SUFFIX, _read_value_file)):
+        """The entry's value (a table viewing its memory-mapped file); None if absent or unreadable."""
+        for suffix, read in ((_TABLE_SUFFIX, self._read_table), (_VALUE_SUFFIX, _read_value_file)):
             entry = self._entry_path(digest, suffix)
             try:
                 value = read(entry)
@@ -278,6 +279,16 @@ class DiskStore:
         """Unlink the key's lock file (call while holding it); waiters notice and lock a new one."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._lock_path(digest))
+
+
+def _read_table(entry: str) -> pa.Table:
+    """The table of an IPC entry file, viewing a read-only memory map of it (the reading happens in Arrow)."""
+    source = pa.memory_map(entry, 'r')
+    try:
+        return pa.ipc.open_file(source).read_all()
+    finally:
+        # The table's buffers keep the mapping alive; the file handle is no longer needed.
+        source.close()
 
 
 def _read_value_file(entry: str) -> Any:

@@ -89,8 +89,12 @@ def make_cache(cache_type: str | None, location: Any, size_limit: int | None, ro
     """
     if cache_type is None or cache_type == NULL_CACHE:
         return NullCache()
-    if cache_type in (LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE):
+    if cache_type == LOCAL_DISK_CACHE:
         return LocalDiskCache(location, size_limit, row_size_estimate, **dict(extra_settings or {}))
+    if cache_type == LOCAL_DISK_DECODED_CACHE:
+        # Decoded columns are handed out as views of the entries: writable ones, as decoding would give.
+        return LocalDiskCache(location, size_limit, row_size_estimate,
+                              **{'writable_tables': True, **dict(extra_settings or {})})
     raise _unknown_cache_type(cache_type)
 
 

@@ -70,9 +70,9 @@ def _local_path(path: Any) -> str:
 
 
 def _restore(path: str, size_limit_bytes: int, expected_row_size_bytes: int | None, shards: int, cleanup: bool,
-             eviction_policy: str) -> LocalDiskCache:
+             eviction_policy: str, writable_tables: bool = False) -> LocalDiskCache:
     return LocalDiskCache(path, size_limit_bytes, expected_row_size_bytes, shards=shards, cleanup=cleanup,
-                          eviction_policy=eviction_policy)
+                          eviction_policy=eviction_policy, writable_tables=writable_tables)
 
 
 class LocalDiskCache(CacheBase):
@@ -87,8 +87,11 @@ class LocalDiskCache(CacheBase):
         cleanup: when True (the default, as in Petastorm), :meth:`cleanup` (called by ``Reader.cleanup_cache`` and
             a reader's ``with`` exit) removes the cache directory; pass False to keep it for later readers.
         **settings: ``eviction_policy``: ``'least-recently-used'`` (default), ``'least-recently-stored'`` (hits
-            do not refresh an entry) or ``'none'`` (never evict; store only while under the limit). Other names
-            (settings of Petastorm's former diskcache backend) are ignored with a warning.
+            do not refresh an entry) or ``'none'`` (never evict; store only while under the limit);
+            ``writable_tables``: False (default) maps tables read back read-only; True maps them copy-on-write, so
+            that their arrays are writable without a copy (the decoded-column cache asks for it; rebuilding the
+            columns over that mapping costs Python work per column, which threads reading at once feel). Other
+            names (settings of Petastorm's former diskcache backend) are ignored with a warning.
 
     Raises:
         ValueError: a bad argument.
@@ -109,6 +112,7 @@ class LocalDiskCache(CacheBase):
         if policy not in EVICTION_POLICIES:
             raise ValueError(f'eviction_policy must be one of {EVICTION_POLICIES}, got {policy!r}')
         self._policy = policy
+        self._writable_tables = bool(settings.pop('writable_tables', False))
         if settings:
             logger.warning('LocalDiskCache ignores the settings %s (they configured the former diskcache backend)',
                            sorted(settings))
@@ -123,7 +127,7 @@ class LocalDiskCache(CacheBase):
                     f'or decrease shards.')
         self._expected_row_size = expected_row_size_bytes
         self._cleanup = bool(cleanup)
-        self._cache = DiskStore(self._path, self._shards, self._size_limit, self._policy)
+        self._cache = DiskStore(self._path, self._shards, self._size_limit, self._policy, self._writable_tables)
         try:
             self._cache.prepare()
         except OSError as err:
@@ -207,8 +211,9 @@ class LocalDiskCache(CacheBase):
     def __reduce__(self) -> tuple[Any, ...]:
         # Sent to worker processes as its settings: the copy opens the same directory.
         return _restore, (self._path, self._size_limit, self._expected_row_size, self._shards, self._cleanup,
-                          self._policy)
+                          self._policy, self._writable_tables)
 
     def __repr__(self) -> str:
+        writable = ', writable_tables=True' if self._writable_tables else ''
         return (f'LocalDiskCache({self._path!r}, size_limit_bytes={self._size_limit}, shards={self._shards}, '
-                f'cleanup={self._cleanup}, eviction_policy={self._policy!r})')
+                f'cleanup={self._cleanup}, eviction_policy={self._policy!r}{writable})')

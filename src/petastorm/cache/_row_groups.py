@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -62,12 +63,19 @@ class RowGroupCache:
     dataset: str
     stamps: Mapping[str, FileStamp]
 
-    def key(self, path: str, row_group: int, columns: Sequence[str]) -> str:
-        """The cache key of columns ``columns`` (in any order) of row group ``row_group`` of file ``path``."""
+    def identity(self, path: str, row_group: int, columns: Sequence[str]) -> list[Any]:
+        """What names the content of ``columns`` (in any order) of a row group.
+
+        The dataset, the file, its size and modification time, the row group and the sorted columns.
+        """
         stamp = self.stamps.get(path)
         size, mtime_ns = (stamp.size, stamp.mtime_ns) if stamp is not None else (None, None)
+        return [self.dataset, path, size, mtime_ns, row_group, sorted(columns)]
+
+    def key(self, path: str, row_group: int, columns: Sequence[str]) -> str:
+        """The cache key of columns ``columns`` (in any order) of row group ``row_group`` of file ``path``."""
         # JSON keeps the parts unambiguous whatever characters paths and column names contain.
-        return json.dumps([self.dataset, path, size, mtime_ns, row_group, sorted(columns)])
+        return json.dumps(self.identity(path, row_group, columns))
 
     def read(self, path: str, row_group: int, columns: Sequence[str], read_func: Callable[[], pa.Table]) -> pa.Table:
         """The table of ``columns`` of the row group: from the cache, or from ``read_func()`` on a miss.
