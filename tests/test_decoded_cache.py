@@ -3,7 +3,6 @@ through it giving exactly what they give without it."""
 
 import decimal
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from node_ranks import run_ranks_together
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.cache import (
     LOCAL_DISK_DECODED_CACHE,
@@ -469,16 +469,7 @@ def _read_in_process(url, cache_dir, counter_path, seed, go):
 
 def test_ranks_of_one_node_decode_each_row_group_once(url, tmp_path):
     counter = tmp_path / 'decodes.txt'
-    context = mp.get_context('spawn')
-    go = context.Event()
-    processes = [context.Process(target=_read_in_process, args=(url, str(tmp_path / 'c'), str(counter), seed, go))
-                 for seed in (1, 2)]
-    for process in processes:
-        process.start()
-    go.set()
-    for process in processes:
-        process.join(120)
-    assert [p.exitcode for p in processes] == [0, 0]
+    assert run_ranks_together(_read_in_process, url, tmp_path / 'c', counter) == [0, 0]
     assert len(counter.read_text().split()) == _row_group_count(url)
 
 

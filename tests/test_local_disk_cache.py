@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from node_ranks import run_ranks_together
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
 from petastorm.cache._values import MAGIC
@@ -811,16 +812,7 @@ def _read_in_process(url, cache_dir, counter_path, seed, go):
 
 def test_ranks_of_one_node_read_each_row_group_once(url, tmp_path):
     counter = tmp_path / 'reads.txt'
-    context = mp.get_context('spawn')
-    go = context.Event()
-    processes = [context.Process(target=_read_in_process, args=(url, str(tmp_path / 'c'), str(counter), seed, go))
-                 for seed in (1, 2)]
-    for process in processes:
-        process.start()
-    go.set()
-    for process in processes:
-        process.join(120)
-    assert [p.exitcode for p in processes] == [0, 0]
+    assert run_ranks_together(_read_in_process, url, tmp_path / 'c', counter) == [0, 0]
     assert len(counter.read_text().split()) == _row_group_count(url)
 
 
