@@ -16,8 +16,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# setup.py builds the one compiled module (src/petastorm/shuffle/_kernel.c) in place; a change to it re-installs.
-$(STAMP): pyproject.toml setup.py src/petastorm/shuffle/_kernel.c Makefile | $(BIN)/python
+# setup.py builds the compiled modules (the C files below) in place; a change to one re-installs.
+$(STAMP): pyproject.toml setup.py src/petastorm/shuffle/_kernel.c src/petastorm/codecs/_png_rows.c Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q '$(TORCH_PIN)' -e '.[dev]'
 	touch $@
 
@@ -36,4 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so

@@ -29,7 +29,7 @@ from petastorm.unischema import UnischemaField
 
 cv2 = pytest.importorskip('cv2')
 
-SETTINGS = ['auto', 'opencv', 'imagecodecs', 'simplejpeg', 'pyspng', 'pyspng,simplejpeg']
+SETTINGS = ['auto', 'opencv', 'libdeflate', 'imagecodecs', 'simplejpeg', 'pyspng', 'pyspng,simplejpeg']
 
 
 def _photo_like(height: int, width: int, channels: int, dtype=np.uint8, seed: int = 0) -> np.ndarray:
@@ -127,7 +127,8 @@ def test_every_backend_decodes_the_reference_pixels(backend_setting):
     chosen = backends.describe()
     forced = backend_setting.split(',')
     if backend_setting != 'auto':  # the forced library decodes what it can
-        assert chosen['png decode'] == next((n for n in forced if n in ('imagecodecs', 'pyspng')), 'opencv')
+        png_decoders = ('libdeflate', 'imagecodecs', 'pyspng')
+        assert chosen['png decode'] == next((n for n in forced if n in png_decoders), 'opencv')
         assert chosen['jpeg decode'] == next((n for n in forced if n in ('imagecodecs', 'simplejpeg')), 'opencv')
     codec = CompressedImageCodec('png')
     field = UnischemaField('picture', np.uint8, (None, None, None), codec)
@@ -251,8 +252,8 @@ def _holds_the_gil_while_decoding(setting: str, payload: bytes) -> bool:
 
 def test_chosen_decoders_release_the_gil():
     png, jpeg = IMAGES['png uint8 c3 128x256'], IMAGES['jpeg q90 c3 128x256']
-    assert image_backends().describe()['png decode'] == 'imagecodecs'
-    for setting in ('auto', 'imagecodecs', 'simplejpeg', 'opencv'):
+    assert image_backends().describe()['png decode'] == 'libdeflate'
+    for setting in ('auto', 'libdeflate', 'imagecodecs', 'simplejpeg', 'opencv'):
         for payload in (png, jpeg):
             assert not _holds_the_gil_while_decoding(setting, payload), setting
     # The control: pyspng keeps the GIL, which is why it comes after OpenCV in the automatic order.
@@ -286,8 +287,11 @@ _ROUND_TRIP = textwrap.dedent('''
 @pytest.mark.parametrize(('blocked', 'chosen'), [
     ('imagecodecs,simplejpeg,pyspng', {'png decode': 'opencv', 'jpeg decode': 'opencv', 'png encode': 'opencv',
                                        'jpeg encode': 'opencv', 'other images': 'opencv'}),
-    ('cv2', {'png decode': 'imagecodecs', 'jpeg decode': 'simplejpeg', 'png encode': 'imagecodecs',
+    ('cv2', {'png decode': 'libdeflate', 'jpeg decode': 'simplejpeg', 'png encode': 'imagecodecs',
              'jpeg encode': 'imagecodecs', 'other images': 'imagecodecs, simplejpeg, pyspng'}),
+    # Without the compiled row filters (no C compiler at install) our PNG reader is not offered.
+    ('petastorm.codecs._png_rows', {'png decode': 'imagecodecs', 'jpeg decode': 'simplejpeg', 'png encode': 'opencv',
+                                    'jpeg encode': 'imagecodecs', 'other images': 'opencv'}),
 ])
 def test_works_with_opencv_alone_and_with_the_new_libraries_alone(blocked, chosen):
     done = subprocess.run([sys.executable, '-c', _ROUND_TRIP, blocked], capture_output=True, text=True,

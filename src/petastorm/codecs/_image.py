@@ -21,11 +21,12 @@ class CompressedImageCodec(DataframeColumnCodec):
     """Stores a uint8/uint16 image (H x W grey or H x W x 3 RGB) as a standard PNG or JPEG file.
 
     Decoding gives exactly the pixels of OpenCV's ``imdecode(..., IMREAD_UNCHANGED)`` (colour as RGB; files with
-    4 channels stay BGRA, as in Petastorm), through the fastest installed library that matches them: imagecodecs
-    (libspng / libpng) for PNG, simplejpeg (libjpeg-turbo, accurate DCT) for JPEG, pyspng in process pool
-    workers; OpenCV takes every other kind of file. Set the environment variable ``PETASTORM_IMAGE_BACKEND`` to
-    ``opencv`` (OpenCV only), or to a comma-separated list of ``imagecodecs``, ``simplejpeg``, ``pyspng``,
-    ``opencv`` to force an order; the default is ``auto``. Either OpenCV or the other libraries suffice.
+    4 channels stay BGRA, as in Petastorm), through the fastest installed library that matches them: our own
+    PNG reader over libdeflate (``libdeflate``, with imagecodecs) for PNG, simplejpeg (libjpeg-turbo, accurate
+    DCT) for JPEG; OpenCV takes every other kind of file. Set the environment variable
+    ``PETASTORM_IMAGE_BACKEND`` to ``opencv`` (OpenCV only), or to a comma-separated list of ``libdeflate``,
+    ``imagecodecs``, ``simplejpeg``, ``pyspng``, ``opencv`` to force an order; the default is ``auto``. Either
+    OpenCV or the other libraries suffice.
 
     Args:
         image_codec: ``'png'`` (lossless) or ``'jpeg'``.

@@ -2,15 +2,16 @@
 
 OpenCV's ``imdecode(..., IMREAD_UNCHANGED)`` followed by BGR->RGB is the reference decode (it is what Petastorm
 does). Faster libraries decode the plain images (see :class:`ImageLayout`) to exactly the same pixels:
-``imagecodecs`` (libspng and libpng, libjpeg-turbo), ``simplejpeg`` (libjpeg-turbo with its default, accurate
-DCT and upsampling) and ``pyspng`` (libspng). Anything else goes to OpenCV when it is installed.
+``libdeflate`` (our own PNG reader, :mod:`petastorm.codecs._png_reader`, over the libdeflate that imagecodecs
+ships), ``imagecodecs`` (libspng and libpng, libjpeg-turbo), ``simplejpeg`` (libjpeg-turbo with its default,
+accurate DCT and upsampling) and ``pyspng`` (libspng). Anything else goes to OpenCV when it is installed.
 
 The choice is made once per process (per value of the switch) from what is importable, or forced with the
 environment variable ``PETASTORM_IMAGE_BACKEND``: ``auto`` (the default), or a comma-separated list of
-``imagecodecs``, ``simplejpeg``, ``pyspng``, ``opencv`` tried in that order (OpenCV, when installed, still takes
-the images the listed libraries cannot handle). ``PETASTORM_IMAGE_BACKEND=opencv`` is today's path exactly.
-Worker processes inherit the variable. A process pool worker decodes on one thread, so its automatic choice puts
-pyspng (fast, but it holds the GIL) first for PNG.
+``libdeflate``, ``imagecodecs``, ``simplejpeg``, ``pyspng``, ``opencv`` tried in that order (OpenCV, when
+installed, still takes the images the listed libraries cannot handle). ``PETASTORM_IMAGE_BACKEND=opencv`` is
+today's path exactly. Worker processes inherit the variable. A process pool worker decodes on one thread, so
+when our PNG reader is not available its automatic choice puts pyspng (fast, but it holds the GIL) first for PNG.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import numpy as np
 from petastorm.codecs._image_formats import JPEG_SIGNATURE, PNG_SIGNATURE, ImageLayout, plain_layout
 
 BACKEND_ENV = 'PETASTORM_IMAGE_BACKEND'
-LIBRARIES = ('imagecodecs', 'simplejpeg', 'pyspng', 'opencv')
+LIBRARIES = ('libdeflate', 'imagecodecs', 'simplejpeg', 'pyspng', 'opencv')
 Operation = Literal['png decode', 'jpeg decode', 'png encode', 'jpeg encode']
 
 # The automatic order per operation, fastest first, measured by benchmarks/codecs_bench.py. pyspng holds the GIL
 # while it decodes, so threads do not scale with it: it comes after OpenCV.
 _AUTO_ORDER: dict[Operation, tuple[str, ...]] = {
-    'png decode': ('imagecodecs', 'opencv', 'pyspng'),
+    'png decode': ('libdeflate', 'imagecodecs', 'opencv', 'pyspng'),
     'jpeg decode': ('simplejpeg', 'imagecodecs', 'opencv'),
     # OpenCV's PNG encoder is faster than libpng's at the same level; imagecodecs' JPEG encoder writes
     # byte-identical files about twice as fast.
@@ -41,8 +42,9 @@ _AUTO_ORDER: dict[Operation, tuple[str, ...]] = {
     'jpeg encode': ('imagecodecs', 'opencv', 'simplejpeg'),
 }
 # A process that decodes on one thread does not care that pyspng holds the GIL.
-_ONE_THREAD_ORDER: dict[Operation, tuple[str, ...]] = {'png decode': ('pyspng', 'imagecodecs', 'opencv')}
-_MODULES = {'imagecodecs': 'imagecodecs', 'simplejpeg': 'simplejpeg', 'pyspng': 'pyspng', 'opencv': 'cv2'}
+_ONE_THREAD_ORDER: dict[Operation, tuple[str, ...]] = {'png decode': ('libdeflate', 'pyspng', 'imagecodecs', 'opencv')}
+_MODULES = {'libdeflate': 'petastorm.codecs._png_reader', 'imagecodecs': 'imagecodecs', 'simplejpeg': 'simplejpeg',
+            'pyspng': 'pyspng', 'opencv': 'cv2'}
 
 # decode(payload, layout, out) -> the image in the codec's layout (RGB, grey, or BGRA like OpenCV), written
 # into ``out`` when it is given (``out`` has ``layout.shape`` and ``layout.dtype``).
@@ -306,6 +308,12 @@ def _simplejpeg_encoder(simplejpeg: Any) -> Encoder:
     return encode
 
 
+# ---- our PNG reader over libdeflate: releases the GIL while it inflates and filters, writes into ``out`` ----
+
+def _libdeflate_png(png_reader: Any) -> PlainDecoder:
+    return png_reader.PngReader().decode
+
+
 # ---- pyspng: libspng; fast, but holds the GIL and returns a new array ----
 
 def _pyspng_png(pyspng: Any) -> PlainDecoder:
@@ -327,7 +335,7 @@ def _pyspng_any(pyspng: Any) -> AnyDecoder:
 
 
 _PNG_DECODERS: dict[str, Callable[[Any], PlainDecoder]] = {
-    'imagecodecs': _imagecodecs_png, 'pyspng': _pyspng_png, 'opencv': _opencv_plain}
+    'libdeflate': _libdeflate_png, 'imagecodecs': _imagecodecs_png, 'pyspng': _pyspng_png, 'opencv': _opencv_plain}
 _JPEG_DECODERS: dict[str, Callable[[Any], PlainDecoder]] = {
     'simplejpeg': _simplejpeg_jpeg, 'imagecodecs': _imagecodecs_jpeg, 'opencv': _opencv_plain}
 _ANY_DECODERS: dict[str, Callable[[Any], AnyDecoder]] = {
