@@ -139,7 +139,8 @@ def run(rows: int, column_rows: int, repeats: int) -> list[tuple[str, str, float
 IMAGE_SIZES = ((128, 256), (224, 224), (512, 512))
 PHOTOS = ('astronaut', 'coffee', 'chelsea')
 # (label, PETASTORM_IMAGE_BACKEND setting) per format; OpenCV's own calls are the reference.
-DECODERS = {'png': (('ours (auto)', 'auto'), ('imagecodecs', 'imagecodecs'), ('pyspng', 'pyspng')),
+DECODERS = {'png': (('ours (auto)', 'auto'), ('libdeflate', 'libdeflate'), ('imagecodecs', 'imagecodecs'),
+                    ('pyspng', 'pyspng')),
             'jpeg': (('ours (auto)', 'auto'), ('simplejpeg', 'simplejpeg'), ('imagecodecs', 'imagecodecs'))}
 
 

@@ -193,3 +193,12 @@ def test_the_chunk_crc_agrees_with_zlib_on_every_length_and_alignment():
         for offset in (0, 1):
             piece = data[offset:offset + length]
             assert _png_rows.crc32(piece) == zlib.crc32(piece), (length, offset)
+
+
+@pytest.mark.parametrize('dtype', [np.uint8, np.uint16])
+@pytest.mark.parametrize('channels', [1, 3, 4])
+def test_sub_rows_of_every_width(channels, dtype):
+    # "sub" runs sixteen bytes at a time with the rest of the row byte by byte: every split of a row.
+    for width in range(1, 40):
+        payload = _png_with_filters(_image(2, width, channels, dtype, seed=width), [1])
+        _assert_same(_ours(payload), _opencv(payload))
