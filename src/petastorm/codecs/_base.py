@@ -98,13 +98,33 @@ class ColumnBuilder:
         self._array: np.ndarray | None = None
         self._objects: np.ndarray | None = None
         self._count = 0
+        self._reserved: np.ndarray | None = None
+
+    def reserve(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """The next value's row of the array, to decode into, when a value of ``shape`` and ``dtype`` fits there.
+
+        None when it does not (the column holds objects, or other shapes); then decode into a new array. Pass the
+        row (or any value) to :meth:`add` next.
+        """
+        if self._objects is not None:
+            return None
+        if self._array is None:
+            self._array = np.empty((self._num_rows, *shape), dtype=dtype)
+        elif self._array.shape[1:] != shape or self._array.dtype != dtype:
+            return None
+        self._reserved = self._array[self._count, ...]
+        return self._reserved
 
     def add(self, value: Any, convert: Callable[[Any, np.ndarray | None], Any] | None = None) -> None:
         """Add the next value; ``convert(value, out)`` (if given) makes the stored value, writing into ``out``.
 
         ``out`` is the value's row of the array when the converted value will have ``value``'s shape and dtype,
-        else None (then ``convert`` returns a new value).
+        else None (then ``convert`` returns a new value). A row from :meth:`reserve` is taken as it is.
         """
+        reserved, self._reserved = self._reserved, None
+        if value is reserved and value is not None and convert is None:
+            self._count += 1
+            return
         if self._objects is None and isinstance(value, np.ndarray):
             if self._array is None:
                 self._array = np.empty((self._num_rows, *value.shape), dtype=value.dtype)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -83,7 +82,6 @@ class CompressedImageCodec(DataframeColumnCodec):
                         out: np.ndarray | None, row: int | None,
                         layout: ImageLayout | None | Literal['unread'] = 'unread') -> np.ndarray:
         """One stored image in our layout (RGB, grey, or BGRA as OpenCV gives it), into ``out`` when it fits."""
-        where = '' if row is None else f' (row {row} of the column)'
         error: Exception | None = None
         try:
             image = backends.decode(memoryview(payload).cast('B'), out, layout)
@@ -93,6 +91,7 @@ class CompressedImageCodec(DataframeColumnCodec):
             if error is None and not backends.any_decoders and len(payload):
                 raise _missing_library('decoding this kind of image')
             detail = f': {error}' if error is not None else ''
+            where = '' if row is None else f' (row {row} of the column)'
             raise CodecError(f'field {_field_name(unischema_field)}{where}: the stored value is not a decodable '
                              f'{self.image_codec} image ({len(payload)} bytes){detail}') from error
         return image
@@ -108,20 +107,11 @@ class CompressedImageCodec(DataframeColumnCodec):
             if payload is None:
                 builder.add(None)
                 continue
+            # The header gives the image's shape and dtype, so the decoder writes into its row of the column.
             layout = plain_layout(payload)
-            if layout is None:
-                builder.add(self._decode_payload(backends, unischema_field, payload, None, row, None))
-                continue
-            # A stand-in of the header's shape and dtype (no memory of its own) lets the builder hand over the
-            # image's row of the column, and the decoder writes there directly.
-            placeholder = np.broadcast_to(np.zeros((), layout.dtype), layout.shape)
-            builder.add(placeholder,
-                        functools.partial(self._decode_into, backends, unischema_field, payload, row, layout))
+            out = None if layout is None else builder.reserve(layout.shape, layout.dtype)
+            builder.add(self._decode_payload(backends, unischema_field, payload, out, row, layout))
         return builder.result()
-
-    def _decode_into(self, backends: ImageBackends, unischema_field: Any, payload: memoryview, row: int,
-                     layout: ImageLayout, _placeholder: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-        return self._decode_payload(backends, unischema_field, payload, out, row, layout)
 
     def spark_dtype(self) -> Any:
         from petastorm._optional import import_optional
