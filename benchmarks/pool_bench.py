@@ -97,12 +97,10 @@ class _StdlibWorker:
 
 
 def stdlib_setup() -> None:
-    """``Pool`` initializer: what our worker process does before serving (allocator settings, decoder threads)."""
-    from petastorm.codecs._image_backends import decode_on_one_thread
+    """``Pool`` initializer: what our worker process does before serving (its allocator settings)."""
     from petastorm.pools._worker import _keep_freed_memory
 
     _keep_freed_memory()
-    decode_on_one_thread()
 
 
 def stdlib_init(payload: Payload | None = None) -> None:

@@ -10,8 +10,7 @@ The choice is made once per process (per value of the switch) from what is impor
 environment variable ``PETASTORM_IMAGE_BACKEND``: ``auto`` (the default), or a comma-separated list of
 ``libdeflate``, ``imagecodecs``, ``simplejpeg``, ``pyspng``, ``opencv`` tried in that order (OpenCV, when
 installed, still takes the images the listed libraries cannot handle). ``PETASTORM_IMAGE_BACKEND=opencv`` is
-today's path exactly. Worker processes inherit the variable. A process pool worker decodes on one thread, so
-when our PNG reader is not available its automatic choice puts pyspng (fast, but it holds the GIL) first for PNG.
+today's path exactly. Worker processes inherit the variable.
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ _AUTO_ORDER: dict[Operation, tuple[str, ...]] = {
     'png encode': ('opencv', 'imagecodecs'),
     'jpeg encode': ('imagecodecs', 'opencv', 'simplejpeg'),
 }
-# A process that decodes on one thread does not care that pyspng holds the GIL.
-_ONE_THREAD_ORDER: dict[Operation, tuple[str, ...]] = {'png decode': ('libdeflate', 'pyspng', 'imagecodecs', 'opencv')}
 _MODULES = {'libdeflate': 'petastorm.codecs._png_reader', 'imagecodecs': 'imagecodecs', 'simplejpeg': 'simplejpeg',
             'pyspng': 'pyspng', 'opencv': 'cv2'}
 
@@ -116,34 +113,21 @@ class ImageBackends:
         return None
 
 
-_one_decoding_thread = False
-
-
-def decode_on_one_thread() -> None:
-    """Tell the automatic choice that this process decodes on one thread (a process pool worker).
-
-    The GIL then does not matter, and pyspng, the fastest PNG decoder on one core, comes first.
-    """
-    global _one_decoding_thread
-    _one_decoding_thread = True
-
-
 def image_backends() -> ImageBackends:
     """The backends of this process for the current value of ``PETASTORM_IMAGE_BACKEND``.
 
     Raises:
         ValueError: the variable names an unknown library or one that is not installed.
     """
-    return _backends_for(os.environ.get(BACKEND_ENV, 'auto').strip().lower() or 'auto', _one_decoding_thread)
+    return _backends_for(os.environ.get(BACKEND_ENV, 'auto').strip().lower() or 'auto')
 
 
 @functools.lru_cache(maxsize=8)
-def _backends_for(setting: str, one_thread: bool = False) -> ImageBackends:
+def _backends_for(setting: str) -> ImageBackends:
     libraries = _load_libraries(setting)
-    auto_order = {**_AUTO_ORDER, **(_ONE_THREAD_ORDER if one_thread else {})}
 
     def first(operation: Operation, table: dict[str, Any]) -> tuple[str, Any] | None:
-        order = auto_order[operation] if setting == 'auto' else (*setting_names(setting), 'opencv')
+        order = _AUTO_ORDER[operation] if setting == 'auto' else (*setting_names(setting), 'opencv')
         for name in order:
             if name in libraries and name in table:
                 return name, table[name](libraries[name])

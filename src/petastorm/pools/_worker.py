@@ -102,9 +102,6 @@ def _keep_freed_memory() -> None:
 def main(argv: list[str]) -> None:
     """Entry point of a worker process: ``argv`` holds the task, result and sentinel file descriptors."""
     _keep_freed_memory()
-    from petastorm.codecs._image_backends import decode_on_one_thread
-
-    decode_on_one_thread()  # the worker function runs on one thread here: GIL-bound decoders are fine
     task_fd, result_fd, sentinel_fd = (int(arg) for arg in argv)
     for fd in (task_fd, result_fd, sentinel_fd):
         # The sentinel stays open until the process ends; none of the pipes leaks into processes it starts.
