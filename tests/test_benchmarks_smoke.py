@@ -31,8 +31,8 @@ def test_codecs_bench_quick_prints_a_ratio_table():
         assert float(row[header.index('ours rows/s')].replace(',', '')) > 0
     decoders = [[cell.strip() for cell in line.strip('|').split('|')]
                 for line in decoder_table.splitlines() if line.startswith('|')][2:]
-    # photo PNG, photo JPEG (3 decoders each) and hello-world noise PNG (3 decoders), every one OpenCV's pixels
-    assert len(decoders) == 9
+    # photo PNG (4 decoders), photo JPEG (3) and hello-world noise PNG (4), every one OpenCV's pixels
+    assert len(decoders) == 11
     assert {row[-1] for row in decoders} == {'yes'}
 
 

@@ -135,9 +135,10 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
 def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
     """The data file, memory-mapped when it is on local disk.
 
-    Parquet pages are then decompressed or sliced straight from the page cache instead of being copied into the
-    process first: a third less time reading image columns (``benchmarks/reader_bench.py``). The map lives only
-    while one row group is read.
+    Parquet pages are then read straight from the page cache instead of being copied into the process first,
+    which takes about a third off the time to read the row groups of an image store (measured on the hello-world
+    store: 69 against 39-49 µs per row). The map lives only while one row group is read; a file truncated in
+    place during that read would fault the process, but writers (ours, Spark's) write new files.
     """
     if isinstance(filesystem, pafs.LocalFileSystem):
         return pa.memory_map(path)

@@ -123,7 +123,7 @@ def test_fault_reaches_the_caller_quickly_with_traceback_and_location(kind, pool
     assert str(last_file) in text, text
     assert 'row group' in text, text
     origin = {'transform': 'exploding_transform', 'predicate': 'exploding_predicate', 'codec': 'decode',
-              'filesystem': 'open_input_file'}[kind]
+              'filesystem': 'memory_map'}[kind]  # local data files are memory-mapped
     assert origin in text, f'the original traceback is missing:\n{text}'
     assert seconds < FAULT_DEADLINE_SECONDS
     figures.add('faults: seconds from fault to caller', f'{kind:>10} / {pool:<7}: {seconds:.3f} s')
