@@ -742,6 +742,31 @@ def test_a_cache_whose_directory_another_process_removed_carries_on(tmp_path):
     assert fills == [1]  # filled again once, then a hit
 
 
+@pytest.mark.parametrize('removed_at', ['entries/1', 'tmp/probe'])
+def test_a_cache_made_while_another_process_cleans_up_makes_its_layout_again(tmp_path, monkeypatch, removed_at):
+    # Another process's cleanup removes the tree between the creation of a directory and of what goes in it: the
+    # creation in the removed parent fails as mkdir and open fail then.
+    location = tmp_path / 'c'
+    real_makedirs, real_open, removed = os.makedirs, open, []
+
+    def racing(real):
+        def call(path, *args, **kwargs):
+            if not removed and str(path).startswith(str(location / removed_at)):
+                removed.append(path)
+                shutil.rmtree(location)
+                raise FileNotFoundError(2, 'No such file or directory', str(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, 'makedirs', racing(real_makedirs))
+    monkeypatch.setattr('builtins.open', racing(real_open))
+    cache = LocalDiskCache(location, LIMIT, None, cleanup=False)
+    monkeypatch.undo()
+    assert removed  # the race happened
+    assert cache.get('k', lambda: _table(3)).equals(_table(3))
+    assert len(list((location / 'entries').rglob('*.arrow'))) == 1
+
+
 def test_a_reader_removes_its_cache_on_exit_by_default_and_quietly(url, tmp_path, capsys):
     location = tmp_path / 'c'
     args = {**_cache_args(location), 'cache_extra_settings': None}

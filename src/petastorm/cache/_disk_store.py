@@ -34,6 +34,8 @@ _VALUE_SUFFIX = '.value'
 _ENTRY_SUFFIXES = (_TABLE_SUFFIX, _VALUE_SUFFIX)
 _LOCK_SUFFIX = '.lock'
 _SUBDIRECTORIES = ('entries', 'locks', 'tmp')
+# How often the layout is made again when a concurrent cleanup removes a part of it midway.
+_LAYOUT_ATTEMPTS = 5
 _STATE_FILES = ('state.lock', 'size')
 
 
@@ -61,12 +63,20 @@ class DiskStore:
 
     def prepare(self) -> None:
         """Create the layout and prove that files can be written in it (raises OSError)."""
-        self._make_layout()
-        # Creating the directories may succeed on an existing read-only tree: prove a write works.
-        probe = os.path.join(self._path, 'tmp', f'probe-{uuid.uuid4().hex}')
-        with open(probe, 'wb'):
-            pass
-        os.unlink(probe)
+        for attempt in range(_LAYOUT_ATTEMPTS):
+            self._make_layout()
+            # Creating the directories may succeed on an existing read-only tree: prove a write works.
+            probe = os.path.join(self._path, 'tmp', f'probe-{uuid.uuid4().hex}')
+            try:
+                with open(probe, 'wb'):
+                    pass
+            except FileNotFoundError:  # removed meanwhile by another process's cleanup
+                if attempt == _LAYOUT_ATTEMPTS - 1:
+                    raise
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(probe)
+            return
 
     def close(self) -> None:
         """Stop reading and writing entries (idempotent); waits for a commit in progress in another thread."""
@@ -98,10 +108,18 @@ class DiskStore:
     # -- layout -------------------------------------------------------------------------------------------------
 
     def _make_layout(self) -> None:
-        for shard in range(self._shards):
-            os.makedirs(os.path.join(self._path, 'entries', str(shard)), exist_ok=True)
-        os.makedirs(os.path.join(self._path, 'locks'), exist_ok=True)
-        os.makedirs(os.path.join(self._path, 'tmp'), exist_ok=True)
+        # Another process's cleanup may remove a parent between the creation of a directory and of its child
+        # (FileNotFoundError). Each process cleans up once, so making the whole layout again soon succeeds.
+        for attempt in range(_LAYOUT_ATTEMPTS):
+            try:
+                for shard in range(self._shards):
+                    os.makedirs(os.path.join(self._path, 'entries', str(shard)), exist_ok=True)
+                os.makedirs(os.path.join(self._path, 'locks'), exist_ok=True)
+                os.makedirs(os.path.join(self._path, 'tmp'), exist_ok=True)
+                return
+            except FileNotFoundError:
+                if attempt == _LAYOUT_ATTEMPTS - 1:
+                    raise
 
     def _remake_layout(self) -> bool:
         """Re-create the layout removed by another process's cleanup; False (and nothing made) once closed."""
