@@ -21,6 +21,7 @@ from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
 from petastorm.predicates import in_lambda
 from petastorm.selectors import SingleIndexSelector
 from petastorm.unischema import Unischema, UnischemaField
+from ray_session import stop_ray
 
 ray = pytest.importorskip('ray')
 
@@ -60,7 +61,7 @@ def ray_cluster():
     context.enable_progress_bars = False
     context.print_on_execution_start = False
     yield
-    ray.shutdown()
+    stop_ray()
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     deadline = time.monotonic() + 30
     while (left := _ray_worker_pids() - before) and time.monotonic() < deadline:

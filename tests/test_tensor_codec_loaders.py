@@ -6,6 +6,7 @@ import pytest
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import ArrowTensorCodec
 from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row
+from ray_session import stop_ray
 
 pytestmark = pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')
 
@@ -103,7 +104,7 @@ def test_ray_data_reads_fixed_tensor_columns_as_arrays(url):
         batch = ray.data.read_parquet(files, columns=['id', 'image']).take_batch(ROWS, batch_format='numpy')
     finally:
         if started_here:
-            ray.shutdown()
+            stop_ray()
     assert batch['image'].shape == (ROWS, 4, 5, 3)
     assert batch['image'].dtype == np.uint8
     np.testing.assert_array_equal(batch['image'][:, 0, 0, 0], batch['id'])
