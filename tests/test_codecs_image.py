@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -219,30 +220,35 @@ def test_an_unknown_or_missing_backend_is_refused(monkeypatch):
 
 
 def _holds_the_gil_while_decoding(setting: str, payload: bytes) -> bool:
-    """Whether another thread stays blocked while one thread decodes ``payload`` in a loop.
+    """Whether another thread stays blocked while one thread decodes ``payload`` in a loop for 3 seconds.
 
-    With a long switch interval the decoding thread keeps the GIL between calls; the main thread runs before
-    the loop ends only if a decode call lets the GIL go.
+    With a switch interval longer than the loop, the decoding thread keeps the GIL between calls; the main thread
+    runs before the loop ends only if a decode call lets the GIL go. The loop stops as soon as the main thread
+    ran, so a loaded machine that schedules the main thread late only makes the loop longer.
     """
     os.environ[BACKEND_ENV] = setting
     codec = CompressedImageCodec('png')
     field = UnischemaField('p', np.uint8, (None, None, None), codec)
     codec.decode(field, payload)  # imports and chooses outside the measured part
-    started, finished = threading.Event(), threading.Event()
+    started, main_ran, timed_out = threading.Event(), threading.Event(), threading.Event()
 
-    def decode_many() -> None:
+    def decode_until_the_main_thread_runs() -> None:
         started.set()
-        for _ in range(30):
+        deadline = time.monotonic() + 3.0
+        while not main_ran.is_set():
+            if time.monotonic() > deadline:
+                timed_out.set()
+                return
             codec.decode(field, payload)
-        finished.set()
 
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(5.0)
+    sys.setswitchinterval(10.0)
     try:
-        worker = threading.Thread(target=decode_many)
+        worker = threading.Thread(target=decode_until_the_main_thread_runs)
         worker.start()
         started.wait()
-        held = finished.is_set()
+        main_ran.set()
+        held = timed_out.is_set()
         worker.join()
     finally:
         sys.setswitchinterval(interval)
