@@ -220,7 +220,7 @@ def test_an_unknown_or_missing_backend_is_refused(monkeypatch):
 
 
 def _holds_the_gil_while_decoding(setting: str, payload: bytes) -> bool:
-    """Whether another thread stays blocked while one thread decodes ``payload`` in a loop for 3 seconds.
+    """Whether another thread stays blocked while one thread decodes ``payload`` in a loop of at most 3 s.
 
     With a switch interval longer than the loop, the decoding thread keeps the GIL between calls; the main thread
     runs before the loop ends only if a decode call lets the GIL go. The loop stops as soon as the main thread
