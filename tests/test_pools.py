@@ -743,5 +743,3 @@ def test_every_pool_kind_decodes_png_with_the_same_library(kind, monkeypatch):
         pool.join()
     # Our PNG reader lets the GIL go while it works, so threads and worker processes alike take it.
     assert chosen == {'libdeflate'}
-
-
