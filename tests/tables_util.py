@@ -146,3 +146,96 @@ def reader_rows(reader: Any, columns: Sequence[str]) -> list[tuple]:
 
 def datetime64_to_py(values: Iterable[Any]) -> list[Any]:
     return [v.astype('datetime64[us]').item() if isinstance(v, np.datetime64) else v for v in values]
+
+
+# -- Iceberg ---------------------------------------------------------------------------------------------------
+
+_ICEBERG_FILE_PATH_ID, _ICEBERG_POS_ID = 2147483546, 2147483545
+
+
+def _iceberg_delete_producer(table: Any, operation: Any) -> Any:
+    """A snapshot producer of pyiceberg that writes the files it adds into a manifest of delete files.
+
+    pyiceberg reads delete files but writes none (its deletes rewrite data files); engines such as Spark write
+    them in merge-on-read mode. This producer commits them the way the format specifies.
+    """
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> Any:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, 'content': 'deletes'}
+
+    class AddDeleteFiles(_FastAppendFiles):
+        def new_manifest_writer(self, spec: Any) -> Any:
+            return DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                        self._compression)
+
+    return AddDeleteFiles, operation
+
+
+def _commit_delete_file(table: Any, delete_file: Any) -> None:
+    from pyiceberg.table.snapshots import Operation
+
+    producer_class, _ = _iceberg_delete_producer(table, Operation.DELETE)
+    with table.transaction() as transaction:
+        producer = producer_class(operation=Operation.DELETE, transaction=transaction, io=table.io)
+        producer.append_data_file(delete_file)
+        producer.commit()
+
+
+def _write_parquet(table: Any, data: pa.Table, name: str) -> tuple[str, int]:
+    import pyarrow.parquet as pq
+
+    location = f'{table.location()}/data/{name}-{uuid.uuid4().hex}.parquet'
+    output = table.io.new_output(location)
+    with output.create() as stream:
+        pq.write_table(data, stream)
+    return location, len(table.io.new_input(location))
+
+
+def iceberg_position_deletes(table: Any, deletes: dict[str, Sequence[int]], *, spec_id: int = 0,
+                             partition: Any = None) -> None:
+    """Commit one position delete file deleting rows ``deletes[data file path]`` of those files."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    paths, positions = [], []
+    for path, rows in sorted(deletes.items()):
+        for row in sorted(rows):
+            paths.append(path)
+            positions.append(row)
+    schema = pa.schema([pa.field('file_path', pa.string(), False, {'PARQUET:field_id': str(_ICEBERG_FILE_PATH_ID)}),
+                        pa.field('pos', pa.int64(), False, {'PARQUET:field_id': str(_ICEBERG_POS_ID)})])
+    location, size = _write_parquet(table, pa.table([paths, positions], schema=schema), 'pos-deletes')
+    delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=location,
+                                     file_format=FileFormat.PARQUET, partition=partition or Record(),
+                                     record_count=len(paths), file_size_in_bytes=size)
+    delete_file.spec_id = spec_id
+    _commit_delete_file(table, delete_file)
+
+
+def iceberg_equality_deletes(table: Any, keys: pa.Table, *, spec_id: int = 0, partition: Any = None) -> None:
+    """Commit one equality delete file: rows whose ``keys.column_names`` columns equal a row of ``keys`` go."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    schema = table.schema()
+    ids = [schema.find_field(name).field_id for name in keys.column_names]
+    fields = [pa.field(name, keys.schema.field(name).type, True, {'PARQUET:field_id': str(i)})
+              for name, i in zip(keys.column_names, ids, strict=True)]
+    location, size = _write_parquet(table, pa.table(keys.columns, schema=pa.schema(fields)), 'eq-deletes')
+    delete_file = DataFile.from_args(content=DataFileContent.EQUALITY_DELETES, file_path=location,
+                                     file_format=FileFormat.PARQUET, partition=partition or Record(),
+                                     record_count=keys.num_rows, file_size_in_bytes=size, equality_ids=ids)
+    delete_file.spec_id = spec_id
+    _commit_delete_file(table, delete_file)
+
+
+def iceberg_rows(table: Any, snapshot_id: int | None = None, columns: Sequence[str] | None = None) -> list[tuple]:
+    """The rows pyiceberg's own reader gives for the snapshot (position deletes applied)."""
+    return rows_of_table(table.scan(snapshot_id=snapshot_id).to_arrow(), columns)
