@@ -111,9 +111,8 @@ def test_caches_serve_every_version_exactly(tmp_path_factory, cache_type):
 
 def test_ray_datasource(delta_url, iceberg_table):
     ray = pytest.importorskip('ray')
-    from ray_session import stop_ray
-
     from petastorm.ray import read_petastorm
+    from ray_session import stop_ray
 
     ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1', log_to_driver=False,
              configure_logging=False)
