@@ -105,7 +105,7 @@ def _load(url: str, storage_options: dict[str, Any] | None, version: VersionSpec
     if version is not None and not isinstance(version, bool) and isinstance(version, (int, np.integer)):
         try:
             return deltalake.DeltaTable(uri, version=int(version), storage_options=options)
-        except deltalake.exceptions.DeltaError as err:
+        except (deltalake.exceptions.DeltaError, OSError) as err:
             latest = _latest_version(uri, options)
             if latest is not None and not 0 <= int(version) <= latest:
                 raise TableVersionError(f'the Delta table {display_url(url)} has no version {int(version)}: its '
@@ -113,7 +113,7 @@ def _load(url: str, storage_options: dict[str, Any] | None, version: VersionSpec
             raise _translate_error(err, url, f'version {int(version)}') from err
     try:
         table = deltalake.DeltaTable(uri, storage_options=options)
-    except deltalake.exceptions.DeltaError as err:
+    except (deltalake.exceptions.DeltaError, OSError) as err:
         raise _translate_error(err, url, 'latest version') from err
     if version is None:
         return table
@@ -123,7 +123,7 @@ def _load(url: str, storage_options: dict[str, Any] | None, version: VersionSpec
                                 f'{display_url(url)}: pass a version number, a datetime or an ISO 8601 timestamp')
     try:
         table.load_as_version(when)
-    except deltalake.exceptions.DeltaError as err:
+    except (deltalake.exceptions.DeltaError, OSError) as err:
         raise TableVersionError(f'the Delta table {display_url(url)} has no version at {when.isoformat()}: '
                                 f'{str(err).splitlines()[0]}') from err
     first = _commit_timestamp(table, 0)
@@ -138,7 +138,7 @@ def _latest_version(uri: str, options: dict[str, str]) -> int | None:
     deltalake = import_optional('deltalake', 'reading a Delta table')
     try:
         return int(deltalake.DeltaTable(uri, storage_options=options).version())
-    except deltalake.exceptions.DeltaError:
+    except (deltalake.exceptions.DeltaError, OSError):
         return None
 
 

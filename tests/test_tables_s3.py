@@ -1,0 +1,101 @@
+"""Tables on S3 (moto's server on loopback): the same ``storage_options`` as Parquet URLs read the log and the files.
+
+The tables are written to the server by the table libraries themselves (delta-rs with its own storage options,
+pyiceberg through its file IO); our readers get s3fs-style options only (``key``, ``secret``, ``endpoint_url``),
+translated for delta-rs and pyiceberg where they read the log.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from petastorm import make_batch_reader
+from petastorm.errors import StorageCredentialsError
+
+s3fs = pytest.importorskip('s3fs')
+pytest.importorskip('moto')
+deltalake = pytest.importorskip('deltalake')
+pytest.importorskip('pyiceberg')
+
+from conftest_s3 import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
+from tables_util import reader_rows, rows_of_table  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def moto():
+    with MotoServer() as server:
+        s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(BUCKET)
+        yield server
+
+
+def _delta_options(server) -> dict[str, str]:
+    options = server.storage_options()
+    return {'AWS_ACCESS_KEY_ID': options['key'], 'AWS_SECRET_ACCESS_KEY': options['secret'],
+            'AWS_ENDPOINT_URL': server.endpoint, 'AWS_ALLOW_HTTP': 'true', 'AWS_REGION': 'us-east-1',
+            'AWS_S3_ALLOW_UNSAFE_RENAME': 'true'}
+
+
+def _rows(start: int, stop: int) -> pa.Table:
+    ids = np.arange(start, stop, dtype=np.int64)
+    return pa.table({'id': ids, 'part': [f'p{i % 3}' for i in ids]})
+
+
+def test_delta_table_on_s3(moto):
+    url = f's3://{BUCKET}/delta-table'
+    options = _delta_options(moto)
+    deltalake.write_deltalake(url, _rows(0, 60), partition_by=['part'], storage_options=options)
+    deltalake.write_deltalake(url, _rows(60, 90), partition_by=['part'], mode='append', storage_options=options)
+    deltalake.DeltaTable(url, storage_options=options).delete("part = 'p1'")
+    expected = rows_of_table(pa.table(deltalake.DeltaTable(url, storage_options=options).scan().read_all()),
+                             ['id', 'part'])
+    with make_batch_reader(url, storage_options=moto.storage_options(), reader_pool_type='thread',
+                           workers_count=2) as reader:
+        assert reader.dataset.version.version == 2
+        assert reader_rows(reader, ['id', 'part']) == expected
+    with make_batch_reader(url, storage_options=moto.storage_options(), table_version=0) as reader:
+        assert len(reader_rows(reader, ['id'])) == 60
+
+
+def test_refused_credentials_are_a_clear_error_without_the_secret():
+    with MotoServer(enforce_auth=True) as strict:
+        url = f's3://{BUCKET}/delta-table'
+        with pytest.raises(StorageCredentialsError, match='refused the credentials') as raised:
+            make_batch_reader(url, storage_options=strict.storage_options(), table_format='delta')
+        assert SECRET_KEY not in str(raised.value)
+        # The log itself is read by delta-rs, with the options translated: its refusal is the same error.
+        from petastorm.tables.delta import open_delta_table
+
+        with pytest.raises(StorageCredentialsError, match='refused the credentials') as raised:
+            open_delta_table(_location(url, moto_options=strict.storage_options()), strict.storage_options())
+        assert SECRET_KEY not in str(raised.value)
+
+
+def _location(url, moto_options):
+    import pyarrow.fs as pafs
+
+    from petastorm.fs import ResolvedLocation
+
+    del moto_options  # the data files are not reached: the log is refused first
+    return ResolvedLocation(pafs.LocalFileSystem(), f'{BUCKET}/delta-table', url)
+
+
+def test_iceberg_table_on_s3(moto, tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    options = moto.storage_options()
+    catalog = SqlCatalog('s3', uri=f'sqlite:///{tmp_path}/catalog.db', warehouse=f's3://{BUCKET}/warehouse',
+                         **{'s3.endpoint': moto.endpoint, 's3.access-key-id': options['key'],
+                            's3.secret-access-key': options['secret'], 's3.region': 'us-east-1'})
+    catalog.create_namespace('ns')
+    table = catalog.create_table('ns.t', schema=_rows(0, 1).schema)
+    table.append(_rows(0, 50))
+    table.delete('id >= 40')
+    expected = rows_of_table(table.scan().to_arrow(), ['id', 'part'])
+    # The catalog's table reads its files with its own file IO settings ...
+    with make_batch_reader(table, reader_pool_type='dummy') as reader:
+        assert reader_rows(reader, ['id', 'part']) == expected
+    # ... and the table's directory URL with the storage options of any Parquet URL.
+    with make_batch_reader(f's3://{BUCKET}/warehouse/ns/t', storage_options=options) as reader:
+        assert reader_rows(reader, ['id', 'part']) == expected
