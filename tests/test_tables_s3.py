@@ -99,3 +99,22 @@ def test_iceberg_table_on_s3(moto, tmp_path):
     # ... and the table's directory URL with the storage options of any Parquet URL.
     with make_batch_reader(f's3://{BUCKET}/warehouse/ns/t', storage_options=options) as reader:
         assert reader_rows(reader, ['id', 'part']) == expected
+
+
+def test_write_dataset_appends_to_a_delta_table_on_s3(moto):
+    from petastorm import make_reader, write_dataset
+    from petastorm.codecs import NdarrayCodec, ScalarCodec
+    from petastorm.unischema import Unischema, UnischemaField
+
+    schema = Unischema('S3Table', [UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+                                   UnischemaField('matrix', np.float32, (2, 2), NdarrayCodec(), False)])
+    url = f's3://{BUCKET}/written-table'
+    options = moto.storage_options()
+    for start in (0, 10):
+        rows = [{'id': i, 'matrix': np.full((2, 2), i, np.float32)} for i in range(start, start + 10)]
+        write_dataset(url, schema, rows, mode='append', storage_options=options, table_format='delta')
+    with make_reader(url, storage_options=options, reader_pool_type='dummy') as reader:
+        rows = sorted(reader, key=lambda row: row.id)
+    assert [int(row.id) for row in rows] == list(range(20))
+    np.testing.assert_array_equal(rows[7].matrix, np.full((2, 2), 7, np.float32))
+    assert deltalake.DeltaTable(url, storage_options=_delta_options(moto)).version() == 2

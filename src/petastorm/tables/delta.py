@@ -40,8 +40,6 @@ from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
 from petastorm.tables._storage import delta_storage_options
 
-#: The directory whose presence makes a directory a Delta table.
-DELTA_LOG = '_delta_log'
 #: Table property holding the Unischema of tables written by ``write_dataset`` (our schema JSON).
 UNISCHEMA_PROPERTY = keys.SCHEMA_JSON_KEY.decode()
 #: Reader features we read correctly.
