@@ -133,3 +133,30 @@ def test_appending_to_a_table_another_tool_made(tmp_path):
     assert 'petastorm.unischema.json' in table.metadata().configuration
     with make_batch_reader(f'file://{root}', schema_fields=['id']) as reader:
         assert sorted(int(i) for batch in reader for i in batch.id) == [0, 1, 2, 3, 4, 1000]
+
+
+def test_inspect_shows_the_version_files_and_deletes(tmp_path, capsys):
+    from tables_util import add_deletion_vector, current_adds
+
+    from petastorm.tools.inspect import main
+
+    root = str(tmp_path / 'table')
+    write_dataset(f'file://{root}', Schema, _rows(0, 10), table_format='delta')
+    deltalake.DeltaTable(root).alter.set_table_properties(
+        {'delta.enableDeletionVectors': 'true'})
+    (path,) = current_adds(root)
+    add_deletion_vector(root, path, [2, 3])
+    main([f'file://{root}'])
+    report = capsys.readouterr().out
+    assert 'delta version 3' in report
+    assert 'deletionVectors' in report
+    assert '2 rows deleted, 8 live' in report
+    assert '10 rows (2 deleted)' in report
+    assert 'metadata: json (' in report
+    main([f'file://{root}', '--table-version', '1', '--json'])
+    import json
+
+    described = json.loads(capsys.readouterr().out)
+    assert described['table']['version'] == 1
+    assert described['table']['deleted_rows'] == 0
+    assert [f['name'] for f in described['fields']] == ['id', 'matrix']
