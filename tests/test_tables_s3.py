@@ -118,3 +118,18 @@ def test_write_dataset_appends_to_a_delta_table_on_s3(moto):
     assert [int(row.id) for row in rows] == list(range(20))
     np.testing.assert_array_equal(rows[7].matrix, np.full((2, 2), 7, np.float32))
     assert deltalake.DeltaTable(url, storage_options=_delta_options(moto)).version() == 2
+
+
+def test_storage_options_translated_for_the_table_libraries():
+    from petastorm.tables._storage import delta_storage_options, iceberg_io_properties
+
+    options = {'key': 'K', 'secret': 'S', 'token': 'T', 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:1',
+                                                                          'region_name': 'eu-west-1'},
+               'AWS_S3_ALLOW_UNSAFE_RENAME': 'true'}
+    assert delta_storage_options('s3://b/t', options) == {
+        'AWS_ACCESS_KEY_ID': 'K', 'AWS_SECRET_ACCESS_KEY': 'S', 'AWS_SESSION_TOKEN': 'T',
+        'AWS_ENDPOINT_URL': 'http://127.0.0.1:1', 'AWS_ALLOW_HTTP': 'true', 'AWS_REGION': 'eu-west-1',
+        'AWS_S3_ALLOW_UNSAFE_RENAME': 'true'}
+    assert iceberg_io_properties('s3a://b/t', {'key': 'K', 'secret': 'S', 'anon': True}) == {
+        's3.access-key-id': 'K', 's3.secret-access-key': 'S', 's3.anonymous': 'true'}
+    assert delta_storage_options('file:///t', {'key': 'K'}) == {}

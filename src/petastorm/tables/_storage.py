@@ -28,8 +28,11 @@ def _s3_settings(options: dict[str, Any]) -> dict[str, Any]:
 def delta_storage_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, str]:
     """delta-rs's ``storage_options`` for a table at ``url`` from fsspec-style ones."""
     options = dict(storage_options or {})
-    passed = {k: str(v) for k, v in options.items() if k.isupper() or k.startswith(('aws_', 'google_', 'azure_'))
-              and k not in ('aws_access_key_id', 'aws_secret_access_key', 'aws_session_token')}
+    # delta-rs's own keys (AWS_REGION, aws_..., google_..., azure_...) pass as they are; the three credential
+    # names botocore shares with them are translated below instead.
+    translated = ('aws_access_key_id', 'aws_secret_access_key', 'aws_session_token')
+    passed = {k: str(v) for k, v in options.items()
+              if k.isupper() or (k.startswith(('aws_', 'google_', 'azure_')) and k not in translated)}
     scheme = urlparse(url).scheme.lower()
     if scheme not in ('s3', 's3a'):
         return passed
