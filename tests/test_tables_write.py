@@ -159,3 +159,20 @@ def test_inspect_shows_the_version_files_and_deletes(tmp_path, capsys):
     assert described['table']['version'] == 1
     assert described['table']['deleted_rows'] == 0
     assert [f['name'] for f in described['fields']] == ['id', 'matrix']
+
+
+def test_decoded_cache_of_a_table_with_deletes(tmp_path):
+    from tables_util import add_deletion_vector, current_adds
+
+    root = str(tmp_path / 'table')
+    url = f'file://{root}'
+    write_dataset(url, Schema, _rows(0, 40), table_format='delta', row_group_size_mb=0.0005)
+    deltalake.DeltaTable(root).alter.set_table_properties({'delta.enableDeletionVectors': 'true'})
+    (path,) = current_adds(root)
+    add_deletion_vector(root, path, [0, 7, 8, 39])
+    settings = {'cache_type': 'local-disk-decoded', 'cache_location': str(tmp_path / 'cache'),
+                'cache_size_limit': 1 << 30, 'cache_row_size_estimate': 100,
+                'cache_extra_settings': {'cleanup': False}}
+    expected = [i for i in range(40) if i not in (0, 7, 8, 39)]
+    for _ in range(2):  # the first pass fills the cache with decoded row groups, the second reads them
+        assert _ids(url, **settings) == expected
