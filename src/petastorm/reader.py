@@ -85,7 +85,9 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
-        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL).
+        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL); a
+            Delta or Iceberg table's directory (or Iceberg metadata file) URL, or a ``pyiceberg`` table object,
+            reads the table (see ``table_version``).
         schema_fields: fields to read: ``UnischemaField`` s and/or regular expressions matching whole names.
         reader_pool_type: ``'thread'``, ``'process'`` or ``'dummy'`` (inline, the reference behaviour).
         workers_count: threads or processes reading and decoding row groups.
