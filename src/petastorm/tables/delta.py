@@ -40,6 +40,9 @@ from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
 from petastorm.tables._storage import delta_storage_options
 
+__all__ = ['MAX_READER_VERSION', 'SUPPORTED_READER_FEATURES', 'TYPE_READER_FEATURES', 'UNISCHEMA_PROPERTY',
+           'check_protocol', 'delta_uri', 'open_delta_table']
+
 #: Table property holding the Unischema of tables written by ``write_dataset`` (our schema JSON).
 UNISCHEMA_PROPERTY = keys.SCHEMA_JSON_KEY.decode()
 #: Reader features we read correctly.

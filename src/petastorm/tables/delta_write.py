@@ -32,6 +32,8 @@ from petastorm.tables._storage import delta_storage_options
 from petastorm.tables.delta import UNISCHEMA_PROPERTY, delta_uri
 from petastorm.unischema import Unischema
 
+__all__ = ['DeltaWrite', 'file_stats']
+
 logger = logging.getLogger(__name__)
 
 

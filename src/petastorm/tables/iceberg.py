@@ -45,6 +45,8 @@ from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
 from petastorm.tables._storage import iceberg_io_properties
 
+__all__ = ['open_iceberg_location', 'open_iceberg_table']
+
 _DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
 # Field ids of the columns of position delete files (Iceberg's reserved ids).
 _DELETE_FILE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545

@@ -18,6 +18,8 @@ from petastorm.scalars import scalar_column_to_numpy
 from petastorm.tables._model import TableRowGroup
 from petastorm.unischema import Unischema, UnischemaField
 
+__all__ = ['constant_column', 'logical_table', 'stored_columns', 'table_partition_values']
+
 
 def stored_columns(row_group: TableRowGroup, names: Sequence[str]) -> list[str]:
     """The stored names of the logical columns ``names`` that the file stores, in ``names`` order."""
