@@ -107,21 +107,3 @@ def test_caches_serve_every_version_exactly(tmp_path_factory, cache_type):
             ids = sorted(int(i) for batch in reader for i in batch.id)
         assert ids == sorted(r[0] for r in delta_rows(root, version))
     assert before == list(range(100))
-
-
-def test_ray_datasource(delta_url, iceberg_table):
-    ray = pytest.importorskip('ray')
-    from petastorm.ray import read_petastorm
-    from ray_session import stop_ray
-
-    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1', log_to_driver=False,
-             configure_logging=False)
-    try:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        for source in (delta_url, iceberg_table):
-            ds = read_petastorm(source, filters=[('id', '<', 200)])
-            ids = sorted(int(i) for batch in ds.iter_batches(batch_size=None, batch_format='numpy')
-                         for i in batch['id'])
-            assert ids == [i for i in _expected(source) if i < 200]
-    finally:
-        stop_ray()
