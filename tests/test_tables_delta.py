@@ -323,3 +323,17 @@ def test_make_reader_reads_rows_of_a_table(dv_table):
                                                                            reader_pool_type='dummy') as reader:
         ids = sorted(int(row.id) for row in reader)
     assert ids == sorted(r[0] for r in delta_rows(dv_table))
+
+
+def test_deletion_vectors_of_partitioned_files_with_escaped_names(tmp_path):
+    root = str(tmp_path / 'escaped')
+    table = pa.table({'id': pa.array(range(20), pa.int64()), 'part': ['a b', 'x=y/%', 'c'] * 6 + ['c', 'c']})
+    deltalake.write_deltalake(root, table, partition_by=['part'], configuration={'delta.enableDeletionVectors': 'true'})
+    for path in current_adds(root):
+        add_deletion_vector(root, path, [0])
+    with make_batch_reader(f'file://{root}', reader_pool_type='dummy') as reader:
+        assert reader.dataset.deleted_rows == 3
+        rows = sorted(((int(i), str(p)) for batch in reader for i, p in zip(batch.id, batch.part, strict=True)),
+                      key=repr)
+    assert rows == delta_rows(root, columns=['id', 'part'])
+    assert len(rows) == 17
