@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlparse
 
@@ -48,6 +49,8 @@ from petastorm.tables._storage import iceberg_io_properties
 __all__ = ['open_iceberg_location', 'open_iceberg_table']
 
 _DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
+# Manifests read at a time (their files are fetched from storage: remote tables gain the most).
+_MAX_MANIFEST_READERS = 8
 # Field ids of the columns of position delete files (Iceberg's reserved ids).
 _DELETE_FILE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
 
@@ -302,8 +305,12 @@ def open_iceberg_table(table: Any, version: Any = None, *, storage_options: dict
     types = {c.name: normalized_type(c.arrow_type) for c in columns}
     data_entries, position_deletes, equality_deletes = [], [], []
     if snapshot is not None:
-        for manifest in snapshot.manifests(table.io):
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        manifests = snapshot.manifests(table.io)
+        with ThreadPoolExecutor(max_workers=max(1, min(_MAX_MANIFEST_READERS, len(manifests)))) as pool:
+            manifest_entries = list(pool.map(lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True),
+                                             manifests))
+        for entries_of_manifest in manifest_entries:
+            for entry in entries_of_manifest:
                 data_file = entry.data_file
                 content = int(data_file.content)
                 sequence = entry.sequence_number or 0
