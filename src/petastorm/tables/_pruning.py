@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -105,6 +104,8 @@ def matching_table_row_groups(store: TableStore, expression: Any) -> set[tuple[s
     Raises:
         ValueError: the expression names a column the table does not have, or cannot be applied to its types.
     """
+    import pyarrow.dataset as ds  # imports pandas: only when filters are given, as for plain Parquet
+
     schema = pa.schema([pa.field(f.name, f.type) for f in store.arrow_schema])
     types = {f.name: f.type for f in schema}
     file_format = ds.ParquetFileFormat()
