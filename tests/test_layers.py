@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates', 'petastorm.selectors',
                'petastorm.ngram', 'petastorm.utils', 'petastorm.generator')),
     ('storage', ('petastorm.fs', 'petastorm.fs_utils', 'petastorm.hdfs', 'petastorm.metadata', 'petastorm.writer',
-                 'petastorm.cache', 'petastorm.local_disk_cache')),
+                 'petastorm.cache', 'petastorm.local_disk_cache', 'petastorm.tables')),
     ('plan', ('petastorm.plan', 'petastorm.distributed')),
     ('execution', ('petastorm.read', 'petastorm.batch', 'petastorm.column_transform', 'petastorm.pools',
                    'petastorm.shuffle')),

@@ -66,3 +66,11 @@ class StorageCredentialsError(StorageError, PermissionError):
 
 class StoragePermissionError(StorageError, PermissionError):
     """The storage denied an operation on a URL to the credentials in use."""
+
+
+class TableVersionError(PetastormMetadataError, ValueError):
+    """A table version, snapshot, tag or timestamp that the table does not have (the message says which it has)."""
+
+
+class UnsupportedTableFeatureError(PetastormMetadataError, NotImplementedError):
+    """The table uses a feature this reader does not implement (named in the message); it is never read wrongly."""

@@ -30,6 +30,7 @@ from petastorm.plan import ScheduledItem, row_permutation, unit_rows
 from petastorm.predicates import PredicateBase
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import StageClock, lap
+from petastorm.tables.read import constant_column, logical_table, stored_columns
 from petastorm.unischema import UnischemaField
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ def _context_from_bytes(blob: bytes) -> ReadContext:
 
 def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
     """The column of hive partition field ``field`` for ``num_rows`` rows of ``piece`` (its directory's value)."""
+    if piece.table is not None:  # a table's partition value comes from its log, typed
+        return constant_column(piece.table, field.name, num_rows)
     value = dict(piece.partition_keys).get(field.name)
     if value is None:
         return pa.nulls(num_rows)
@@ -101,6 +104,8 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
     file_columns = [n for n in names if n not in ctx.partition_names]
+    # A table's row group: its file stores the logical columns under its own names (or not at all).
+    stored = file_columns if piece.table is None else stored_columns(piece.table, file_columns)
 
     def read() -> pa.Table:
         try:
@@ -108,8 +113,7 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                 # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
                 # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
                 remote = not isinstance(handle, pa.MemoryMappedFile)
-                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group,
-                                                                                columns=file_columns)
+                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group, columns=stored)
         except PetastormError:
             raise  # storage errors already translated by the filesystem layer
         except FileNotFoundError as err:
@@ -123,7 +127,9 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                                    f'metadata ({type(err).__name__}: {err})') from err
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
-    table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, file_columns, read)
+    table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
+    if piece.table is not None:  # the version's rows (deletes applied as one mask) of the logical columns
+        table = logical_table(piece.table, table, file_columns)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
     partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),

@@ -31,6 +31,7 @@ from petastorm.options import (
     HdfsDriver,
     PoolType,
     ReaderOptions,
+    TableVersionChange,
     validate_options,
 )
 from petastorm.plan import Remainder, ShardMode, WorkItem
@@ -41,6 +42,7 @@ from petastorm.reader_position import ReaderPosition, UnitTag
 from petastorm.reader_setup import set_up_reader
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
+from petastorm.tables import TableFormat, is_iceberg_table
 from petastorm.transform import TransformSpec
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,9 @@ _STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_read
 
 
 def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
-    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each."""
+    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each (a pyiceberg table passes)."""
+    if is_iceberg_table(dataset_url_or_urls):
+        return dataset_url_or_urls
     if isinstance(dataset_url_or_urls, list):
         if not dataset_url_or_urls:
             raise ValueError('dataset url list must be non-empty.')
@@ -75,11 +79,15 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 transform_spec: TransformSpec | None = None, filters: Any = None,
                 storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                 filesystem: Any = None, convert_early_to_numpy: bool = False,
-                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                table_version: Any = None, table_format: TableFormat = 'auto',
+                table_version_change: TableVersionChange = 'refuse') -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
-        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL).
+        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL); a
+            Delta or Iceberg table's directory (or Iceberg metadata file) URL, or a ``pyiceberg`` table object,
+            reads the table (see ``table_version``).
         schema_fields: fields to read: ``UnischemaField`` s and/or regular expressions matching whole names.
         reader_pool_type: ``'thread'``, ``'process'`` or ``'dummy'`` (inline, the reference behaviour).
         workers_count: threads or processes reading and decoding row groups.
@@ -121,6 +129,17 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             reads exactly the same number of rows per epoch (see ``docs/distributed.md``).
         shard_remainder: with ``shard_mode='rows'``, what happens to the fewer than ``shard_count`` rows left
             over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them.
+        table_version: for a Delta or Iceberg table (see ``docs/tables.md``), the version to read: None (default)
+            the latest; an int, the Delta version number or the Iceberg snapshot id; a ``datetime`` (naive ones are
+            UTC) or an ISO 8601 string, the version current at that time; a string naming an Iceberg branch or tag.
+            The version read is in :meth:`Reader.state_dict`, so a run resumes on the same rows.
+        table_format: ``'auto'`` (default): a directory holding ``_delta_log`` is read as a Delta table, one
+            holding ``metadata/*.metadata.json`` (or the URL of such a file, or a ``pyiceberg`` table passed as
+            the URL) as an Iceberg table, anything else as Parquet; ``'delta'`` or ``'iceberg'`` insist on that
+            format; ``'parquet'`` reads every Parquet file under the directory as plain files, even in a table.
+        table_version_change: what :meth:`Reader.load_state_dict` does with a position saved on another version
+            of the table: ``'refuse'`` (default) raises, naming both versions; ``'restart_epoch'`` reads the
+            saved epoch again from its start, on this reader's version.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -143,7 +162,9 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       transform_spec: TransformSpec | None = None, filters: Any = None,
                       storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                       filesystem: Any = None, convert_early_to_numpy: bool = False,
-                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                      table_version: Any = None, table_format: TableFormat = 'auto',
+                      table_version_change: TableVersionChange = 'refuse') -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -379,7 +400,7 @@ class Reader:
         if not states:
             raise ValueError('load_state_dict got an empty list of states')
         with self._lock:
-            self._position.restore(states, self._options.seed)
+            self._position.restore(states, self._options.seed, self._options.table_version_change)
             self._start_pass()
 
     # -- life cycle ---------------------------------------------------------------------------------------------

@@ -85,8 +85,12 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     """
     if not store.files:
         return
-    with store.filesystem.open_input_file(store.files[0]) as f:
-        file_columns = set(pq.read_schema(f).names)
+    table_schema = store.table_schema()  # a table's columns are those of its schema, not of one of its files
+    if table_schema is not None:
+        file_columns = set(table_schema.names)
+    else:
+        with store.filesystem.open_input_file(store.files[0]) as f:
+            file_columns = set(pq.read_schema(f).names)
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:

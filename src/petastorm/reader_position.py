@@ -115,23 +115,29 @@ class ReaderPosition:
         cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
         return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, extra)
 
-    def restore(self, states: Sequence[dict[str, Any]], seed: int | None) -> None:
+    def restore(self, states: Sequence[dict[str, Any]], seed: int | None,
+                table_version_change: str = 'refuse') -> None:
         """Continue from saved states (one, or every rank's), checked against this layout; before reading.
 
         Args:
             states: the saved states.
             seed: the seed the reader was made with (None: unseeded, it adopts the saved one).
+            table_version_change: ``'refuse'`` states saved on another version of the table, or
+                ``'restart_epoch'``: read the saved epoch from its start on this reader's version.
 
         Raises:
             ValueError: a state does not match this reader's layout and options.
             RuntimeError: reading has started.
         """
-        for index, one in enumerate(states):
-            check_state(one, self._layout, f'load_state_dict (state {index})')
+        changed = [check_state(one, self._layout, f'load_state_dict (state {index})', table_version_change)
+                   for index, one in enumerate(states)]
         if seed is not None and states[0]['seed'] != seed:
             raise ValueError(f"the state was saved with seed={states[0]['seed']}, this reader has seed={seed}")
         if self.started:
             raise RuntimeError('load_state_dict() must be called before reading from the reader')
         # An unseeded reader adopts the saved order.
         self._layout = self._layout.with_seed(int(states[0]['seed']))
+        if any(changed):  # positions of another table version name other rows: the saved epoch starts again
+            self.new_pass(Stage(min(int(s['epoch']) for s in states)), int(states[0]['pass_start']))
+            return
         self.new_pass(restored_stage(states, self._layout), int(states[0]['pass_start']))

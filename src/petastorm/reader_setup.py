@@ -15,15 +15,15 @@ import numpy as np
 
 from petastorm.cache import CacheBase, make_cache, make_row_group_cache
 from petastorm.column_transform import TransformTarget
-from petastorm.fs import resolve_location
-from petastorm.metadata.filters import columns_of_expression, filter_expression, matching_row_groups
+from petastorm.metadata.filters import columns_of_expression, filter_expression
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
-from petastorm.metadata.store import ParquetStore, load_row_groups, open_store
+from petastorm.metadata.store import ParquetStore, load_row_groups
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
 from petastorm.plan import ShardLayout, make_layout, select_row_groups
 from petastorm.read import ReadContext
 from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
+from petastorm.tables import TableStore, matching_row_groups, open_dataset
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField
 
@@ -66,7 +66,10 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     check_ngram_options(ngram, options)
     cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
                        options.cache_row_size_estimate, options.cache_extra_settings)
-    dataset = open_store(resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem))
+    # A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
+    dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
+                           filesystem=options.filesystem, table_format=options.table_format,
+                           table_version=options.table_version)
     stored = load_schema(dataset, options.batched_output)
     view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
     schema = transform_schema(view, options.transform_spec)
@@ -85,8 +88,10 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         url=dataset.url)
     # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
     seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
+    table_version = (dataset.version.format, dataset.version.version) if isinstance(dataset, TableStore) else None
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
-                         shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions)
+                         shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions,
+                         table_version=table_version)
     if not layout.items:
         warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
                       'data was sharded.', UserWarning, stacklevel=4)

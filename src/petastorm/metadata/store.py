@@ -25,17 +25,25 @@ from petastorm.metadata.schema_json import unischema_from_json
 from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
+#: The log directory of a Delta table.
+DELTA_LOG = '_delta_log'
 SUMMARY_METADATA = '_metadata'
 
 
 @dataclass(frozen=True)
 class RowGroupPiece:
-    """One row group of one file: the unit of work of every reader."""
+    """One row group of one file: the unit of work of every reader.
+
+    ``table`` is None for plain Parquet; for a row group of a table version (Delta, Iceberg) it is the
+    :class:`petastorm.tables.TableRowGroup` that says how its logical columns are read and which of its rows the
+    version deleted (``num_rows`` then counts the live rows only).
+    """
 
     path: str
     row_group: int
     num_rows: int
     partition_keys: tuple[tuple[str, str], ...] = ()
+    table: Any = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,14 @@ class ParquetStore:
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
         return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+
+    def table_schema(self) -> pa.Schema | None:
+        """The logical schema of a table version; None for a plain store, whose schema is that of its files."""
+        return None
+
+    def planned_pieces(self) -> tuple[RowGroupPiece, ...] | None:
+        """The row groups a table's log planned; None for a plain store, whose row groups are listed."""
+        return None
 
     @property
     def partition_names(self) -> list[str]:
@@ -108,13 +124,34 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     return dict(metadata.metadata or {})
 
 
-def open_store(location: ResolvedLocation) -> ParquetStore:
+def table_format_of(filesystem: pafs.FileSystem, root: str) -> str | None:
+    """The table format of the directory ``root``: None for a plain store (or a file).
+
+    ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
+    (``metadata/*.metadata.json``).
+    """
+    delta, metadata = filesystem.get_file_info([posixpath.join(root, DELTA_LOG), posixpath.join(root, 'metadata')])
+    if delta.type == pafs.FileType.Directory:
+        return 'delta'
+    if metadata.type == pafs.FileType.Directory and any(
+            info.path.endswith('.metadata.json')
+            for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
+        return 'iceberg'
+    return None
+
+
+def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
+
+    Args:
+        location: the store's URL, resolved.
+        plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
+            it, those its log removed included); by default such a directory is refused.
 
     Raises:
         StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
         StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
-        PetastormMetadataError: a metadata file exists but cannot be read.
+        PetastormMetadataError: a metadata file exists but cannot be read, or the directory is a table.
     """
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
@@ -129,6 +166,14 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
         return ParquetStore(fs, location.url, None, files)
     root = location.path
     files = tuple(list_data_files(fs, root, location.url))
+    table_format = None if plain or fs.get_file_info(root).type != pafs.FileType.Directory else \
+        table_format_of(fs, root)
+    if table_format is not None:
+        raise PetastormMetadataError(
+            f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
+            f'also holds files that are not part of the current version. Read it with make_batch_reader or '
+            f'make_reader (which read the table\'s log), or pass table_format=\'parquet\' to read every Parquet '
+            f'file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
     if fs.get_file_info(root).type == pafs.FileType.Directory:
@@ -266,6 +311,9 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
     footers, read in parallel.
     """
+    planned = store.planned_pieces()
+    if planned is not None:
+        return list(planned)
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
@@ -278,7 +326,13 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
 
 
 def inferred_schema(store: ParquetStore) -> Unischema:
-    """A Unischema inferred from the first data file's Arrow schema and the partition directories."""
+    """A Unischema inferred from the first data file's Arrow schema and the partition directories.
+
+    A table's is inferred from its logical schema (partition columns typed as the table says).
+    """
+    table_schema = store.table_schema()
+    if table_schema is not None:
+        return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
     try:

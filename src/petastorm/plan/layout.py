@@ -52,6 +52,8 @@ class ShardLayout:
     shard_count: int
     shard: int
     remainder: Remainder
+    #: ``(format, version)`` of the table version read (None for plain Parquet): positions are of its rows.
+    table_version: tuple[str, int | None] | None = None
 
     @property
     def total_rows(self) -> int:

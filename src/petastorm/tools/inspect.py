@@ -3,13 +3,16 @@
 Shows the schema (fields, numpy dtypes, shapes, codecs, nullability), the data files, their row groups (rows,
 uncompressed and compressed bytes), the total row count, which metadata the dataset carries (our versioned JSON,
 Petastorm's legacy pickle, or none: the schema is then inferred from Parquet) and its row-group indexes. Only the
-Parquet footers and ``_common_metadata`` are read.
+Parquet footers and ``_common_metadata`` are read. For a Delta or Iceberg table: the version described (the latest,
+or ``--table-version``), its features, the files of that version with the rows the version deleted from each, and
+its delete files.
 
 Example::
 
     petastorm-inspect file:///tmp/hello_world_dataset
     petastorm-inspect s3://bucket/dataset --json | jq .total_rows
     petastorm-inspect s3://bucket/dataset --storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'
+    petastorm-inspect file:///tmp/delta_table --table-version 3
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import posixpath
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataError
-from petastorm.etl.dataset_metadata import infer_or_load_unischema, open_dataset
+from petastorm.etl.dataset_metadata import infer_or_load_unischema
 from petastorm.metadata import keys
 from petastorm.metadata.store import ParquetStore
+from petastorm.tables import TABLE_FORMATS, TableStore
+from petastorm.tables import open_dataset as open_table_or_store
 from petastorm.tools import _cli
 from petastorm.unischema import UnischemaField
 
@@ -86,19 +92,36 @@ def _describe_indexes(store: ParquetStore) -> dict[str, Any]:
                    'values': len(indexer.indexed_values)} for name, indexer in indexes.items()}
 
 
-def inspect_dataset(dataset_url: str, storage_options: dict | None = None, filesystem: Any = None) -> dict[str, Any]:
+def _describe_table(store: TableStore) -> dict[str, Any]:
+    version = store.version
+    return {'format': version.format, 'version': version.version, 'timestamp_ms': version.timestamp_ms,
+            'features': list(store.features), 'live_rows': sum(p.num_rows for p in store.pieces),
+            'deleted_rows': store.deleted_rows, 'delete_files': list(store.delete_files)}
+
+
+def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, filesystem: Any = None, *,
+                    table_version: Any = None, table_format: str = 'auto') -> dict[str, Any]:
     """A JSON-serializable description of the dataset at ``dataset_url`` (see the module docstring).
 
     Args:
-        dataset_url: the dataset directory (or Parquet store).
+        dataset_url: the dataset directory (or Parquet store), a Delta or Iceberg table, or a ``pyiceberg`` table.
         storage_options: options of the filesystem behind the URL (credentials, endpoint...).
         filesystem: a ready ``pyarrow.fs`` or fsspec filesystem to use instead of resolving the URL.
+        table_version: the version of a table to describe (default: the latest); see ``make_reader``.
+        table_format: ``'auto'``, ``'delta'``, ``'iceberg'`` or ``'parquet'``; see ``make_reader``.
 
     Raises:
         FileNotFoundError: nothing exists at the URL.
         PetastormMetadataError: not a Parquet dataset, or its metadata is unreadable.
     """
-    store = open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem)
+    store = open_table_or_store(dataset_url, storage_options=storage_options, filesystem=filesystem,
+                                table_format=table_format, table_version=table_version)
+    if isinstance(store, TableStore) and not store.files:
+        schema = infer_or_load_unischema(store)
+        return {'url': str(store.url), 'metadata': _metadata_kind(store), 'metadata_file': None,
+                'schema_name': schema._name, 'fields': [_describe_field(f) for f in schema.fields.values()],
+                'partition_columns': store.partition_names, 'total_rows': 0, 'total_bytes': 0, 'num_row_groups': 0,
+                'files': [], 'rowgroup_indexes': {}, 'table': _describe_table(store)}
     if not store.files:
         raise PetastormMetadataError(f'{dataset_url} holds no Parquet data files')
     try:
@@ -107,10 +130,16 @@ def inspect_dataset(dataset_url: str, storage_options: dict | None = None, files
     except PetastormMetadataError as err:
         raise PetastormMetadataError(f'{dataset_url} is not a Parquet dataset: {err}') from err
     schema = infer_or_load_unischema(store)
+    table = None
+    if isinstance(store, TableStore):
+        table = _describe_table(store)
+        for file in files:  # the rows of a table's file that the version deleted
+            file['deleted_rows'] = store.table_files[posixpath.join(str(store.root), file['path'])].deleted_rows
     return {
-        'url': dataset_url,
+        'url': str(store.url),
         'metadata': _metadata_kind(store),
-        'metadata_file': None if store.metadata_path is None else store.relpath(store.metadata_path),
+        'metadata_file': None if store.metadata_path is None else (
+            store.metadata_path if table is not None else store.relpath(store.metadata_path)),
         'schema_name': schema._name,
         'fields': [_describe_field(f) for f in schema.fields.values()],
         'partition_columns': store.partition_names,
@@ -119,6 +148,7 @@ def inspect_dataset(dataset_url: str, storage_options: dict | None = None, files
         'num_row_groups': sum(len(f['row_groups']) for f in files),
         'files': files,
         'rowgroup_indexes': _describe_indexes(store),
+        **({} if table is None else {'table': table}),
     }
 
 
@@ -134,6 +164,14 @@ def format_description(description: dict[str, Any]) -> str:
              f"rows:     {description['total_rows']} in {description['num_row_groups']} row groups, "
              f"{len(description['files'])} files, {description['total_bytes']} bytes",
              '', f"schema {description['schema_name']}:"]
+    table = description.get('table')
+    if table is not None:
+        label = 'version' if table['format'] == 'delta' else 'snapshot'
+        lines[1:1] = [f"table:    {table['format']} {label} {table['version']}"
+                      + (f" ({', '.join(table['features'])})" if table['features'] else ''),
+                      f"deletes:  {table['deleted_rows']} rows deleted, {table['live_rows']} live"
+                      + (f", {len(table['delete_files'])} delete files" if table['delete_files'] else '')]
+        lines += [f'  delete file {path}' for path in table['delete_files']]
     rows = [(f['name'], f['dtype'], _shape(f['shape']), f['codec'] or '-', 'nullable' if f['nullable'] else '')
             for f in description['fields']]
     widths = [max(len(r[i]) for r in rows) for i in range(4)] if rows else [0] * 4
@@ -143,7 +181,8 @@ def format_description(description: dict[str, Any]) -> str:
         lines.append(f"partition columns: {', '.join(description['partition_columns'])}")
     lines += ['', 'files:']
     for file in description['files']:
-        lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows, "
+        deleted = f" ({file['deleted_rows']} deleted)" if file.get('deleted_rows') else ''
+        lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows{deleted}, "
                      f"{len(file['row_groups'])} row groups")
         lines += [f"    row group {g['index']}: {g['rows']} rows, {g['bytes']} bytes "
                   f"({g['compressed_bytes']} compressed)" for g in file['row_groups']]
@@ -164,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f'example: {PROG} file:///tmp/dataset --json')
     parser.add_argument('dataset_url', help='URL of the dataset, e.g. file:///tmp/dataset or s3://bucket/dataset')
     parser.add_argument('--json', action='store_true', help='print one JSON object instead of the report')
+    parser.add_argument('--table-version', default=None,
+                        help='of a Delta or Iceberg table: the version (Delta), snapshot id, branch or tag (Iceberg) '
+                             'or ISO 8601 timestamp to describe (default: the latest)')
+    parser.add_argument('--table-format', default='auto', choices=TABLE_FORMATS,
+                        help="'auto' (default) recognises Delta and Iceberg tables; 'parquet' lists every file")
     _cli.add_storage_options_argument(parser)
     _cli.add_version_argument(parser)
     return parser
@@ -176,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     def work() -> None:
         storage_options = _cli.parse_storage_options(args.storage_options)
         _cli.existing_path(args.dataset_url, 'dataset', storage_options)
-        description = inspect_dataset(args.dataset_url, storage_options)
+        version = args.table_version
+        if version is not None and version.lstrip('-').isdigit():
+            version = int(version)
+        description = inspect_dataset(args.dataset_url, storage_options, table_version=version,
+                                      table_format=args.table_format)
         try:
             print(json.dumps(description, indent=2) if args.json else format_description(description))
             sys.stdout.flush()
