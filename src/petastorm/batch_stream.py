@@ -180,8 +180,11 @@ class BatchStream:
         self._pass = _Pass(self._stream(self._passes_done), self.source.num_rows_this_pass)
 
     def _serve(self, token: int) -> Iterator[Any]:
+        current = None
         while True:
             if token != self._token:
+                if current is not None and current.complete:
+                    return  # its pass was whole: nothing is left to give
                 raise RuntimeError(_SUPERSEDED.format(name=self._name))
             current = self._pass
             if current is None:
