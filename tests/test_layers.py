@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
              'petastorm.weighted_sampling_reader', 'petastorm.batch_stream')),
     ('adapters', ('petastorm.pytorch', 'petastorm.tf_utils', 'petastorm.spark', 'petastorm.spark_utils',
                   'petastorm.ray', 'petastorm.etl', 'petastorm.tools', 'petastorm.benchmark',
-                  'petastorm.test_util')),
+                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax')),
 )
 
 #: Upward imports that are allowed, each for a stated reason: (importer, imported).

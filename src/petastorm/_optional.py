@@ -18,6 +18,9 @@ _EXTRA_FOR_MODULE = {
     's3fs': 's3',
     'gcsfs': 'gcs',
     'ray': 'ray',
+    'torchdata': 'torchdata',
+    'jax': 'jax',
+    'grain': 'jax',
 }
 
 
