@@ -272,6 +272,28 @@ def test_loaders_without_a_position_say_so(parquet_url, petastorm_url):
     with InMemBatchedDataLoader(_make('batches', parquet_url), batch_size=10, rows_capacity=200) as loader, \
             pytest.raises(NotImplementedError, match='reads its reader at construction'):
         loader.state_dict()
-    mix = WeightedSamplingReader([_make('rows', petastorm_url), _make('rows', petastorm_url)], [0.5, 0.5])
+    # A WeightedSamplingReader of readers has a position under the loaders: tests/test_weighted_sampling_resume.py.
+    real = _make('rows', petastorm_url)
+    mix = WeightedSamplingReader([real, _Rows(real.schema)], [0.5, 0.5])
     with DataLoader(mix, batch_size=4) as loader, pytest.raises(NotImplementedError, match='WeightedSamplingReader'):
         loader.load_state_dict({})
+
+
+class _Rows:
+    """A reader-like object of rows (no column batches, no position)."""
+
+    def __init__(self, schema):
+        self._rows = iter(())
+        self.batched_output, self.ngram, self.last_row_consumed, self.schema = False, None, False, schema
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._rows)
+
+    def stop(self):
+        pass
+
+    def join(self):
+        pass
