@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from petastorm.batch import ColumnBatch
-from petastorm.source import ColumnSource
+from petastorm.source import ColumnSource, ItemSource
 
 __all__ = ['WeightedSamplingReader']
 
@@ -192,8 +192,9 @@ class WeightedSamplingReader:
         Rows carry ``row_ids`` naming their reader and their row in it, so that a loader can save its position.
         """
         if not all(isinstance(r, ColumnSource) for r in self._readers):
-            raise NotImplementedError('WeightedSamplingReader.column_batches() needs readers from make_reader or '
-                                      'make_batch_reader')
+            # Reader-like objects without columns: their items, gathered into columns (no position).
+            yield from ItemSource(self).column_batches()
+            return
         sources = [r.column_batches() for r in self._readers]
         if self.batched_output:
             yield from self._mix_batches(sources)

@@ -182,5 +182,13 @@ def encode_rows(epoch_positions: np.ndarray, epoch: int) -> np.ndarray:
 
 def runs_of_rows(encoded: np.ndarray) -> list[Run]:
     """Sorted, merged runs of the rows named by :func:`encode_rows` numbers (repeats kept)."""
-    rows = np.sort(np.asarray(encoded, dtype=np.int64))
-    return merge_runs([(int(r // EPOCH_SPAN), int(r % EPOCH_SPAN), int(r % EPOCH_SPAN) + 1) for r in rows])
+    rows = np.sort(np.asarray(encoded, dtype=np.int64).ravel())
+    if not len(rows):
+        return []
+    epochs, positions = np.divmod(rows, EPOCH_SPAN)
+    # A run goes on while the next row is the next position of the same epoch (a repeat starts a new run).
+    breaks = np.flatnonzero((np.diff(positions) != 1) | (np.diff(epochs) != 0)) + 1
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [len(rows)]))
+    return list(zip(epochs[starts].tolist(), positions[starts].tolist(), (positions[stops - 1] + 1).tolist(),
+                    strict=True))
