@@ -249,6 +249,30 @@ def test_torch_loaders_resume_from_four_ranks_on_two(parquet_url):
     assert PARQUET_ROWS - len(seen) < 4 + 2
 
 
+def test_ranks_that_read_their_whole_share_resume_their_buffered_rows_on_another_world_size(parquet_url):
+    # Saved when every rank's reader had handed its whole share to the loader (the epoch's last rows in its
+    # shuffling buffer): those buffered rows are the rest of the epoch, split between the new ranks.
+    from petastorm.pytorch import DataLoader
+
+    options = dict(seed=4, shard_mode='rows', shard_remainder='drop_last', shuffle_rows=True, num_epochs=1)
+    heads, states = [], []
+    for rank in range(2):
+        reader = _make('batches', parquet_url, cur_shard=rank, shard_count=2, **options)
+        with DataLoader(reader, batch_size=8, shuffling_queue_capacity=30) as loader:
+            iterator = iter(loader)
+            for _ in range(len(loader) - 2):
+                heads += next(iterator)['id'].tolist()
+            state = loader.state_dict()
+            assert state['reader']['consumed'] == 0, 'the reader is at the next epoch, holding only buffered rows'
+            states.append(state)
+    with DataLoader(_make('batches', parquet_url, cur_shard=0, shard_count=1, **options), batch_size=8) as loader:
+        loader.load_state_dict({**states[0], 'reader': [s['reader'] for s in states]})
+        rest = [i for b in loader for i in b['id'].tolist()]
+    seen = collections.Counter(heads + rest)
+    assert max(seen.values()) == 1
+    assert len(seen) == PARQUET_ROWS - PARQUET_ROWS % 2
+
+
 def test_weighted_sampling_keeps_its_mixture_under_resume(petastorm_url, parquet_url):
     def mix():
         readers = [_make('rows', petastorm_url, seed=1, num_epochs=None),
