@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -57,7 +57,7 @@ def _columns(table: Table, as_tuple: bool) -> Table:
 class _Pass:
     """One pass being served: its generator of ``(rows, batch)``, and what it delivered so far."""
 
-    def __init__(self, batches: Iterator[tuple[int, Any]], expected_rows: int | None) -> None:
+    def __init__(self, batches: Generator[tuple[int, Any], None, None], expected_rows: int | None) -> None:
         self.batches = batches
         self.expected_rows = expected_rows  # rows the pass delivers in all, when known in advance
         self.rows = 0
@@ -209,7 +209,7 @@ class BatchStream:
                 current.complete = True
             yield batch
 
-    def _stream(self, pass_index: int) -> Iterator[tuple[int, Any]]:
+    def _stream(self, pass_index: int) -> Generator[tuple[int, Any], None, None]:
         """One pass: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches."""
         source = self.source
         if source.ngram is not None:

@@ -293,7 +293,7 @@ class WeightedSamplingReader:
             rng.bit_generator.state = self._rng.bit_generator.state
             rewind = self._draws_over(len(held_rows)) if held_in_order else 0
             if rewind:
-                rng.bit_generator.advance(-rewind)
+                rng.bit_generator.advance(-rewind)  # type: ignore[attr-defined]  # PCG64, default_rng's
             exhausted = self._exhausted and not rewind
             return {'version': 1, 'choice_rng': rng.bit_generator.state, 'exhausted': exhausted, 'readers': states}
 

@@ -50,10 +50,9 @@ def detect_rank_and_world_size(environ: Mapping[str, str] | None = None) -> tupl
     distributed = sys.modules.get('torch.distributed')
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
         return int(distributed.get_rank()), int(distributed.get_world_size()), 'torch.distributed'
-    jax = sys.modules.get('jax')
-    jax_distributed = getattr(jax, 'distributed', None)
-    if jax is not None and callable(getattr(jax_distributed, 'is_initialized', None)) and \
-            jax_distributed.is_initialized():
+    jax: Any = sys.modules.get('jax')
+    initialized = getattr(getattr(jax, 'distributed', None), 'is_initialized', None)
+    if jax is not None and callable(initialized) and initialized():
         return int(jax.process_index()), int(jax.process_count()), 'jax'
     environ = os.environ if environ is None else environ
     for rank_name, size_name in RANK_ENVIRONMENT:

@@ -79,7 +79,7 @@ class ReaderIterableDataset(_IterableDataset):
                                    'shard: ReaderIterableDataset(lambda shard, count: make_reader(url, '
                                    'cur_shard=shard, shard_count=count, ...))')
             rows = self.batch_size is None
-            self._stream_core = BatchStream(source, 1 if rows else self.batch_size, self.shuffling_queue_capacity,
+            self._stream_core = BatchStream(source, self.batch_size or 1, self.shuffling_queue_capacity,
                                             finish=_rows if rows else _columns, name=type(self).__name__)
             if self._pending_state is not None:
                 self._stream_core.load_state_dict(self._pending_state)

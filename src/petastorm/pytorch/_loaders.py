@@ -267,9 +267,10 @@ class DataLoader(_LoaderBase):
         ...     for batch in loader:
         ...         train_step(batch['image'], batch['label'])
 
-    A second ``iter()`` after a finished pass resets the reader and reads it again; ``iter()`` in the middle of a
-    pass raises ``RuntimeError``. ``len(loader)`` is the number of batches of a pass when the reader knows its
-    row count, else ``TypeError``.
+    Each ``iter()`` starts over, as torch's ``DataLoader`` does: the reader's next ``num_epochs`` epochs, whether the
+    last pass ended, was left with ``break`` or was stopped by a trainer (``num_epochs=None``: the endless pass
+    continues where it stopped; see ``docs/trainers.md``). ``len(loader)`` is the number of batches of a pass when
+    the reader knows its row count, else ``TypeError``.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
