@@ -393,11 +393,14 @@ class Reader:
             held_in_order: the held rows are the last ones taken, in order (no shuffling buffer); a reader's own
                 order needs no use of it.
         """
-        from petastorm.plan import merge_runs, runs_of_rows
+        from petastorm.plan import merge_runs
+        from petastorm.plan.runs import run_table_of_rows
 
         state = self.state_dict()
-        pending = [tuple(r) for r in state['pending']] + runs_of_rows(held_rows)
-        state['pending'] = [list(r) for r in merge_runs(sorted(pending))]
+        held = run_table_of_rows(held_rows).tolist()  # sorted and merged already
+        if state['pending']:
+            held = [list(r) for r in merge_runs(sorted([tuple(r) for r in state['pending'] + held]))]
+        state['pending'] = held
         return state
 
     # -- life cycle ---------------------------------------------------------------------------------------------

@@ -53,9 +53,9 @@ class ShardLayout:
     shard: int
     remainder: Remainder
 
-    @property
+    @functools.cached_property
     def total_rows(self) -> int:
-        """Rows of an epoch's global order (before filters)."""
+        """Rows of an epoch's global order (before filters); computed once (every saved position names it)."""
         return sum(item.num_rows for item in self.items)
 
     @property

@@ -182,13 +182,17 @@ def encode_rows(epoch_positions: np.ndarray, epoch: int) -> np.ndarray:
 
 def runs_of_rows(encoded: np.ndarray) -> list[Run]:
     """Sorted, merged runs of the rows named by :func:`encode_rows` numbers (repeats kept)."""
+    return [tuple(run) for run in run_table_of_rows(encoded).tolist()]
+
+
+def run_table_of_rows(encoded: np.ndarray) -> np.ndarray:
+    """:func:`runs_of_rows` as an ``(n, 3)`` int64 array of ``(epoch, start, stop)`` rows (no Python loop)."""
     rows = np.sort(np.asarray(encoded, dtype=np.int64).ravel())
     if not len(rows):
-        return []
+        return np.empty((0, 3), dtype=np.int64)
     epochs, positions = np.divmod(rows, EPOCH_SPAN)
     # A run goes on while the next row is the next position of the same epoch (a repeat starts a new run).
     breaks = np.flatnonzero((np.diff(positions) != 1) | (np.diff(epochs) != 0)) + 1
     starts = np.concatenate(([0], breaks))
     stops = np.concatenate((breaks, [len(rows)]))
-    return list(zip(epochs[starts].tolist(), positions[starts].tolist(), (positions[stops - 1] + 1).tolist(),
-                    strict=True))
+    return np.column_stack((epochs[starts], positions[starts], positions[stops - 1] + 1))
