@@ -3,6 +3,13 @@ arrays, an exact saved position), cur_shard='auto' per JAX process, and a Grain 
 checkpointed with Grain's own CheckpointHandler.
 """
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -76,14 +83,46 @@ def test_the_position_resumes_exactly_and_batches_can_be_global_arrays(url):
     assert head + tail == reference
 
 
-def test_cur_shard_auto_is_the_jax_process(url, monkeypatch):
-    monkeypatch.setattr(jax.distributed, 'is_initialized', lambda: True)
-    monkeypatch.setattr(jax, 'process_index', lambda: 1)
-    monkeypatch.setattr(jax, 'process_count', lambda: 3)
-    with _reader(url, cur_shard='auto', shard_mode='rows') as reader:
-        assert (reader.diagnostics['shard'], reader.diagnostics['shard_count']) == (1, 3)
-        assert reader.diagnostics['shard_source'] == 'jax'
-        assert reader.num_rows_per_epoch == ROWS // 3
+PROCESS = textwrap.dedent('''
+    import json, sys
+    import jax
+    port, index, url = sys.argv[1:4]
+    jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2, process_id=int(index))
+    from petastorm import make_batch_reader
+    from petastorm.jax import DataLoader
+    reader = make_batch_reader(url, cur_shard='auto', shard_mode='rows', seed=6, shuffle_rows=True, workers_count=1)
+    with DataLoader(reader, batch_size=10) as loader:
+        ids = [i for batch in loader for i in batch['id'].tolist()]
+    print(json.dumps({'process': jax.process_index(), 'source': reader.diagnostics['shard_source'], 'ids': ids}))
+    jax.distributed.shutdown()
+''')
+
+
+@pytest.mark.slow
+def test_every_jax_process_reads_its_own_shard_with_cur_shard_auto(url, tmp_path):
+    script = tmp_path / 'process.py'
+    script.write_text(PROCESS)
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    processes = [subprocess.Popen([sys.executable, str(script), str(port), str(index), url], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS='1'))
+                 for index in range(2)]
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=120))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert [r['process'] for r in results] == [0, 1]
+    assert {r['source'] for r in results} == {'jax'}
+    assert [len(r['ids']) for r in results] == [ROWS // 2] * 2
+    assert sorted(results[0]['ids'] + results[1]['ids']) == list(range(ROWS))
 
 
 @pytest.mark.parametrize('batch_size', [None, 8])
