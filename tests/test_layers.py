@@ -28,10 +28,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                    'petastorm.shuffle')),
     ('api', ('petastorm', 'petastorm.options', 'petastorm.reader', 'petastorm.reader_inputs',
              'petastorm.reader_setup', 'petastorm.reader_position', 'petastorm.delivery', 'petastorm.source',
-             'petastorm.weighted_sampling_reader')),
+             'petastorm.weighted_sampling_reader', 'petastorm.batch_stream')),
     ('adapters', ('petastorm.pytorch', 'petastorm.tf_utils', 'petastorm.spark', 'petastorm.spark_utils',
                   'petastorm.ray', 'petastorm.etl', 'petastorm.tools', 'petastorm.benchmark',
-                  'petastorm.test_util')),
+                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax')),
 )
 
 #: Upward imports that are allowed, each for a stated reason: (importer, imported).

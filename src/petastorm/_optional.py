@@ -20,6 +20,9 @@ _EXTRA_FOR_MODULE = {
     'ray': 'ray',
     'deltalake': 'delta',
     'pyiceberg': 'iceberg',
+    'torchdata': 'torchdata',
+    'jax': 'jax',
+    'grain': 'jax',
 }
 
 

@@ -403,7 +403,67 @@ class Reader:
             self._position.restore(states, self._options.seed, self._options.table_version_change)
             self._start_pass()
 
+    def state_holding(self, held_rows: Any, held_in_order: bool = False) -> dict[str, Any]:
+        """:meth:`state_dict` of a reader whose consumer holds some delivered rows it has not handed on yet.
+
+        A loader buffers rows between the reader and its batches; they count as not delivered, so a restored reader
+        reads them again (first, grouped by row group), then continues.
+
+        Args:
+            held_rows: the ``row_ids`` of the rows held (from :meth:`column_batches`).
+            held_in_order: the held rows are the last ones taken, in order (no shuffling buffer); a reader's own
+                order needs no use of it.
+        """
+        from petastorm.plan import merge_runs
+        from petastorm.plan.runs import run_table_of_rows
+
+        state = self.state_dict()
+        held = run_table_of_rows(held_rows).tolist()  # sorted and merged already
+        if state['pending']:
+            held = [list(r) for r in merge_runs(sorted([tuple(r) for r in state['pending'] + held]))]
+        state['pending'] = held
+        return state
+
     # -- life cycle ---------------------------------------------------------------------------------------------
+
+    @property
+    def endless(self) -> bool:
+        """True with ``num_epochs=None``: one pass that never ends, so a new pass continues it."""
+        return self.num_epochs is None
+
+    def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
+        """Abandon the pass being read, if any, and start another one now (unlike :meth:`reset`, also mid-pass).
+
+        Work items read ahead for the abandoned pass are cancelled (their results are dropped).
+
+        Args:
+            state: None starts the next ``num_epochs`` epochs (as :meth:`reset` does after a finished pass); a
+                :meth:`state_dict` (or the list of every rank's) continues from there, as :meth:`load_state_dict`.
+            new_pass: ``state`` was saved between two passes: start the pass after it.
+
+        Raises:
+            ValueError: the state does not match this reader.
+            RuntimeError: the reader was stopped.
+        """
+        if self.ngram is not None and state is not None:
+            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
+        with self._lock:
+            if self.stopped:
+                raise RuntimeError(_STOPPED_MESSAGE)
+            for stream in (self._output, self._batches):
+                stream.close()
+            self.last_row_consumed = False
+            if state is None:
+                self._position.new_pass()
+            else:
+                states = list(state) if isinstance(state, (list, tuple)) else [state]
+                if not states:
+                    raise ValueError('load_state_dict got an empty list of states')
+                if new_pass:
+                    states = [{**one, 'pass_start': one['epoch']} for one in states]
+                self._position.started = False
+                self._position.restore(states, self._options.seed)
+            self._start_pass()
 
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""

@@ -200,6 +200,12 @@ def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Sta
                          'rank, pass the states of every saved rank (a list) to load_state_dict')
     first = min(states, key=lambda s: int(s['epoch']))
     stage = _stage_of(first)
+    if all(int(s['consumed']) == 0 and s.get('runs') is None for s in states) and \
+            any(s.get('pending') for s in states):
+        # Every rank took its whole share of the previous epoch and holds only buffered rows of it: those rows,
+        # split again, are the rest of that epoch; the next one is read whole.
+        held = merge_runs([tuple(r) for s in states for r in s.get('pending', ())])
+        return Stage(min(run[0] for run in held), tuple(held))
     runs = stage.runs if stage.runs is not None else ((stage.epoch, 0, layout.total_rows),)
     remainder: Remainder = first['remainder']
     if len(states) == 1:

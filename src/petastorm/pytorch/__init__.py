@@ -5,6 +5,8 @@
 * :class:`BatchedDataLoader`: large batches of numeric columns, buffered and shuffled as tensors (optionally
   on an accelerator).
 * :class:`InMemBatchedDataLoader`: reads the dataset once into memory and serves many shuffled epochs.
+* :class:`ReaderIterableDataset`: a reader as an ``IterableDataset`` with an exact ``state_dict()``, for torch's
+  ``DataLoader`` and torchdata's ``StatefulDataLoader``.
 
 Every loader is a ``torch.utils.data.DataLoader`` (so trainers that check the type accept it), a context
 manager whose exit stops and joins the reader, and builds batches from the reader's decoded columns by slicing
@@ -21,10 +23,11 @@ Example:
 from __future__ import annotations
 
 from petastorm.pytorch._collate import _sanitize_pytorch_types, decimal_friendly_collate
+from petastorm.pytorch._dataset import ReaderIterableDataset
 from petastorm.pytorch._inmem import InMemBatchedDataLoader, _load_rows_into_mem
 from petastorm.pytorch._loaders import BatchedDataLoader, DataLoader
 from petastorm.pytorch._loaders import _LoaderBase as LoaderBase
 from petastorm.pytorch._tensors import TorchTypeError
 
-__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'LoaderBase', 'TorchTypeError',
-           'decimal_friendly_collate', '_load_rows_into_mem', '_sanitize_pytorch_types']
+__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'LoaderBase', 'ReaderIterableDataset',
+           'TorchTypeError', 'decimal_friendly_collate', '_load_rows_into_mem', '_sanitize_pytorch_types']

@@ -28,9 +28,13 @@ class InMemBatchedDataLoader(_LoaderBase):
     warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
     ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
     random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
-    may be smaller. Batches are copies: changing one in place does not change the cached data. The loader can
-    be iterated once; give the number of epochs to the constructor. Field types as for
-    :class:`BatchedDataLoader`.
+    may be smaller. Batches are copies: changing one in place does not change the cached data. Field types as
+    for :class:`BatchedDataLoader`.
+
+    One iteration at a time: ``iter()`` while another iterator is in the middle of its epochs raises
+    ``RuntimeError``. Once an iteration delivered its last batch (also when the end was not asked for, as a trainer
+    that takes ``len(loader)`` batches does) or was closed (a loop left with ``break``), another ``iter()`` serves
+    the next ``num_epochs`` epochs (epochs ``num_epochs`` to ``2 * num_epochs - 1``, seeded the same way).
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (usually with ``num_epochs=1``).
@@ -63,20 +67,33 @@ class InMemBatchedDataLoader(_LoaderBase):
         finally:
             reader.stop()
             reader.join()
-        self._iterated = False
+        self._serving = False
+        self._iterations = 0
 
     def __iter__(self) -> Iterator[Any]:
-        if self._iterated:
+        if self._serving:
             raise RuntimeError("InMemBatchedDataLoader couldn't be used multiple times, please specify total number "
                                'of epochs using num_epochs in constructor.')
-        self._iterated = True
-        return self._epochs()
+        self._serving = True
+        first_epoch = self._iterations * self.num_epochs
+        self._iterations += 1
+        return self._epochs(first_epoch)
 
-    def _epochs(self) -> Iterator[Any]:
+    def _epochs(self, first_epoch: int) -> Iterator[Any]:
+        # Serving ends with the last batch (a trainer that takes len() batches never asks for the end), or when the
+        # iterator is closed (a loop left with break, an interrupt); then another iteration may serve the next
+        # num_epochs epochs.
+        try:
+            yield from self._serve_epochs(first_epoch)
+        finally:
+            self._serving = False
+
+    def _serve_epochs(self, first_epoch: int) -> Iterator[Any]:
         n = self._num_rows
         step = _chunk_rows(self._store, self.batch_size)
         gather = _gatherer(self._store, self._keys, n)
-        for epoch in range(self.num_epochs):
+        remaining = len(self)
+        for epoch in range(first_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
@@ -95,6 +112,9 @@ class InMemBatchedDataLoader(_LoaderBase):
                     batches = ([column[start:start + self.batch_size] for column in columns]
                                for start in range(0, chunk_stop - chunk_start, self.batch_size))
                 for values in batches:
+                    remaining -= 1
+                    if not remaining:
+                        self._serving = False
                     yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
 
     def __len__(self) -> int:
@@ -103,7 +123,7 @@ class InMemBatchedDataLoader(_LoaderBase):
     def __repr__(self) -> str:
         from petastorm._describe import describe_names
 
-        state = ', iterated' if self._iterated else ''
+        state = f', iterations={self._iterations}' if self._iterations else ''
         return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
                 f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
                 f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from petastorm.plan import merge_runs, runs_of_rows
+from petastorm.batch_stream import ROW_IDS as _ROW_IDS
+from petastorm.batch_stream import BatchStream
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -37,16 +37,11 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
-from petastorm.shuffle import Batcher, NumpyOps, ShufflingBuffer, Table
+from petastorm.shuffle import NumpyOps, Table
 from petastorm.source import ColumnSource, as_column_source
 
 logger = logging.getLogger(__name__)
 
-# A hidden column the streaming loaders keep beside buffered rows: the reader's number for each row (-1: unknown),
-# so that their state can name the rows taken from the reader but not yet delivered in a batch.
-_ROW_IDS = '.row_ids'
-# Mixed into shuffling seeds so that the loader's random stream differs from the reader's own streams.
-_LOADER_STREAM = 0x5EED_10AD
 _FALLBACK_CHUNK_ROWS = 1024
 
 
@@ -90,6 +85,25 @@ def _stop_reader_on_error(reader: Any) -> Iterator[None]:
         raise
 
 
+def _with_every_rank(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the reader states of every rank in place of this rank's, in a distributed run.
+
+    Checkpoints are written by rank 0 alone (Lightning, Accelerate), and every rank restores from that one file:
+    each finds its own position in the list, and with ``shard_mode='rows'`` another world size splits the rest.
+    Only when the reader is sharded over the whole world (one shard per rank); otherwise the state is this rank's.
+    """
+    dist = torch.distributed
+    reader_state = state['reader']
+    if not (dist.is_available() and dist.is_initialized()) or not isinstance(reader_state, dict):
+        return state
+    world = dist.get_world_size()
+    if world < 2 or reader_state.get('shard_count') != world:
+        return state
+    states: list[Any] = [None] * world
+    dist.all_gather_object(states, reader_state)
+    return {**state, 'reader': sorted(states, key=lambda one: int(one['shard']))}
+
+
 def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """``(columns, rows_are_tuples)`` per batch of the source's next pass (plus ``_ROW_IDS`` if asked)."""
     if source.ngram is not None:
@@ -103,12 +117,19 @@ def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator
 
 
 class _LoaderBase(_TorchDataLoader):
-    """Iteration rules shared by the loaders that stream from a reader.
+    """Iteration rules shared by the loaders that stream from a reader (:class:`petastorm.batch_stream.BatchStream`).
 
-    One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). Starting a new iteration after
-    a finished pass resets the reader; starting one while a pass is unfinished, or after a pass failed, raises
+    One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). A new ``iter()`` starts over, as
+    torch's ``DataLoader`` does: after a finished pass, a pass left with ``break``, a pass a trainer stopped after
+    ``len(loader)`` batches, or an interrupted one, the reader starts its next ``num_epochs`` epochs; with
+    ``num_epochs=None`` the endless pass continues where it stopped. After a pass failed, ``iter()`` raises
     ``RuntimeError``.
     """
+
+    # Hugging Face Accelerate's prepare() hands back unchanged a loader carrying this flag (it is how it recognises
+    # the loaders it made). Re-making ours as its own loader would lose our sharding and batching; the loader
+    # already shards by rank, and with use_stateful_dataloader its save_state/load_state keep our position.
+    _is_accelerate_prepared = True
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False) -> None:
@@ -121,77 +142,34 @@ class _LoaderBase(_TorchDataLoader):
         if pin_memory and not self._pin:
             warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
                           'memory', UserWarning, stacklevel=3)
-        self._in_progress = False
-        self._error: BaseException | None = None
-        self._passes_done = 0
-        self._restored = False  # load_state_dict was called: the next iteration continues the saved pass
-        self._buffers: tuple[Batcher, ShufflingBuffer | None] | None = None  # of the pass in progress
+        self._core: BatchStream | None = None  # made at first use: subclasses set their options after this
 
-    def __iter__(self) -> Iterator[Any]:
-        if self._error is not None:
-            raise RuntimeError(f'Cannot start a new iteration because last time iteration failed with error '
-                               f'{self._error!r}.')
-        if self._in_progress:
-            raise RuntimeError('You must finish a full pass of Petastorm DataLoader before making another pass from '
-                               'the beginning. If you do not need the rest of the data, stop the loader '
-                               '(leave its with-block) and make a new reader and loader.')
-        if self._passes_done and not self._restored:
-            logger.info('starting pass %d of the petastorm loader: resetting the reader', self._passes_done + 1)
-            self._source.reset()
-        self._restored = False
-        self._in_progress = True
-        try:
-            yield from self._batches(self._passes_done)
-        except GeneratorExit:
-            raise  # abandoned in the middle: the pass stays unfinished
-        except BaseException as err:
-            self._error = err
-            raise
-        self._in_progress = False
-        self._passes_done += 1
+    def _stream(self) -> BatchStream:
+        if self._core is None:
+            ops, prepare, finish, packed = self._stream_settings()
+            self._core = BatchStream(self._source, self.batch_size,
+                                     getattr(self, 'shuffling_queue_capacity', 0), ops=ops, prepare=prepare,
+                                     finish=finish, packed=packed, name='Petastorm DataLoader')
+        return self._core
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
+        """``(ops, prepare, finish, packed)`` of the loader's batches (see :class:`BatchStream`)."""
         raise NotImplementedError
 
-    def _stream_batches(self, pass_index: int, ops: Any, prepare: Callable[[Table], Table],
-                        finish: Callable[[Table, bool], Any], packed: bool = False) -> Iterator[Any]:
-        """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches.
-
-        ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records
-        (:class:`~petastorm.shuffle.PackedColumns`).
-        """
-        batcher = Batcher(self.batch_size, ops)
-        capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
-        shuffler = ShufflingBuffer(capacity, self._rng(pass_index), ops, self.batch_size,
-                                   packed=packed) if capacity else None
-        self._buffers = (batcher, shuffler)
-        as_tuple = False
-        for columns, as_tuple in _column_chunks(self._source, self._source.resumable):
-            table = prepare(columns)
-            # Every drawn piece is queued before the first batch goes out, so that state_dict() sees its rows.
-            for piece in shuffler.add(table) if shuffler is not None else (table,):
-                batcher.put(piece)
-            for batch in batcher.batches():
-                yield finish(batch, as_tuple)
-        for piece in shuffler.drain() if shuffler is not None else ():
-            batcher.put(piece)
-        for batch in batcher.batches():
-            yield finish(batch, as_tuple)
-        for batch in batcher.flush():
-            yield finish(batch, as_tuple)
-
-    def _rng(self, pass_index: int) -> np.random.Generator:
-        seed = self._source.seed
-        if seed is None:
-            return np.random.default_rng()
-        return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._stream())
 
     def _check_resumable(self, method: str) -> None:
-        if type(self)._batches is _LoaderBase._batches:  # does not stream from its reader (reads it up front)
+        if type(self)._stream_settings is _LoaderBase._stream_settings:  # reads its reader at construction
             raise NotImplementedError(f'{type(self).__name__} has no {method}(): it reads its reader at construction')
-        if not self._source.resumable:
-            raise NotImplementedError(f'{method}() needs a reader from make_reader/make_batch_reader, got '
-                                      f'{type(self.reader).__name__}')
+        self._stream().check_resumable(method)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """True when :meth:`state_dict` works: Accelerate's ``save_state``/``load_state`` then keep the position."""
+        if type(self)._stream_settings is _LoaderBase._stream_settings:
+            return False
+        return self._source.resumable
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: the reader's, with the rows waiting in the loader's buffers counted as not read.
@@ -199,51 +177,32 @@ class _LoaderBase(_TorchDataLoader):
         Save it between batches; :meth:`load_state_dict` on a new loader (over a new reader made with the same
         arguments) then delivers exactly the batches' rows not delivered yet: rows that were in the shuffling
         buffer or waiting for a batch are read again, the rest continues where the reader stopped.
+
+        In a distributed run (``torch.distributed`` initialized, the reader sharded over the world), the state holds
+        every rank's position (gathered with ``all_gather_object``), so that any rank, or a run with another world
+        size, continues from it: call it on every rank at the same step, as Lightning and Accelerate do when they
+        save a checkpoint.
         """
         self._check_resumable('state_dict')
-        state = self._source.state_dict()
-        held = self._held_row_ids()
-        if (held < 0).any():
-            raise RuntimeError('cannot save the loader position while it holds rows of a row group whose '
-                               'TransformSpec changed the number of rows; save it at the end of a pass')
-        pending = [tuple(r) for r in state['pending']] + runs_of_rows(held)
-        state['pending'] = [list(r) for r in merge_runs(sorted(pending))]
-        return {'reader': state, 'passes_done': self._passes_done, 'in_progress': self._in_progress}
-
-    def _held_row_ids(self) -> np.ndarray:
-        if self._buffers is None or not self._in_progress:
-            return np.empty(0, dtype=np.int64)
-        batcher, shuffler = self._buffers
-        parts = [np.asarray(part) for part in batcher.held(_ROW_IDS)]
-        if shuffler is not None and shuffler.held(_ROW_IDS) is not None:
-            parts.append(np.asarray(shuffler.held(_ROW_IDS)))
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return _with_every_rank(self._stream().state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict`; call on a fresh loader, before iterating.
+        """Continue from a :meth:`state_dict`: the next iteration delivers exactly the rows not delivered yet.
 
         ``state['reader']`` may also be a list: the reader states of every rank of a distributed run (see
         :meth:`petastorm.reader.Reader.load_state_dict`, which allows another world size with
-        ``shard_mode='rows'``).
+        ``shard_mode='rows'``). A pass being read is abandoned.
         """
         self._check_resumable('load_state_dict')
-        if self._in_progress or self._buffers is not None:
-            raise RuntimeError('load_state_dict() must be called before iterating the loader')
-        reader_state = state['reader']
-        if not state.get('in_progress'):  # saved between passes: the next iteration is a whole new pass
-            states = reader_state if isinstance(reader_state, list) else [reader_state]
-            reader_state = [{**s, 'pass_start': s['epoch']} for s in states]
-        self._source.load_state_dict(reader_state)
-        self._passes_done = int(state['passes_done'])
-        self._restored = True
+        self._stream().load_state_dict(state)
 
     def __len__(self) -> int:
-        # A loader restored with load_state_dict has the rest of its pass to deliver; its reader knows how much.
-        rows = self._source.num_rows_this_pass
-        if rows is None:
+        # The batches of a whole pass, also after load_state_dict: trainers count an epoch's batches from its start.
+        batches = self._stream().num_batches()
+        if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
                             f'(num_epochs set, no predicate, no filters); this one has no len()')
-        return math.ceil(rows / self.batch_size)
+        return batches
 
     def __repr__(self) -> str:
         parts = [f'batch_size={self.batch_size}',
@@ -255,11 +214,12 @@ class _LoaderBase(_TorchDataLoader):
             parts.append(f'batches_per_pass={len(self)}')
         except TypeError:
             parts.append('batches_per_pass=unknown')
-        parts.append(f'passes_done={self._passes_done}')
-        if self._in_progress:
+        stream = self._stream()
+        parts.append(f'passes_done={stream.passes_done}')
+        if stream.in_progress:
             parts.append('pass in progress')
-        if self._error is not None:
-            parts.append(f'failed with {type(self._error).__name__}')
+        if stream.error is not None:
+            parts.append(f'failed with {type(stream.error).__name__}')
         return f'<{type(self).__name__} {", ".join(parts)}, reader={self.reader!r}>'
 
     def __enter__(self) -> _LoaderBase:
@@ -307,9 +267,10 @@ class DataLoader(_LoaderBase):
         ...     for batch in loader:
         ...         train_step(batch['image'], batch['label'])
 
-    A second ``iter()`` after a finished pass resets the reader and reads it again; ``iter()`` in the middle of a
-    pass raises ``RuntimeError``. ``len(loader)`` is the number of batches of a pass when the reader knows its
-    row count, else ``TypeError``.
+    Each ``iter()`` starts over, as torch's ``DataLoader`` does: the reader's next ``num_epochs`` epochs, whether the
+    last pass ended, was left with ``break`` or was stopped by a trainer (``num_epochs=None``: the endless pass
+    continues where it stopped; see ``docs/trainers.md``). ``len(loader)`` is the number of batches of a pass when
+    the reader knows its row count, else ``TypeError``.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
@@ -334,8 +295,8 @@ class DataLoader(_LoaderBase):
                 raise ValueError(f"variable_length='pad' adds '<field>{MASK_SUFFIX}' keys, but the schema already "
                                  f"has {[n + MASK_SUFFIX for n in clashes]}")
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
-        return self._stream_batches(pass_index, NumpyOps(), prepare_columns, self._collate)
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
+        return NumpyOps(), prepare_columns, self._collate, False
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
@@ -381,11 +342,11 @@ class BatchedDataLoader(_LoaderBase):
             self.device = torch.device('cpu') if device is None else torch.device(device)
             _check_tensor_fields(type(self).__name__, self._source)
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
         # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
         # column. With the reader's threads running, that made the main thread's shuffling ~20% cheaper per row
         # on the 5M-row scalar store (capacity 100000) than one array per column.
-        return self._stream_batches(pass_index, TensorOps(self.device), self._prepare, self._finish, packed=True)
+        return TensorOps(self.device), self._prepare, self._finish, True
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)
