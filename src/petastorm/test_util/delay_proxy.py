@@ -1,8 +1,10 @@
 """A TCP proxy on loopback that adds one-way latency and caps bandwidth: a slow network without root or ``netem``.
 
 Every byte that passes the proxy, in either direction, leaves it ``delay`` seconds after it arrived, so a request
-and its answer take one round trip more than without the proxy (``2 * delay``), and so does opening a
-connection. Optional limits model the rest of a wide-area path:
+and its answer take one round trip more than without the proxy (``2 * delay``). Opening a connection costs one
+round trip more, as TCP's handshake does: the kernel accepts at once, so the proxy holds a new connection's first
+bytes until ``2 * delay`` after it was accepted (the first request of a connection answers after ``4 * delay``).
+Optional limits model the rest of a wide-area path:
 
 * ``bandwidth``: bytes per second shared by every connection and both directions (one network link);
 * ``window``: bytes one connection may have in flight in one direction (a TCP window that does not grow
@@ -34,10 +36,11 @@ import json
 import threading
 from collections import deque
 from dataclasses import dataclass
+
 __all__ = ['DelayProxy', 'ProxyStats', 'main']
 
 #: Bytes buffered in one direction of a connection before the proxy stops reading from its sender.
-_MAX_PENDING = 64 << 20
+_MAX_PENDING = 32 << 20
 
 
 @dataclass
@@ -83,12 +86,15 @@ class _Direction:
         self.upstream = upstream
         self.source: asyncio.Transport | None = None
         self.sink: asyncio.Transport | None = None
-        self.line: deque[tuple[float, bytes]] = deque()
-        self.pending = 0
+        self.line: deque[tuple[float, bytes]] = deque()  # bytes on their way: (when they arrive, bytes)
+        self.waiting: deque[bytes] = deque()  # bytes the window holds back until acknowledgements free it
+        self.waiting_bytes = 0
+        self.in_flight = 0  # bytes sent and not yet acknowledged
         self.timer: asyncio.TimerHandle | None = None
         self.source_paused = False
         self.sink_paused = False
-        self.eof = False
+        self.eof_due: float | None = None  # when the sender's end of stream reaches the receiver
+        self.not_before = 0.0  # the client's bytes wait for the handshake's round trip (loop time)
 
     def _limit(self) -> int:
         return self.proxy.window or _MAX_PENDING
@@ -100,17 +106,32 @@ class _Direction:
             proxy._stats.bytes_up += size
         else:
             proxy._stats.bytes_down += size
-        due = proxy._link.departure(self.loop.time() + proxy.delay, size)
-        self.line.append((due, data))
-        self.pending += size
-        if self.pending >= self._limit() and self.source is not None and not self.source_paused:
-            self.source.pause_reading()
+        self.waiting.append(data)
+        self.waiting_bytes += size
+        self._admit()
+        if self.in_flight + self.waiting_bytes >= 2 * self._limit() and self.source is not None \
+                and not self.source_paused:
+            self.source.pause_reading()  # the sender's kernel buffers fill up, and it slows down
             self.source_paused = True
         self._schedule()
 
+    def _admit(self) -> None:
+        """Send the waiting bytes the window lets through (all of them without a window)."""
+        window = self.proxy.window
+        start = max(self.loop.time(), self.not_before)
+        while self.waiting and (not window or self.in_flight < window):
+            data = self.waiting.popleft()
+            if window and self.in_flight + len(data) > window:
+                room = window - self.in_flight
+                data, rest = data[:room], data[room:]
+                self.waiting.appendleft(rest)
+            self.waiting_bytes -= len(data)
+            self.in_flight += len(data)
+            self.line.append((self.proxy._link.departure(start + self.proxy.delay, len(data)), data))
+
     def ended(self) -> None:
-        """The sender closed its side: close the receiver's once the delayed bytes left."""
-        self.eof = True
+        """The sender closed its side: close the receiver's one delay later, after the bytes sent before."""
+        self.eof_due = self.loop.time() + self.proxy.delay
         self._schedule()
 
     def _schedule(self) -> None:
@@ -118,9 +139,8 @@ class _Direction:
             return  # a release is due already, the receiver is full, or the server's socket is not open yet
         if self.line:
             self.timer = self.loop.call_at(self.line[0][0], self._release)
-        elif self.eof and self.sink is not None:
-            due = self.loop.time() + self.proxy.delay
-            self.timer = self.loop.call_at(due, self._close_sink)
+        elif self.eof_due is not None and not self.waiting:
+            self.timer = self.loop.call_at(self.eof_due, self._close_sink)
 
     def _close_sink(self) -> None:
         self.timer = None
@@ -140,13 +160,25 @@ class _Direction:
         while self.line and self.line[0][0] <= now:
             _, data = self.line.popleft()
             chunks.append(data)
-            self.pending -= len(data)
         if chunks:
+            released = sum(len(chunk) for chunk in chunks)
             self.sink.write(b''.join(chunks) if len(chunks) > 1 else chunks[0])
-        if self.source_paused and self.pending < self._limit() // 2 and self.source is not None:
+            if self.proxy.window and self.proxy.delay:
+                # A window is freed by the receiver's acknowledgement, which takes one more delay to come back:
+                # the bytes stay "in flight" for a whole round trip, as in TCP.
+                self.loop.call_later(self.proxy.delay, self._acknowledged, released)
+            else:
+                self._acknowledged(released)
+        self._schedule()
+
+    def _acknowledged(self, size: int) -> None:
+        self.in_flight -= size
+        if self.waiting:
+            self._admit()
+            self._schedule()
+        if self.source_paused and self.in_flight + self.waiting_bytes < self._limit() and self.source is not None:
             self.source.resume_reading()
             self.source_paused = False
-        self._schedule()
 
     def sink_pause(self) -> None:
         self.sink_paused = True
@@ -163,6 +195,7 @@ class _Direction:
             self.timer.cancel()
             self.timer = None
         self.line.clear()
+        self.waiting.clear()
 
 
 class _Side(asyncio.Protocol):
@@ -177,6 +210,7 @@ class _Side(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.inbound.proxy._open.add(transport)
         self.inbound.source = transport
         self.outbound.sink = transport
         transport.set_write_buffer_limits(high=4 << 20)
@@ -195,6 +229,8 @@ class _Side(asyncio.Protocol):
         self.outbound.sink_resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.inbound.proxy._open.discard(self.transport)
         self.inbound.close()
         self.outbound.close()
         for side in self.peer:
@@ -228,6 +264,7 @@ class DelayProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.AbstractServer | None = None
+        self._open: set[asyncio.Transport] = set()  # the sockets of proxied connections, closed by stop()
         self.port = 0
 
     @property
@@ -256,6 +293,7 @@ class DelayProxy:
         def client_protocol() -> _Side:
             self._stats.connections += 1
             up, down = _Direction(self, loop, upstream=True), _Direction(self, loop, upstream=False)
+            up.not_before = loop.time() + 2 * self.delay
             sides: list[_Side] = []
             client = _Side(up, down, sides)
             sides.append(client)
@@ -286,6 +324,7 @@ class DelayProxy:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # this thread's loop (gather() and the tasks look it up)
             self._loop = loop
             try:
                 server = loop.run_until_complete(self.listen())
@@ -299,6 +338,13 @@ class DelayProxy:
                 loop.run_forever()
             finally:
                 server.close()
+                # Clients keep connections open between requests: cut them, or wait_closed() waits for them.
+                for transport in list(self._open):
+                    transport.abort()
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 loop.run_until_complete(server.wait_closed())
                 loop.close()
 

@@ -7,15 +7,18 @@ Each directory under ``root`` is a bucket and each file under it an object (``ro
   ``bytes=-n``); bodies are sent with ``sendfile``, so the bytes never pass through Python;
 * ``ListObjectsV2`` (``prefix``, ``delimiter``, ``max-keys``, ``continuation-token``, ``start-after``),
   ``ListObjects`` (``marker``), ``HeadBucket`` and ``GetBucketLocation``;
-* ``PUT`` of an object in one request (plain, ``chunked`` or ``aws-chunked`` bodies) and ``DELETE`` of one,
-  written and removed atomically, so that small test writes need no other server.
+* ``GET`` with ``If-Match`` / ``If-None-Match`` (``412 PreconditionFailed`` / ``304``), as clients use to notice
+  an object that changed between two reads;
+* ``PUT`` of an object in one request (plain, ``chunked`` or ``aws-chunked`` bodies), multipart uploads (what
+  pyarrow's ``S3FileSystem`` always uses and s3fs uses past its block size) and ``DELETE`` of one object or
+  many, and ``CopyObject``, written and removed atomically, so that test writes need no other server.
 
-Multipart uploads and everything else are answered with ``501 NotImplemented``; write large stores to the
-directory itself. Authentication headers are accepted and not checked.
+Everything else is answered with ``501 NotImplemented``. Authentication headers are accepted and not checked.
 
 Every request is counted (by kind) with the body bytes sent, so a benchmark can say how many requests and bytes
 one epoch took (:meth:`S3DirectoryServer.stats`). Objects carry an ``ETag`` made of the file's modification time and
-size, as static web servers make them, so a file rewritten in place gets another one.
+size, as static web servers make them, so a file rewritten in place gets another one; a ``PUT`` answers with the
+ETag that later ``HEAD`` and ``GET`` requests show.
 
 In a thread of the calling process (tests)::
 
@@ -43,10 +46,12 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import tempfile
 import threading
 import time
 import urllib.parse
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +62,8 @@ _RANGE = re.compile(r'^bytes=(\d*)-(\d*)$')
 _MAX_KEYS = 1000
 _HEADER_LIMIT = 64 * 1024
 _STATS_PATH = '/_stats'
+#: where the parts of multipart uploads wait, under the root (not a bucket: the name is refused as one).
+_UPLOADS_DIR = '.s3tmp-uploads'
 
 
 @dataclass
@@ -64,7 +71,8 @@ class ServerStats:
     """Requests and body bytes served since the last reset.
 
     Attributes:
-        requests: requests by kind (``'GET'``, ``'HEAD'``, ``'LIST'``, ``'PUT'``, ``'DELETE'``, ``'OTHER'``).
+        requests: requests by kind (``'GET'``, ``'HEAD'``, ``'LIST'``, ``'PUT'``, ``'DELETE'``, ``'OTHER'``); each
+            request of a multipart upload counts as a ``'PUT'``.
         bytes_sent: body bytes sent (headers not counted).
         ranged_gets: ``GET`` requests that carried a ``Range`` header.
     """
@@ -101,6 +109,14 @@ def _etag(stat: os.stat_result) -> str:
     return f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
 
 
+def _etag_matches(header: str | None, etag: str, absent: bool) -> bool:
+    """Whether an ``If-Match``/``If-None-Match`` header (ETags, or ``*``) names ``etag``; ``absent`` without one."""
+    if not header:
+        return absent
+    tags = [tag.strip().removeprefix('W/') for tag in header.split(',')]
+    return '*' in tags or etag in tags or etag.strip('"') in tags
+
+
 def _http_date(seconds: float) -> str:
     return email.utils.formatdate(seconds, usegmt=True)
 
@@ -116,7 +132,7 @@ class _Store:
         self.root = os.path.abspath(root)
 
     def bucket_dir(self, bucket: str) -> str:
-        if not bucket or bucket in ('.', '..') or '/' in bucket:
+        if not bucket or bucket in ('.', '..', _UPLOADS_DIR) or '/' in bucket:
             raise _BadRequest(400, 'InvalidBucketName', f'invalid bucket name {bucket!r}')
         return os.path.join(self.root, bucket)
 
@@ -228,8 +244,8 @@ def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 def _decode_aws_chunked(body: bytes) -> bytes:
-    """The payload of an ``aws-chunked`` body (chunks of ``hex-size[;signature]\\r\\n data\\r\\n``, then trailers)."""
-    out = []
+    """The payload of an ``aws-chunked`` body (chunks of ``hex-size[;signature]`` CRLF data CRLF, then trailers)."""
+    out: list[bytes] = []
     position = 0
     while True:
         line_end = body.index(b'\r\n', position)
@@ -250,12 +266,14 @@ class _Connection:
         self.writer = writer
 
     async def serve(self) -> None:
+        self.server._writers.add(self.writer)
         try:
             while await self._one_request():
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass  # the client went away, or the server stops
         finally:
+            self.server._writers.discard(self.writer)
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
@@ -264,7 +282,7 @@ class _Connection:
         if headers.get('expect', '').lower() == '100-continue':
             self.writer.write(b'HTTP/1.1 100 Continue\r\n\r\n')
         if headers.get('transfer-encoding', '').lower() == 'chunked':
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int((await self.reader.readline()).split(b';')[0].strip() or b'0', 16)
                 if size == 0:
@@ -312,15 +330,17 @@ class _Connection:
 
     def send(self, status: int, headers: dict[str, str], body: bytes = b'', content_length: int | None = None) -> None:
         reason = _REASONS.get(status, 'OK')
-        head = [f'HTTP/1.1 {status} {reason}', f'Content-Length: {len(body) if content_length is None else content_length}',
-                'Server: petastorm-test-s3', f'x-amz-request-id: {self.server._request_id()}']
+        length = len(body) if content_length is None else content_length
+        head = [f'HTTP/1.1 {status} {reason}', f'Content-Length: {length}', 'Server: petastorm-test-s3',
+                f'x-amz-request-id: {self.server._request_id()}']
         head.extend(f'{name}: {value}' for name, value in headers.items())
         self.writer.write(('\r\n'.join(head) + '\r\n\r\n').encode('latin-1') + body)
 
 
-_REASONS = {200: 'OK', 204: 'No Content', 206: 'Partial Content', 400: 'Bad Request', 403: 'Forbidden',
-            404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict', 416: 'Range Not Satisfiable',
-            500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable'}
+_REASONS = {200: 'OK', 204: 'No Content', 206: 'Partial Content', 304: 'Not Modified', 400: 'Bad Request',
+            403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict', 412: 'Precondition Failed',
+            416: 'Range Not Satisfiable', 500: 'Internal Server Error', 501: 'Not Implemented',
+            503: 'Service Unavailable'}
 
 
 class S3DirectoryServer:
@@ -339,10 +359,12 @@ class S3DirectoryServer:
             os.makedirs(self._store.bucket_dir(bucket), exist_ok=True)
         self._stats = ServerStats()
         self._stats_lock = threading.Lock()
+        self._writers: set[asyncio.StreamWriter] = set()  # open client connections, cut by stop()
+        self._uploads: dict[str, str] = {}  # upload id -> the object path it will become
         self._counter = 0
         self._requested_port = port
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
 
@@ -369,6 +391,7 @@ class S3DirectoryServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # this thread's loop (gather() and the tasks look it up)
             self._loop = loop
             try:
                 self._server = loop.run_until_complete(self._listen())
@@ -383,11 +406,16 @@ class S3DirectoryServer:
                 loop.run_forever()
             finally:
                 self._server.close()
-                loop.run_until_complete(self._server.wait_closed())
+                # Clients keep connections open between requests: cut them (wait_closed() waits for them), end
+                # their tasks, and join the threads that listed directories.
+                for writer in list(self._writers):
+                    writer.transport.abort()
                 pending = asyncio.all_tasks(loop)
                 for task in pending:
                     task.cancel()
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(self._server.wait_closed())
+                loop.run_until_complete(loop.shutdown_default_executor())
                 loop.close()
 
         self._thread = threading.Thread(target=run, name='s3-directory-server', daemon=True)
@@ -397,7 +425,7 @@ class S3DirectoryServer:
             raise failure[0]
         return self
 
-    async def _listen(self) -> asyncio.AbstractServer:
+    async def _listen(self) -> asyncio.Server:
         return await asyncio.start_server(lambda r, w: _Connection(self, r, w).serve(), '127.0.0.1',
                                           self._requested_port, limit=_HEADER_LIMIT, backlog=1024)
 
@@ -456,12 +484,18 @@ class S3DirectoryServer:
             return
         if method in ('GET', 'HEAD') and not (set(query) - {'versionId', 'partNumber'}):
             await self._get(connection, method, bucket, key, headers)
+        elif method == 'PUT' and not query and 'x-amz-copy-source' in headers:
+            self._copy(connection, bucket, key, headers['x-amz-copy-source'])
         elif method == 'PUT' and not query:
             self._put(connection, bucket, key, body)
+        elif 'x-amz-copy-source' in headers:
+            self._count('OTHER')
+            raise _BadRequest(501, 'NotImplemented', 'copying into a part is not implemented by this test server')
+        elif 'uploads' in query or 'uploadId' in query:
+            self._multipart(connection, method, bucket, key, query, body)
         elif method == 'DELETE' and not query:
             self._count('DELETE')
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._store.object_path(bucket, key))
+            self._delete(bucket, key)
             connection.send(204, {})
         else:
             self._count('OTHER')
@@ -509,8 +543,17 @@ class S3DirectoryServer:
             raise _BadRequest(404, 'NoSuchKey', 'The specified key does not exist.') from None
         with handle:
             stat = os.fstat(handle.fileno())
-            answer = {'ETag': _etag(stat), 'Last-Modified': _http_date(stat.st_mtime), 'Accept-Ranges': 'bytes',
+            etag = _etag(stat)
+            answer = {'ETag': etag, 'Last-Modified': _http_date(stat.st_mtime), 'Accept-Ranges': 'bytes',
                       'Content-Type': 'application/octet-stream'}
+            if not _etag_matches(headers.get('if-match'), etag, absent=True):
+                self._count(method)
+                raise _BadRequest(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did '
+                                                             'not hold', {'ETag': etag})
+            if _etag_matches(headers.get('if-none-match'), etag, absent=False):
+                self._count(method)
+                connection.send(304, {'ETag': etag})
+                return
             try:
                 span = _byte_range(headers.get('range'), stat.st_size)
             except _BadRequest as err:
@@ -533,16 +576,31 @@ class S3DirectoryServer:
         deleted = []
         for element in ElementTree.fromstring(body).iter():
             if element.tag.rsplit('}', 1)[-1] == 'Key' and element.text:
-                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                    os.unlink(self._store.object_path(bucket, element.text))
+                self._delete(bucket, element.text)
                 deleted.append(f'<Deleted><Key>{html.escape(element.text)}</Key></Deleted>')
         return ('<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
                 + ''.join(deleted) + '</DeleteResult>').encode()
+
+    def _delete(self, bucket: str, key: str) -> None:
+        """Remove an object (a missing one counts as removed, as on S3); a directory marker, its empty directory."""
+        path = self._store.object_path(bucket, key.rstrip('/') if key.endswith('/') else key)
+        try:
+            if key.endswith('/'):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, OSError):
+            pass  # gone already, or a directory that still holds objects (they stay listed)
 
     def _put(self, connection: _Connection, bucket: str, key: str, body: bytes) -> None:
         self._count('PUT')
         if not os.path.isdir(self._store.bucket_dir(bucket)):
             raise _BadRequest(404, 'NoSuchBucket', f'the bucket {bucket} does not exist')
+        if key.endswith('/') and not body:
+            # A directory marker (what pyarrow's create_dir writes): the directory, which lists as nothing.
+            os.makedirs(self._store.object_path(bucket, key.rstrip('/')), exist_ok=True)
+            connection.send(200, {'ETag': '"d41d8cd98f00b204e9800998ecf8427e"'})
+            return
         path = self._store.object_path(bucket, key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix='.s3tmp-', dir=os.path.dirname(path))
@@ -554,7 +612,100 @@ class S3DirectoryServer:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
             raise
-        connection.send(200, {'ETag': f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'})
+        connection.send(200, {'ETag': _etag(os.stat(path))})
+
+    def _copy(self, connection: _Connection, bucket: str, key: str, source: str) -> None:
+        """``CopyObject`` (what s3fs's ``copy`` and ``mv`` send): the source file copied to the key, atomically."""
+        self._count('PUT')
+        source_bucket, _, source_key = urllib.parse.unquote(source.split('?')[0]).lstrip('/').partition('/')
+        source_path = self._store.object_path(source_bucket, source_key)
+        if not os.path.isfile(source_path):
+            raise _BadRequest(404, 'NoSuchKey', f'the copy source {source_bucket}/{source_key} does not exist')
+        if not os.path.isdir(self._store.bucket_dir(bucket)):
+            raise _BadRequest(404, 'NoSuchBucket', f'the bucket {bucket} does not exist')
+        path = self._store.object_path(bucket, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix='.s3tmp-', dir=os.path.dirname(path))
+        os.close(fd)
+        shutil.copyfile(source_path, temporary)
+        os.replace(temporary, path)
+        stat = os.stat(path)
+        connection.send(200, {'Content-Type': 'application/xml'}, (
+            '<?xml version="1.0" encoding="UTF-8"?><CopyObjectResult><LastModified>'
+            f'{_iso_date(stat.st_mtime)}</LastModified><ETag>{html.escape(_etag(stat))}</ETag></CopyObjectResult>'
+        ).encode())
+
+    def _multipart(self, connection: _Connection, method: str, bucket: str, key: str, query: dict[str, str],
+                   body: bytes) -> None:
+        """``CreateMultipartUpload``, ``UploadPart``, ``CompleteMultipartUpload`` and ``AbortMultipartUpload``.
+
+        Parts wait in a directory of their own under the root; completing concatenates them into the object and
+        replaces it atomically, as a single ``PUT`` does.
+        """
+        self._count('PUT')
+        if not os.path.isdir(self._store.bucket_dir(bucket)):
+            raise _BadRequest(404, 'NoSuchBucket', f'the bucket {bucket} does not exist')
+        target = self._store.object_path(bucket, key)
+        if method == 'POST' and 'uploads' in query:
+            upload_id = uuid.uuid4().hex
+            with self._stats_lock:
+                self._uploads[upload_id] = target
+            os.makedirs(self._upload_dir(upload_id))
+            connection.send(200, {'Content-Type': 'application/xml'}, (
+                '<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult '
+                f'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>{html.escape(bucket)}</Bucket>'
+                f'<Key>{html.escape(key)}</Key><UploadId>{upload_id}</UploadId></InitiateMultipartUploadResult>'
+            ).encode())
+            return
+        upload_id = query.get('uploadId', '')
+        with self._stats_lock:
+            known = self._uploads.get(upload_id)
+        if known != target:
+            raise _BadRequest(404, 'NoSuchUpload', f'no upload {upload_id!r} of {bucket}/{key} is in progress')
+        parts = self._upload_dir(upload_id)
+        if method == 'PUT' and 'partNumber' in query:
+            number = int(query['partNumber'])
+            if not 1 <= number <= 10000:
+                raise _BadRequest(400, 'InvalidArgument', f'partNumber {number} should be in 1..10000')
+            with open(os.path.join(parts, f'{number:05d}'), 'wb') as out:
+                out.write(body)
+            connection.send(200, {'ETag': f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'})
+        elif method == 'POST':
+            import xml.etree.ElementTree as ElementTree
+
+            numbers = sorted(int(element.text or 0) for element in ElementTree.fromstring(body).iter()
+                             if element.tag.rsplit('}', 1)[-1] == 'PartNumber')
+            missing = [n for n in numbers if not os.path.isfile(os.path.join(parts, f'{n:05d}'))]
+            if not numbers or missing:
+                raise _BadRequest(400, 'InvalidPart', f'parts {missing or numbers} of upload {upload_id} were not '
+                                                      f'uploaded')
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fd, temporary = tempfile.mkstemp(prefix='.s3tmp-', dir=os.path.dirname(target))
+            with os.fdopen(fd, 'wb') as out:
+                for number in numbers:
+                    with open(os.path.join(parts, f'{number:05d}'), 'rb') as part:
+                        shutil.copyfileobj(part, out)
+            os.replace(temporary, target)
+            self._end_upload(upload_id)
+            connection.send(200, {'Content-Type': 'application/xml'}, (
+                '<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult '
+                f'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>{html.escape(bucket)}</Bucket>'
+                f'<Key>{html.escape(key)}</Key><ETag>{html.escape(_etag(os.stat(target)))}</ETag>'
+                '</CompleteMultipartUploadResult>').encode())
+        elif method == 'DELETE':
+            self._end_upload(upload_id)
+            connection.send(204, {})
+        else:
+            raise _BadRequest(501, 'NotImplemented', f'{method} of upload {upload_id} is not implemented by this '
+                                                     f'test server')
+
+    def _upload_dir(self, upload_id: str) -> str:
+        return os.path.join(self._store.root, _UPLOADS_DIR, upload_id)
+
+    def _end_upload(self, upload_id: str) -> None:
+        with self._stats_lock:
+            self._uploads.pop(upload_id, None)
+        shutil.rmtree(self._upload_dir(upload_id), ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
