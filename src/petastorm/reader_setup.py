@@ -103,7 +103,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         predicate=None if partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
         partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema), ngram=ngram,
-        time_stages=time_stages,
+        time_stages=time_stages, file_sizes=dataset.file_sizes or None,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import posixpath
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
+from petastorm._describe import display_url
+from petastorm.errors import (
+    CorruptFooterError,
+    MissingDataFilesError,
+    PetastormMetadataError,
+    StorageError,
+    StorageNotFoundError,
+)
 from petastorm.fs import ResolvedLocation
+from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
@@ -28,6 +37,8 @@ COMMON_METADATA = '_common_metadata'
 #: The log directory of a Delta table.
 DELTA_LOG = '_delta_log'
 SUMMARY_METADATA = '_metadata'
+#: missing data files a message names (all of them are in the error's ``urls``).
+_NAMED_MISSING = 5
 
 
 @dataclass(frozen=True)
@@ -56,10 +67,21 @@ class ParquetStore:
     files: tuple[str, ...]
     metadata_kv: dict[bytes, bytes] = field(default_factory=dict)
     metadata_path: str | None = None
+    #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
+    file_sizes: dict[str, int] = field(default_factory=dict)
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
         return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+
+    def url_of(self, path: str) -> str:
+        """The URL of a file of the store (under the dataset URL as the user wrote it), for messages."""
+        if isinstance(self.url, str):
+            if self.files == (path,) and posixpath.basename(self.url.rstrip('/')) == posixpath.basename(path):
+                return display_url(self.url)  # the URL of a single file
+            if self.root and path.startswith(self.root.rstrip('/') + '/'):
+                return display_url(f'{self.url.rstrip("/")}/{self.relpath(path)}')
+        return display_url(file_url(self.filesystem, path))
 
     def table_schema(self) -> pa.Schema | None:
         """The logical schema of a table version; None for a plain store, whose schema is that of its files."""
@@ -101,15 +123,33 @@ def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> 
     Raises:
         StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
     """
+    return [info.path for info in _listed_data_files(filesystem, root, url)]
+
+
+def _listed_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[pafs.FileInfo]:
+    """What :func:`list_data_files` lists, with each file's size (one listing, no request per file)."""
     info = filesystem.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
         raise StorageNotFoundError(f'dataset {url or root} does not exist')
     if info.type == pafs.FileType.File:
-        return [root]
+        return [info]
     selector = pafs.FileSelector(root, recursive=True)
-    files = [i.path for i in filesystem.get_file_info(selector)
+    files = [i for i in filesystem.get_file_info(selector)
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
-    return sorted(files)
+    return sorted(files, key=lambda i: i.path)
+
+
+def _sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    return {info.path: info.size for info in infos if info.size is not None}
+
+
+def _read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
+    """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
+    def read() -> pq.FileMetaData:
+        with filesystem.open_input_file(path) as f:
+            return pq.read_metadata(f)
+
+    return with_retries(filesystem, read, 'reading the Parquet footer of', path)
 
 
 def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | None:
@@ -117,10 +157,12 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     if info.type != pafs.FileType.File:
         return None
     try:
-        with filesystem.open_input_file(path) as f:
-            metadata = pq.read_metadata(f)
+        metadata = _read_footer(filesystem, path)
+    except StorageError:
+        raise
     except (OSError, pa.ArrowException) as err:
-        raise PetastormMetadataError(f'{path} is not a readable Parquet metadata file: {err}') from err
+        raise PetastormMetadataError(f'{display_url(file_url(filesystem, path))} is not a readable Parquet '
+                                     f'metadata file: {err}') from err
     return dict(metadata.metadata or {})
 
 
@@ -156,16 +198,19 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(location.path))
+        infos = []
         for path in files:
-            kind = fs.get_file_info(path).type
-            if kind == pafs.FileType.Directory:
+            info = fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
                 raise StorageError(f'dataset file {path} is a directory: a list of URLs names Parquet files; pass '
                                    f'a dataset directory as a single URL')
-            if kind != pafs.FileType.File:
+            if info.type != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
-        return ParquetStore(fs, location.url, None, files)
+            infos.append(info)
+        return ParquetStore(fs, location.url, None, files, file_sizes=_sizes_of(infos))
     root = location.path
-    files = tuple(list_data_files(fs, root, location.url))
+    listed = _listed_data_files(fs, root, location.url)
+    files = tuple(info.path for info in listed)
     table_format = None if plain or fs.get_file_info(root).type != pafs.FileType.Directory else \
         table_format_of(fs, root)
     if table_format is not None:
@@ -184,7 +229,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
                 break
     else:
         root = posixpath.dirname(root)
-    return ParquetStore(fs, location.url, root, files, kv, metadata_path)
+    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed))
 
 
 def stored_schema(store: ParquetStore) -> Unischema:
@@ -224,20 +269,64 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
         ``{path: [rows of row group 0, 1, ...]}``.
 
     Raises:
-        PetastormMetadataError: a file is not readable Parquet (the message names it).
+        CorruptFooterError: a file is not readable Parquet (the message names its URL); a
+            ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
     def read(path: str) -> list[int]:
-        try:
-            with filesystem.open_input_file(path) as f:
-                metadata = pq.read_metadata(f)
-        except (OSError, pa.ArrowException) as err:
-            raise PetastormMetadataError(f'{path} is not a readable Parquet file: {err}') from err
+        metadata = _footer_of_data_file(filesystem, path)
         return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
 
     if not paths:
         return {}
     with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
+
+
+def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None = None) -> pq.FileMetaData:
+    try:
+        return _read_footer(filesystem, path)
+    except StorageError:
+        raise  # the storage failed (or the file vanished): the file itself may be fine
+    except (OSError, pa.ArrowException) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise
+        shown = url or display_url(file_url(filesystem, path))
+        raise CorruptFooterError(f'{shown} is not a readable Parquet file: expected a Parquet footer at its end '
+                                 f'(the file is truncated, corrupt or not Parquet): {err}') from err
+
+
+def _metadata_file_names(store: ParquetStore) -> set[str]:
+    """The data files (relative paths) that the store's key-value metadata says it has: ours and Petastorm's maps."""
+    names: set[str] = set()
+    for key in (keys.ROW_GROUPS_JSON_KEY, keys.ROW_GROUPS_PER_FILE_KEY):
+        raw = store.metadata_kv.get(key)
+        if raw is None:
+            continue
+        try:
+            document = json.loads(raw)
+            files = document['files'] if key == keys.ROW_GROUPS_JSON_KEY else document
+        except (ValueError, KeyError, TypeError):
+            continue  # reported where the map is read for its row counts (ours), or never used (Petastorm's)
+        if isinstance(files, dict):
+            names.update(str(name) for name in files)
+    return names
+
+
+def check_no_missing_files(store: ParquetStore, names: Iterable[str], named_by: str | None) -> None:
+    """Raise :class:`MissingDataFilesError` if a file the metadata names (relative paths) was not listed."""
+    listed = {store.relpath(path) for path in store.files}
+    gone = sorted(set(names) - listed)
+    if not gone or store.root is None:
+        return
+    urls = tuple(display_url(f'{str(store.url).rstrip("/")}/{name}') for name in gone)
+    shown = ', '.join(urls[:_NAMED_MISSING]) + (f' and {len(urls) - _NAMED_MISSING} more'
+                                                  if len(urls) > _NAMED_MISSING else '')
+    where = store.url_of(named_by) if named_by else f'the metadata of {store.url}'
+    raise MissingDataFilesError(
+        f'{where} names {len(gone)} data file(s) that are not in the store: {shown}. They were deleted or never '
+        f'uploaded, and their rows cannot be read ({len(listed)} data file(s) are there). Restore them, or if they '
+        f'were removed on purpose, refresh the metadata with petastorm-generate-metadata.py --dataset_url '
+        f'{display_url(str(store.url))}', urls)
 
 
 def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
@@ -261,13 +350,6 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
         if counts is None:
             return None  # a file the metadata does not know: fall back to the footers
         by_path[path] = [int(c) for c in counts]
-    listed = {store.relpath(path) for path in store.files}
-    gone = sorted(name for name in files if name not in listed)
-    if gone:
-        warnings.warn(f'{store.metadata_path} lists data files that are missing from {store.url}: {gone[:5]} '
-                      f'({len(gone)} in all); their rows cannot be read. If they were removed on purpose, refresh '
-                      f'the metadata with petastorm-generate-metadata.py --dataset_url {store.url}',
-                      UserWarning, stacklevel=3)
     return by_path
 
 
@@ -277,14 +359,14 @@ def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None
     summary = posixpath.join(store.root, SUMMARY_METADATA)
     if store.filesystem.get_file_info(summary).type != pafs.FileType.File:
         return None
-    with store.filesystem.open_input_file(summary) as f:
-        metadata = pq.read_metadata(f)
+    metadata = _read_footer(store.filesystem, summary)
     if metadata.num_row_groups == 0:
         return None
     by_relpath: dict[str, list[int]] = {}
     for i in range(metadata.num_row_groups):
         row_group = metadata.row_group(i)
         by_relpath.setdefault(row_group.column(0).file_path, []).append(row_group.num_rows)
+    check_no_missing_files(store, by_relpath, summary)
     result = {}
     for path in store.files:
         counts = by_relpath.get(store.relpath(path))
@@ -309,11 +391,17 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     """Every row group of the store, in piece order (sorted path, then row-group number).
 
     Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
-    footers, read in parallel.
+    footers, read in parallel. A store whose metadata names files that are gone is refused here, before any row
+    is read, rather than read as a smaller (or empty) dataset.
+
+    Raises:
+        MissingDataFilesError: the metadata names data files that are not in the store.
+        CorruptFooterError: a footer that had to be read is not readable Parquet.
     """
     planned = store.planned_pieces()
     if planned is not None:
         return list(planned)
+    check_no_missing_files(store, _metadata_file_names(store), store.metadata_path)
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
@@ -335,11 +423,8 @@ def inferred_schema(store: ParquetStore) -> Unischema:
         return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    try:
-        with store.filesystem.open_input_file(store.files[0]) as f:
-            arrow_schema = pq.read_schema(f)
-    except (OSError, pa.ArrowException) as err:
-        raise PetastormMetadataError(f'{store.files[0]} is not a readable Parquet file: {err}') from err
+    arrow_schema = _footer_of_data_file(store.filesystem, store.files[0],
+                                        store.url_of(store.files[0])).schema.to_arrow_schema()
     partitions: dict[str, list[str]] = {}
     if store.root:
         for path in store.files:
