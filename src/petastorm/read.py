@@ -257,7 +257,8 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
 def _where(ctx: ReadContext, scheduled: ScheduledItem) -> str:
     item = scheduled.item
     piece = ctx.pieces[item.piece_index]
-    return f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
+    url = file_url(ctx.filesystem, piece.path)
+    return f'{url} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
 
 
 def _add_note(err: BaseException, note: str) -> None:

@@ -58,7 +58,8 @@ _TRANSIENT_TEXT = ('reduce your request rate', 'SlowDown', 'Service Unavailable'
                    'Connection closed', 'Connection aborted', 'Response payload is not completed', 'Broken pipe',
                    # pyarrow's own S3 client (the AWS SDK over curl): a dropped connection or a body cut short.
                    'NETWORK_CONNECTION', 'Transferred a partial file', 'Server returned nothing',
-                   'Failure when receiving data', 'SLOW_DOWN')
+                   'Failure when receiving data', 'SLOW_DOWN', 'SERVICE_UNAVAILABLE', 'THROTTLING', 'INTERNAL_FAILURE',
+                   'REQUEST_TIMEOUT')
 #: what pyarrow's S3 client says when nothing listens at the endpoint (curl's "couldn't connect").
 _REFUSED_TEXT = ('curlCode: 7,',)
 #: an object that is no longer the version a read was made for: a failed ``If-Match``.

@@ -195,6 +195,13 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
         StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
         PetastormMetadataError: a metadata file exists but cannot be read, or the directory is a table.
     """
+    # Listing and reading the metadata is idempotent: through a filesystem without retries of ours (pyarrow's
+    # own S3 client given as filesystem=), a transient failure that its client gave up on repeats it whole.
+    where = location.path[0] if isinstance(location.path, list) else location.path
+    return with_retries(location.filesystem, lambda: _open_store(location, plain), 'opening the dataset at', where)
+
+
+def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(location.path))
@@ -293,6 +300,15 @@ def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None
         shown = url or display_url(file_url(filesystem, path))
         raise CorruptFooterError(f'{shown} is not a readable Parquet file: expected a Parquet footer at its end '
                                  f'(the file is truncated, corrupt or not Parquet): {err}') from err
+
+
+def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
+    """The Arrow schema of one data file of the store, from its footer.
+
+    Raises:
+        CorruptFooterError: the footer is unreadable (the message names the file's URL).
+    """
+    return _footer_of_data_file(store.filesystem, path, store.url_of(path)).schema.to_arrow_schema()
 
 
 def _metadata_file_names(store: ParquetStore) -> set[str]:
@@ -423,8 +439,7 @@ def inferred_schema(store: ParquetStore) -> Unischema:
         return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    arrow_schema = _footer_of_data_file(store.filesystem, store.files[0],
-                                        store.url_of(store.files[0])).schema.to_arrow_schema()
+    arrow_schema = data_file_schema(store, store.files[0])
     partitions: dict[str, list[str]] = {}
     if store.root:
         for path in store.files:
