@@ -27,7 +27,7 @@ from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError,
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
-from petastorm.predicates import PredicateBase
+from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import StageClock, lap
 from petastorm.unischema import UnischemaField
@@ -302,7 +302,16 @@ def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_ro
         import pandas as pd
 
         frame = pd.DataFrame({name: pandas_column(values) for name, values in columns.items()})
-        result = predicate.do_include(frame)
+        try:
+            result = predicate.do_include(frame)
+        except ValueError as err:
+            if 'truth value of a Series is ambiguous' not in str(err):
+                raise
+            raise PredicateError(f'predicate {predicate!r} asked a pandas Series for one truth value ({err}): '
+                                 f'make_batch_reader evaluates a predicate once per row group, with a Series per '
+                                 f"field, not once per row. Write it element-wise (in_lambda(['x'], lambda x: "
+                                 f'(x > 5) & (x < 10)), x.isin(values)) or read with make_reader, which calls '
+                                 f'it with one row at a time') from err
         mask = np.asarray(result, dtype=bool)
     else:
         mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)

@@ -8,11 +8,11 @@ every worker receives. The Ray datasource plans its read tasks with it too, with
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, make_cache, make_row_group_cache
 from petastorm.column_transform import TransformTarget
 from petastorm.fs import resolve_location
@@ -88,8 +88,8 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
                          shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions)
     if not layout.items:
-        warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
-                      'data was sharded.', UserWarning, stacklevel=4)
+        warn_user('No matching data is available for loading after rowgroup selector were applied and the data '
+                  'was sharded.')
     candidates = list(dict.fromkeys(list(stored.fields) + list(dataset.partition_names)))
     filter_columns = columns_of_expression(expression, candidates) if expression is not None else ()
     context = ReadContext(
