@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 
 __all__ = ['user_stacklevel', 'warn_user']
 
@@ -24,7 +25,7 @@ def user_stacklevel(skip: int = 1) -> int:
     Args:
         skip: which frame calls ``warnings.warn``, counted from this function: 1 (default) its caller.
     """
-    frame = sys._getframe(skip)  # the frame calling warnings.warn: stacklevel 1
+    frame: FrameType | None = sys._getframe(skip)  # the frame calling warnings.warn: stacklevel 1
     level = 1
     while frame is not None and _is_ours(frame.f_globals.get('__name__', '')):
         frame = frame.f_back

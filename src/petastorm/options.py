@@ -75,6 +75,7 @@ class ReaderOptions:
     convert_early_to_numpy: bool = False
     shard_mode: ShardMode = 'row_groups'
     shard_remainder: Remainder = 'pad'
+    count_rows: bool = False
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
     shard_source: str | None = field(default=None, metadata=_DERIVED)
 
@@ -140,6 +141,8 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
     _check_row_hooks(raw)
     if raw.hdfs_driver not in ('libhdfs3', 'libhdfs'):
         raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
+    if not isinstance(raw.count_rows, bool):
+        raise ValueError(f'count_rows must be True or False, got {raw.count_rows!r}')
     if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
         raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
     return dataclasses.replace(

@@ -189,6 +189,27 @@ def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
+def row_group_matches(ctx: ReadContext, piece_index: int) -> np.ndarray:
+    """Which rows of a whole row group the filters and the predicate keep (a bool mask), reading only their columns.
+
+    The same tests as :func:`read_item`, on the row group's rows in file order; a reader counts the rows it will
+    deliver with it (``count_rows=True``).
+    """
+    piece = ctx.pieces[piece_index]
+    where = f'{piece.path} (row group {piece.row_group})'
+    predicate_names = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else []
+    table = _read_columns(ctx, piece, list(dict.fromkeys(predicate_names + list(ctx.filter_columns))), 0,
+                          piece.num_rows)
+    keep = np.ones(piece.num_rows, dtype=bool)
+    if ctx.filter_expression is not None:
+        keep &= _expression_mask(table, ctx.filter_expression)
+    if ctx.predicate is not None:
+        candidates = np.flatnonzero(keep)
+        values = decode_columns(ctx.predicate_fields, table.select(predicate_names).take(pa.array(candidates)), where)
+        keep[candidates[~_evaluate_predicate(ctx, values, len(candidates))]] = False
+    return keep
+
+
 def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
     """Read, filter, shuffle, decode and transform one work item.
 

@@ -33,7 +33,7 @@ from petastorm.options import (
     ReaderOptions,
     validate_options,
 )
-from petastorm.plan import Remainder, ShardMode, WorkItem
+from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
 from petastorm.pools import default_max_bytes_in_flight, make_pool
 from petastorm.predicates import PredicateBase
 from petastorm.read import read_item
@@ -75,7 +75,8 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 transform_spec: TransformSpec | None = None, filters: Any = None,
                 storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                 filesystem: Any = None, convert_early_to_numpy: bool = False,
-                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -121,6 +122,13 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             reads exactly the same number of rows per epoch (see ``docs/distributed.md``).
         shard_remainder: with ``shard_mode='rows'``, what happens to the fewer than ``shard_count`` rows left
             over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them.
+        count_rows: with a ``predicate`` or ``filters`` on stored columns, count the rows they keep when the reader
+            is made, by reading only the columns they need (one pass over them, in threads), so that ``len()`` of
+            the reader and of the torch loaders is known (progress bars, learning-rate schedules). Without it the
+            count is known only when the footers' statistics decide every row group (``filters`` that keep or
+            drop whole row groups) or the filters are on partition columns. Predicates must judge each row on
+            its own (as the built-in ones do). Not for NGrams or ``make_batch_reader`` transform functions, whose
+            output rows only reading tells.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -143,7 +151,8 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       transform_spec: TransformSpec | None = None, filters: Any = None,
                       storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                       filesystem: Any = None, convert_early_to_numpy: bool = False,
-                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                      count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -187,6 +196,7 @@ class Reader:
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
         self._rows_known = setup.rows_known
+        self._row_matches = setup.row_matches
         self._position = ReaderPosition(setup.layout, options.num_epochs)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
@@ -297,25 +307,37 @@ class Reader:
 
     @property
     def num_rows_per_epoch(self) -> int | None:
-        """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
+        """Rows this reader (this shard) delivers per epoch, known before reading; None when only reading can tell.
 
         Exact after sharding (with ``shard_mode='rows'`` the same for every shard), row-group selectors and
-        predicates or ``filters`` on partition columns only (they keep or drop whole row groups). None with any
-        other predicate or filter (which rows of a row group match is known only by reading it), an NGram, or a
-        ``make_batch_reader`` transform function (which may drop rows).
+        predicates or ``filters`` on partition columns (they keep or drop whole row groups), ``filters`` whose
+        footer statistics keep or drop every row group whole, and any predicate or filter with
+        ``count_rows=True``. None otherwise (which rows of a row group match is known only by reading it), with an
+        NGram, a ``make_batch_reader`` transform function (which may drop rows), and with counted rows under
+        ``shard_mode='rows'`` and several shards (each epoch's share then keeps another number of rows:
+        :attr:`num_rows_per_pass` and ``len()`` stay exact).
         """
-        return self._position.layout.rows_per_epoch if self._rows_known else None
+        if not self._rows_known:
+            return None
+        layout = self._position.layout
+        if self._row_matches is None:
+            return layout.rows_per_epoch
+        if layout.splits[0] > 1:
+            return None
+        return sum(kept_rows(unit, layout.shuffle_rows, self._row_matches) for unit in layout.ordered(0))
 
     @property
     def num_rows_per_pass(self) -> int | None:
         """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
 
-        It is :attr:`num_rows_per_epoch` times ``num_epochs``; None with ``num_epochs=None`` or when the rows per
-        epoch are unknown.
+        It is :attr:`num_rows_per_epoch` times ``num_epochs`` (counted epoch by epoch when the filters' counts
+        differ between epochs); None with ``num_epochs=None`` or when the rows per epoch are unknown.
         """
-        per_epoch = self.num_rows_per_epoch
-        if self.num_epochs is None or per_epoch is None:
+        if self.num_epochs is None or not self._rows_known:
             return None
+        per_epoch = self.num_rows_per_epoch
+        if per_epoch is None:
+            return self._position.rows_this_pass(self._row_matches, whole=True)
         return per_epoch * self.num_epochs
 
     @property
@@ -328,7 +350,7 @@ class Reader:
         rows = self.num_rows_per_pass
         if rows is None or not self._position.restarted:
             return rows
-        return self._position.rows_this_pass()
+        return self._position.rows_this_pass(self._row_matches)
 
     def __len__(self) -> int:
         """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
@@ -338,10 +360,10 @@ class Reader:
         """
         rows = self.num_rows_this_pass
         if rows is None:
-            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
-                            'on non-partition columns, an NGram or a batch transform function); see '
-                            'Reader.num_rows_per_epoch')
-        return self._position.units_this_pass() if self.is_batched_reader else rows
+            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, an NGram, a batch '
+                            'transform function, or a predicate or filters on stored columns: make the reader '
+                            'with count_rows=True to count the rows they keep); see Reader.num_rows_per_epoch')
+        return self._position.units_this_pass(self._row_matches) if self.is_batched_reader else rows
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0
