@@ -80,7 +80,8 @@ def test_drop_last_with_a_shuffling_buffer_gives_full_batches_of_distinct_rows(p
         batches = list(loader)
     assert [len(b['id']) for b in batches] == [8] * (2 * ROWS // 8)
     ids = _ids(batches)
-    assert len(ids) == 2 * ROWS - 2 * ROWS % 8 and max(np.bincount(ids)) <= 2
+    assert len(ids) == 2 * ROWS - 2 * ROWS % 8
+    assert max(np.bincount(ids)) <= 2
 
 
 def test_inmem_drop_last_applies_to_every_epoch(plain_url):
@@ -179,17 +180,21 @@ def _first_batch(cls, url, **kwargs):
 @pytest.mark.parametrize('cls', LOADERS)
 def test_bools_are_uint8_by_default_as_in_petastorm_and_bool_on_request(url, cls):
     default = _first_batch(cls, url)
-    assert default['flag'].dtype == torch.uint8 and default['mask'].dtype == torch.uint8
+    assert default['flag'].dtype == torch.uint8
+    assert default['mask'].dtype == torch.uint8
     real = _first_batch(cls, url, bool_dtype=torch.bool)
-    assert real['flag'].dtype == torch.bool and real['mask'].dtype == torch.bool
+    assert real['flag'].dtype == torch.bool
+    assert real['mask'].dtype == torch.bool
     assert real['flag'].tolist() == [True, False, True, False]
-    assert real['mask'][:, 1].all() and not real['mask'][:, 2].any()
+    assert real['mask'][:, 1].all()
+    assert not real['mask'][:, 2].any()
     assert real['id'].dtype == torch.int64
 
 
 def test_bool_dtype_reaches_a_custom_collate_fn(url):
     batch = _first_batch(DataLoader, url, bool_dtype=torch.bool, collate_fn=lambda rows: rows)
-    assert batch[0]['flag'].dtype == np.bool_ and batch[0]['mask'].dtype == np.bool_
+    assert batch[0]['flag'].dtype == np.bool_
+    assert batch[0]['mask'].dtype == np.bool_
     batch = _first_batch(DataLoader, url, collate_fn=lambda rows: rows)
     assert batch[0]['flag'].dtype == np.uint8
 
@@ -204,7 +209,8 @@ def test_bool_dtype_must_be_a_torch_dtype_we_know(url):
 def test_filters_the_statistics_decide_give_len_without_counting(plain_url):
     # Row groups of 10 sorted ids: id < 30 keeps three whole row groups and drops the others.
     with _loader(DataLoader, plain_url, reader_kwargs={'filters': [('id', '<', 30)]}) as loader:
-        assert len(loader) == 3 and loader.reader.num_rows_per_epoch == 30
+        assert len(loader) == 3
+        assert loader.reader.num_rows_per_epoch == 30
         assert _ids(loader) == list(range(30))
 
 
@@ -226,7 +232,8 @@ def test_a_pseudorandom_split_counted_once_gives_train_and_validation_lengths(ur
 
     with DataLoader(split(0), batch_size=8) as train, DataLoader(split(1), batch_size=8) as validation:
         counts = (train.reader.num_rows_per_epoch, validation.reader.num_rows_per_epoch)
-        assert sum(counts) == ROWS and min(counts) > 0
+        assert sum(counts) == ROWS
+        assert min(counts) > 0
         for _ in range(2):  # train an epoch, then validate; each loop resets its reader
             train_ids, validation_ids = _ids(train), _ids(validation)
             assert (len(train), len(validation)) == (math.ceil(counts[0] / 8), math.ceil(counts[1] / 8))
@@ -243,7 +250,8 @@ def test_counted_rows_under_row_shards_are_exact_for_every_rank(plain_url):
         with DataLoader(reader, batch_size=5) as loader:
             lengths.append(reader.num_rows_per_pass)
             delivered.append(len(_ids(loader)))
-    assert lengths == delivered and sum(delivered) >= 2 * 35
+    assert lengths == delivered
+    assert sum(delivered) >= 2 * 35
 
 
 def test_count_rows_refuses_what_it_cannot_count(url):

@@ -149,7 +149,8 @@ def test_one_file_of_a_dataset_reads_with_the_datasets_schema(url, factory):
         with factory('file://' + first, reader_pool_type='dummy') as reader:
             items = list(reader)
     images = np.concatenate([item.image.reshape(-1, 4, 4, 3) for item in items])
-    assert images.dtype == np.uint8 and len(images) == rows_in_file  # decoded images, not PNG bytes
+    assert images.dtype == np.uint8
+    assert len(images) == rows_in_file
 
 
 def test_a_list_of_files_of_a_dataset_reads_with_its_schema(url):
@@ -177,10 +178,11 @@ def test_a_glob_url_reads_the_files_it_matches(url):
     assert len(files) > 2
     pattern = url + '/' + os.path.basename(files[0])[:-len('.parquet') - 1] + '*.parquet'
     expected = sum(pq.read_metadata(f).num_rows for f in glob.glob(pattern[len('file://'):]))
-    assert 0 < expected
+    assert expected > 0
     with make_reader(pattern, reader_pool_type='dummy') as reader:
         rows = list(reader)
-    assert len(rows) == expected and rows[0].image.shape == (4, 4, 3)
+    assert len(rows) == expected
+    assert rows[0].image.shape == (4, 4, 3)
     assert _ids(make_batch_reader(url + '/*.parquet', reader_pool_type='dummy')) == list(range(ROWS))
 
 
@@ -194,3 +196,43 @@ def test_row_group_indexes_are_refused_for_some_files_of_a_dataset(url):
 
     with pytest.raises(ValueError, match='names some files of the dataset.*open the dataset directory'):
         make_reader('file://' + _files(url)[0], rowgroup_selector=SingleIndexSelector('id_index', [1]))
+
+
+# -- a missing image library ----------------------------------------------------------------------------------
+
+_WITHOUT_IMAGE_LIBRARIES = """
+import sys
+for name in ('cv2', 'imagecodecs', 'simplejpeg', 'pyspng'):
+    sys.modules[name] = None  # as if only the torch extra were installed: importing them fails
+import numpy as np
+import pyarrow as pa
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.codecs import CompressedImageCodec, ScalarCodec
+from petastorm.unischema import Unischema, UnischemaField
+schema = Unischema('S', [UnischemaField('image', np.uint8, (4, 4), CompressedImageCodec('png'), False),
+                         UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False)])
+if sys.argv[1] == 'write':
+    write_dataset(sys.argv[2] + '-new', schema, ({'image': np.zeros((4, 4), np.uint8), 'id': i} for i in range(9)))
+else:
+    with make_reader(sys.argv[2], reader_pool_type='process', workers_count=2) as reader:
+        next(reader)
+"""
+
+
+@pytest.mark.parametrize('operation', ['write', 'read'])
+def test_a_missing_image_library_is_one_error_at_the_caller_before_workers_start(url, operation):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, '-c', _WITHOUT_IMAGE_LIBRARIES, operation, url], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1
+    error = result.stderr
+    doing = {'write': 'encoding', 'read': 'decoding'}[operation]
+    assert error.rstrip().splitlines()[-1].startswith('petastorm.errors.MissingDependencyError: CompressedImageCodec '
+                                                      f'needs an image library for {doing} png images')
+    assert "pip install 'neo-petastorm[image]'" in error
+    assert error.count('MissingDependencyError') == 1  # raised once, not chained through a worker's error
+    assert 'concurrent/futures' not in error
+    assert 'pools' not in error
+    assert len(error.splitlines()) < 20

@@ -23,7 +23,13 @@ import pyarrow.parquet as pq
 from petastorm.batch import ColumnBatch
 from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
-from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
+from petastorm.errors import (
+    CorruptDataError,
+    DecodeFieldError,
+    MissingDependencyError,
+    PetastormError,
+    StorageNotFoundError,
+)
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
@@ -177,6 +183,8 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 columns[field.name] = field.codec.decode_column(field, column)
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
+        except MissingDependencyError:
+            raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns

@@ -83,6 +83,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     partition_predicate = bool(predicate_fields) and bool(dataset.partition_names) and {
         f.name for f in predicate_fields} <= set(dataset.partition_names)
     check_columns_exist(dataset, list(view.fields.values()) + predicate_fields)
+    for field in list(view.fields.values()) + predicate_fields:  # before any worker starts: one error, here
+        if field.codec is not None:
+            field.codec.check_available('decode')
     expression = filter_expression(options.filters)
     pieces = load_row_groups(dataset)
     statistics = filter_statistics(dataset, expression) if expression is not None else None
