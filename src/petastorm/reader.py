@@ -171,6 +171,11 @@ class Reader:
     Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
     :class:`~petastorm.source.ColumnSource` the loaders read.
 
+    Made by the factories from checked :class:`~petastorm.options.ReaderOptions`. Petastorm's direct construction
+    works too, with its arguments: ``Reader(filesystem, dataset_path, schema_fields=..., reader_pool=ThreadPool(5),
+    ...)`` (a pool of :mod:`petastorm.workers_pool` picks the pool kind and worker count; see
+    :func:`petastorm.reader_legacy.legacy_reader_options`).
+
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
         dataset: the opened store (files, metadata).
@@ -183,7 +188,15 @@ class Reader:
             items with :func:`petastorm.read.read_item` and it.
     """
 
-    def __init__(self, options: ReaderOptions, *, time_stages: bool = False) -> None:
+    def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
+                 **legacy_kwargs: Any) -> None:
+        if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
+            from petastorm.reader_legacy import legacy_reader_options
+
+            options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
+        elif legacy_args or legacy_kwargs:
+            raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
+                            f'and {sorted(legacy_kwargs)}')
         self._options = options
         self.is_batched_reader = options.batched_output
         self.num_epochs = options.num_epochs
