@@ -304,3 +304,63 @@ def test_run_in_subprocess_runs_in_another_process():
     assert run_in_subprocess(divmod, 7, 2) == (3, 1)
     with pytest.raises(ZeroDivisionError):
         run_in_subprocess(divmod, 1, 0)
+
+
+# -- every module of Petastorm 0.13.1 -------------------------------------------------------------------------
+
+#: The public names of Petastorm 0.13.1's modules kept by this issue (the others were kept before it).
+KEPT = {
+    'petastorm.workers_pool': ['EmptyResultError', 'TimeoutWaitingForResultError', 'VentilatedItemProcessedMessage'],
+    'petastorm.workers_pool.dummy_pool': ['DummyPool'],
+    'petastorm.workers_pool.process_pool': ['ProcessPool'],
+    'petastorm.workers_pool.thread_pool': ['ThreadPool'],
+    'petastorm.workers_pool.ventilator': ['ConcurrentVentilator', 'Ventilator'],
+    'petastorm.workers_pool.worker_base': ['WorkerBase'],
+    'petastorm.reader_impl.shuffling_buffer': ['NoopShufflingBuffer', 'RandomShufflingBuffer', 'ShufflingBufferBase'],
+    'petastorm.reader_impl.pytorch_shuffling_buffer': ['BatchedNoopShufflingBuffer', 'BatchedRandomShufflingBuffer',
+                                                       'BatchedShufflingBufferBase'],
+    'petastorm.reader_impl.pickle_serializer': ['PickleSerializer'],
+    'petastorm.reader_impl.arrow_table_serializer': ['ArrowTableSerializer'],
+    'petastorm.utils': ['DecodeFieldError', 'add_to_dataset_metadata', 'decode_row', 'run_in_subprocess'],
+    'petastorm.tools.copy_dataset': ['args_parser', 'copy_dataset', 'main'],
+}
+#: Every module of the published Petastorm 0.13.1 package, its tests aside.
+PETASTORM_0_13_1_MODULES = [
+    'petastorm', 'petastorm.arrow_reader_worker', 'petastorm.benchmark', 'petastorm.benchmark.cli',
+    'petastorm.benchmark.dummy_reader', 'petastorm.benchmark.throughput', 'petastorm.cache', 'petastorm.codecs',
+    'petastorm.errors', 'petastorm.etl', 'petastorm.etl.dataset_metadata', 'petastorm.etl.legacy',
+    'petastorm.etl.metadata_util', 'petastorm.etl.petastorm_generate_metadata', 'petastorm.etl.rowgroup_indexers',
+    'petastorm.etl.rowgroup_indexing', 'petastorm.fs_utils', 'petastorm.generator', 'petastorm.hdfs',
+    'petastorm.hdfs.namenode', 'petastorm.local_disk_cache', 'petastorm.namedtuple_gt_255_fields',
+    'petastorm.ngram', 'petastorm.predicates', 'petastorm.py_dict_reader_worker', 'petastorm.pyarrow_helpers',
+    'petastorm.pyarrow_helpers.batching_table_queue', 'petastorm.pytorch', 'petastorm.reader',
+    'petastorm.reader_impl', 'petastorm.reader_impl.arrow_table_serializer', 'petastorm.reader_impl.pickle_serializer',
+    'petastorm.reader_impl.pytorch_shuffling_buffer', 'petastorm.reader_impl.shuffling_buffer', 'petastorm.selectors',
+    'petastorm.spark', 'petastorm.spark.spark_dataset_converter', 'petastorm.spark_utils', 'petastorm.test_util',
+    'petastorm.test_util.reader_mock', 'petastorm.test_util.shuffling_analysis', 'petastorm.tf_utils',
+    'petastorm.tools', 'petastorm.tools.copy_dataset', 'petastorm.tools.spark_session_cli', 'petastorm.transform',
+    'petastorm.unischema', 'petastorm.utils', 'petastorm.weighted_sampling_reader', 'petastorm.workers_pool',
+    'petastorm.workers_pool.dummy_pool', 'petastorm.workers_pool.exec_in_new_process',
+    'petastorm.workers_pool.exec_in_new_process_entrypoint', 'petastorm.workers_pool.process_pool',
+    'petastorm.workers_pool.thread_pool', 'petastorm.workers_pool.ventilator', 'petastorm.workers_pool.worker_base',
+]
+
+
+@pytest.mark.parametrize(('module', 'names'), sorted(KEPT.items()))
+def test_kept_modules_have_their_public_names(module, names):
+    import importlib
+
+    if module.endswith('pytorch_shuffling_buffer'):
+        pytest.importorskip('torch')
+    imported = importlib.import_module(module)
+    assert [name for name in names if not hasattr(imported, name)] == []
+
+
+def test_the_migration_guide_names_every_module_of_petastorm():
+    import pathlib
+
+    guide = (pathlib.Path(__file__).resolve().parent.parent / 'docs' / 'migrating.md').read_text()
+    table = guide[guide.index("## Petastorm 0.13.1's modules, one by one"):]
+    missing = [m for m in PETASTORM_0_13_1_MODULES
+               if f'`{m}`' not in table and f'`.{m[len("petastorm."):]}`' not in table]
+    assert missing == []
