@@ -176,7 +176,8 @@ def test_ventilator_checks_its_arguments_and_resets_when_done():
     assert sorted(seen[6:]) == list(range(6))
     bounded, seen = run(7, bound=2)
     time.sleep(0.1)
-    assert len(seen) == 2 and not bounded.completed()  # two in flight, none processed: it waits
+    assert len(seen) == 2
+    assert not bounded.completed()
     bounded.stop()
     assert bounded.completed()
     with pytest.raises(NotImplementedError, match='while ventilating'):
@@ -219,7 +220,8 @@ def test_noop_shuffling_buffer_is_first_in_first_out():
     buffer = NoopShufflingBuffer()
     buffer.add_many([1, 2])
     buffer.add_many([3])
-    assert buffer.can_add() and buffer.size == 3
+    assert buffer.can_add()
+    assert buffer.size == 3
     assert [buffer.retrieve() for _ in range(3)] == [1, 2, 3]
     assert not buffer.can_retrieve()
 
@@ -228,7 +230,8 @@ def test_random_shuffling_buffer_keeps_every_item_and_its_rules():
     buffer = RandomShufflingBuffer(10, min_after_retrieve=5, extra_capacity=5, seed=3)
     assert not buffer.can_retrieve()
     buffer.add_many(range(8))
-    assert buffer.can_retrieve() and buffer.can_add()
+    assert buffer.can_retrieve()
+    assert buffer.can_add()
     buffer.add_many(range(8, 14))  # over the capacity, within the extra room
     assert not buffer.can_add()
     with pytest.raises(RuntimeError, match='Can not enqueue'):
@@ -258,9 +261,11 @@ def test_batched_shuffling_buffers():
     assert not noop.can_retrieve()
     noop.add_many([torch.arange(3, 6), torch.arange(3, 6) * 10])
     first = noop.retrieve()
-    assert first[0].tolist() == [0, 1, 2, 3] and first[1].tolist() == [0, 10, 20, 30]
+    assert first[0].tolist() == [0, 1, 2, 3]
+    assert first[1].tolist() == [0, 10, 20, 30]
     noop.finish()
-    assert noop.retrieve()[0].tolist() == [4, 5] and noop.size == 0
+    assert noop.retrieve()[0].tolist() == [4, 5]
+    assert noop.size == 0
 
     shuffled = BatchedRandomShufflingBuffer(20, min_after_retrieve=6, extra_capacity=10, batch_size=5, seed=1)
     shuffled.add_many([torch.arange(12), torch.arange(12).reshape(12, 1) * 2.0])
@@ -272,7 +277,8 @@ def test_batched_shuffling_buffers():
     while shuffled.can_retrieve():
         batches.append(shuffled.retrieve())
     ids = torch.cat([b[0] for b in batches])
-    assert sorted(ids.tolist()) == list(range(25)) and ids.tolist() != list(range(25))
+    assert sorted(ids.tolist()) == list(range(25))
+    assert ids.tolist() != list(range(25))
     assert all(torch.equal(b[1][:, 0], b[0] * 2.0) for b in batches)  # the columns of a row stay together
     assert [len(b[0]) for b in batches] == [5] * 5
 
