@@ -148,6 +148,18 @@ def test_torch_defaults_are_accepted(plain_url, cls):
         assert len(list(loader)) == 3
 
 
+@pytest.mark.parametrize('cls', [DataLoader, BatchedDataLoader])
+def test_a_loader_re_created_from_its_attributes_as_trainers_do(plain_url, cls):
+    import inspect
+
+    loader = _loader(cls, plain_url, batch_size=8, drop_last=True)
+    names = [*inspect.signature(cls.__init__).parameters, *inspect.signature(torch.utils.data.DataLoader).parameters]
+    arguments = {name: getattr(loader, name) for name in names if name != 'self' and hasattr(loader, name)}
+    assert {'dataset', 'sampler', 'batch_sampler', 'collate_fn', 'num_workers', 'reader'} <= set(arguments)
+    with cls(**arguments) as again:  # torch's own values for its arguments, this loader's .dataset and reader
+        assert len(list(again)) == 12
+
+
 def test_unknown_arguments_are_still_type_errors(plain_url):
     with pytest.raises(TypeError, match="unexpected keyword argument 'bacth_size'"):
         _loader(DataLoader, plain_url, bacth_size=3)

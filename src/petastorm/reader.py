@@ -127,8 +127,9 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             the reader and of the torch loaders is known (progress bars, learning-rate schedules). Without it the
             count is known only when the footers' statistics decide every row group (``filters`` that keep or
             drop whole row groups) or the filters are on partition columns. Predicates must judge each row on
-            its own (as the built-in ones do). Not for NGrams or ``make_batch_reader`` transform functions, whose
-            output rows only reading tells.
+            its own (as the built-in ones do). Only this shard's row groups are counted, and the reader keeps one
+            byte per row of those a filter cuts. Not for NGrams or ``make_batch_reader`` transform functions,
+            whose output rows only reading tells.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.

@@ -116,7 +116,8 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the
     # statistics may still decide every row group, or the caller asks for them to be counted.
     worker_predicate = options.predicate is not None and not partition_predicate
-    undecided = [i for i in selected if worker_predicate or (
+    read_here = sorted({item.piece_index for item in layout.items})  # this shard's row groups only
+    undecided = [i for i in read_here if worker_predicate or (
         statistics is not None and (pieces[i].path, pieces[i].row_group) not in statistics.matching_all)]
     countable = ngram is None and not _batch_function(options)
     if options.count_rows and not countable:

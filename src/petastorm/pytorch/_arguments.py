@@ -43,6 +43,8 @@ _TORCH_ONLY: dict[str, tuple[Any, str]] = {
     'timeout': (0, 'no equivalent: a worker error reaches the loader with its traceback'),
     'pin_memory_device': ('', 'pin_memory=True pins batches for the accelerator that is available'),
     'in_order': (True, "batches come in the reader's order (seeded, the same for every pool kind)"),
+    'dataset': (None, 'a petastorm loader reads a reader: pass make_reader(...) or make_batch_reader(...) as its '
+                      'first argument'),
 }
 _COLLATE = ('it makes tensors of whole columns; pass transform_fn= (a column to a tensor), or use '
             'petastorm.pytorch.DataLoader, which takes a collate_fn')
@@ -75,15 +77,33 @@ def check_torch_arguments(loader: str, arguments: Mapping[str, Any]) -> None:
         if entry is None:
             raise LoaderArgumentError(f'{loader}() got an unexpected keyword argument {name!r}')
         default, instead = entry
-        if _is_default(value, default):
+        if _is_default(value, default, name):
             continue
         raise LoaderArgumentError(f'{loader}() does not take torch\'s {name}={value!r}: {instead}')
 
 
-def _is_default(value: Any, default: Any) -> bool:
+def _is_default(value: Any, default: Any, name: str = '') -> bool:
+    if _made_by_torch(name, value):
+        return True
     if default is None or isinstance(default, bool):
         return value is default or (isinstance(default, bool) and value is None and not default)
     return type(value) is type(default) and value == default
+
+
+def _made_by_torch(name: str, value: Any) -> bool:
+    """What torch's ``DataLoader`` stores for a loader given torch's defaults: trainers that re-create a loader
+    from its attributes pass these back (its collate function, and the samplers of an iterable dataset)."""
+    import torch.utils.data
+    from torch.utils.data.dataloader import _InfiniteConstantSampler
+
+    if name == 'collate_fn':
+        return value is torch.utils.data.default_collate
+    if name == 'sampler':
+        return isinstance(value, _InfiniteConstantSampler)
+    if name == 'batch_sampler':
+        return isinstance(value, torch.utils.data.BatchSampler) and isinstance(value.sampler,
+                                                                               _InfiniteConstantSampler)
+    return False
 
 
 def check_callable(loader: str, name: str, value: Any, optional: bool) -> Callable | None:

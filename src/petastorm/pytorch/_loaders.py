@@ -124,7 +124,12 @@ class _LoaderBase(_TorchDataLoader):
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False, drop_last: bool = False, bool_dtype: Any = None,
                  torch_arguments: dict[str, Any] | None = None) -> None:
-        check_torch_arguments(type(self).__name__, torch_arguments or {})
+        torch_arguments = dict(torch_arguments or {})
+        dataset = torch_arguments.pop('dataset', None)
+        if dataset is not None and not (isinstance(dataset, _ReaderDataset) and dataset.reader is reader):
+            # A trainer re-creating the loader from its attributes passes this loader's own .dataset back.
+            torch_arguments['dataset'] = dataset
+        check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
         if not isinstance(drop_last, (bool, np.bool_)):
