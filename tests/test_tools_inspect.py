@@ -99,6 +99,16 @@ def test_head_prints_the_first_rows_decoded(dataset_url):
                     {'id': '1', 'color': 'blue', 'matrix': 'float32[2, 3] array'}]
 
 
+def test_a_glob_url_inspects_the_files_it_matches(dataset_url):
+    first = sorted(Path(dataset_url[len('file://'):]).glob('*.parquet'))[0]
+    described = json.loads(_cli(f'{dataset_url}/{first.name[:-len(".parquet")]}*.parquet', '--json').stdout)
+    assert described['metadata'] == 'json'
+    assert described['total_rows'] == pq.ParquetFile(first).metadata.num_rows
+    nothing = _cli(f'{dataset_url}/nothing-*.parquet')
+    assert nothing.returncode == 2
+    assert 'no data file matches' in nothing.stderr
+
+
 def test_head_must_not_be_negative(dataset_url):
     completed = _cli(dataset_url, '--head', '-1')
     assert completed.returncode == 2

@@ -159,6 +159,17 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
 _GLOB_MAGIC = re.compile(r'[*?[]')
 
 
+def glob_files(fs: pafs.FileSystem, pattern: str, url: Any = None) -> list[str]:
+    """The data files a glob pattern matches (``*``, ``?`` and ``[...]`` within a name, ``**`` for directories).
+
+    A path that exists as it is, or has no pattern characters, is returned alone.
+
+    Raises:
+        StorageNotFoundError: nothing matches (the message names the pattern and where it looked).
+    """
+    return _file_or_matches(fs, pattern, url or pattern)
+
+
 def _file_or_matches(fs: pafs.FileSystem, path: str, url: Any) -> list[str]:
     """``[path]``, or the data files a glob pattern matches when no file or directory has that very name."""
     if not _GLOB_MAGIC.search(path) or fs.get_file_info(path).type != pafs.FileType.NotFound:
