@@ -87,6 +87,8 @@ def _is_default(value: Any, default: Any, name: str = '') -> bool:
         return True
     if default is None or isinstance(default, bool):
         return value is default or (isinstance(default, bool) and value is None and not default)
+    if isinstance(default, (int, float)):  # 0 or 0.0 alike, but not False
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == default
     return type(value) is type(default) and value == default
 
 
