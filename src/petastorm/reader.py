@@ -159,7 +159,9 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
     inferred from the Parquet schema), a directory or a list of file URLs. The arguments are those of
     :func:`make_reader`, except that a ``TransformSpec`` function receives and returns a pandas DataFrame, and a
-    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series.
+    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series: an ``in_lambda``
+    function gets one pandas Series per field, so it must work element by element (``(x > 5) & (x < 10)``, not
+    ``5 < x < 10``).
     """
     arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
     url = normalize_dataset_url_or_urls(arguments.pop('dataset_url_or_urls'))
