@@ -23,11 +23,17 @@ import pyarrow.parquet as pq
 from petastorm.batch import ColumnBatch
 from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
-from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
+from petastorm.errors import (
+    CorruptDataError,
+    DecodeFieldError,
+    MissingDependencyError,
+    PetastormError,
+    StorageNotFoundError,
+)
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
-from petastorm.predicates import PredicateBase
+from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import StageClock, lap
 from petastorm.tables.read import constant_column, logical_table, stored_columns
@@ -183,6 +189,8 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 columns[field.name] = field.codec.decode_column(field, column)
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
+        except MissingDependencyError:
+            raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns
@@ -193,6 +201,27 @@ def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
 
     mask = ds.dataset(table).to_table(columns={'mask': expression}).column('mask')
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def row_group_matches(ctx: ReadContext, piece_index: int) -> np.ndarray:
+    """Which rows of a whole row group the filters and the predicate keep (a bool mask), reading only their columns.
+
+    The same tests as :func:`read_item`, on the row group's rows in file order; a reader counts the rows it will
+    deliver with it (``count_rows=True``).
+    """
+    piece = ctx.pieces[piece_index]
+    where = f'{piece.path} (row group {piece.row_group})'
+    predicate_names = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else []
+    table = _read_columns(ctx, piece, list(dict.fromkeys(predicate_names + list(ctx.filter_columns))), 0,
+                          piece.num_rows)
+    keep = np.ones(piece.num_rows, dtype=bool)
+    if ctx.filter_expression is not None:
+        keep &= _expression_mask(table, ctx.filter_expression)
+    if ctx.predicate is not None:
+        candidates = np.flatnonzero(keep)
+        values = decode_columns(ctx.predicate_fields, table.select(predicate_names).take(pa.array(candidates)), where)
+        keep[candidates[~_evaluate_predicate(ctx, values, len(candidates))]] = False
+    return keep
 
 
 def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
@@ -308,7 +337,16 @@ def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_ro
         import pandas as pd
 
         frame = pd.DataFrame({name: pandas_column(values) for name, values in columns.items()})
-        result = predicate.do_include(frame)
+        try:
+            result = predicate.do_include(frame)
+        except ValueError as err:
+            if 'truth value of a Series is ambiguous' not in str(err):
+                raise
+            raise PredicateError(f'predicate {predicate!r} asked a pandas Series for one truth value ({err}): '
+                                 f'make_batch_reader evaluates a predicate once per row group, with a Series per '
+                                 f"field, not once per row. Write it element-wise (in_lambda(['x'], lambda x: "
+                                 f'(x > 5) & (x < 10)), x.isin(values)) or read with make_reader, which calls '
+                                 f'it with one row at a time') from err
         mask = np.asarray(result, dtype=bool)
     else:
         mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)

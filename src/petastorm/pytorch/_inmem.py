@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._loaders import (
     _batch_columns,
     _check_tensor_fields,
@@ -28,8 +29,10 @@ class InMemBatchedDataLoader(_LoaderBase):
     warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
     ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
     random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
-    may be smaller. Batches are copies: changing one in place does not change the cached data. Field types as
-    for :class:`BatchedDataLoader`.
+    may be smaller (``drop_last=True`` leaves it out, every epoch, as torch's ``DataLoader`` does). Batches are
+    copies: changing one in place does not change the cached data. Field types as for :class:`BatchedDataLoader`
+    (bool -> uint8 unless ``bool_dtype=torch.bool``); torch's ``DataLoader`` arguments other than ``batch_size``,
+    ``shuffle`` and ``drop_last`` raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead.
 
     One iteration at a time: ``iter()`` while another iterator is in the middle of its epochs raises
     ``RuntimeError``. Once an iteration delivered its last batch (also when the end was not asked for, as a trainer
@@ -44,12 +47,20 @@ class InMemBatchedDataLoader(_LoaderBase):
         seed: seeds the per-epoch shuffles.
         rows_capacity: the most rows kept in memory.
         shuffle: shuffle the rows every epoch.
+        drop_last: leave out the last batch of every epoch when it is short (the rows left out change from epoch
+            to epoch when shuffled). With equal shares of rows per DDP rank (``shard_mode='rows'``), every rank
+            gets the same number of full batches.
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
-                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False) -> None:
+                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size)
+            check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
                 raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
             if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
@@ -62,8 +73,8 @@ class InMemBatchedDataLoader(_LoaderBase):
         self.shuffle = bool(shuffle)
         self.rows_capacity = int(rows_capacity)
         try:
-            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(self._source, transform_fn,
-                                                                                    self.rows_capacity)
+            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(
+                self._source, transform_fn, self.rows_capacity, self._bool_to_uint8)
         finally:
             reader.stop()
             reader.join()
@@ -93,14 +104,15 @@ class InMemBatchedDataLoader(_LoaderBase):
         step = _chunk_rows(self._store, self.batch_size)
         gather = _gatherer(self._store, self._keys, n)
         remaining = len(self)
+        served = self._rows_per_epoch()  # the rows of an epoch's batches: drop_last leaves the short tail out
         for epoch in range(first_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator)
             # One gather per chunk of many batches, not per batch: batches are then views of the chunk's columns.
-            for chunk_start in range(0, n, step):
-                chunk_stop = min(chunk_start + step, n)
+            for chunk_start in range(0, served, step):
+                chunk_stop = min(chunk_start + step, served)
                 if order is None:
                     chunk = self._store.slice(chunk_start, chunk_stop)
                     columns = [batch_tensor(chunk[key]) for key in self._keys]
@@ -117,13 +129,17 @@ class InMemBatchedDataLoader(_LoaderBase):
                         self._serving = False
                     yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
 
+    def _rows_per_epoch(self) -> int:
+        return self._num_rows - self._num_rows % self.batch_size if self.drop_last else self._num_rows
+
     def __len__(self) -> int:
-        return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
+        return self.num_epochs * math.ceil(self._rows_per_epoch() / self.batch_size)
 
     def __repr__(self) -> str:
         from petastorm._describe import describe_names
 
-        state = f', iterations={self._iterations}' if self._iterations else ''
+        state = (', drop_last=True' if self.drop_last else '') + \
+            (f', iterations={self._iterations}' if self._iterations else '')
         return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
                 f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
                 f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')
@@ -188,8 +204,8 @@ class _TensorColumns(ColumnStore):
                 for name, column in self._columns.items()}
 
 
-def _load_columns(source: ColumnSource, transform_fn: Callable | None,
-                  rows_capacity: int) -> tuple[list[str], Any, int, bool]:
+def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capacity: int,
+                  bool_to_uint8: bool = True) -> tuple[list[str], Any, int, bool]:
     """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
 
     Each chunk is written into preallocated storage as it arrives (while the reader's workers go on reading):
@@ -205,7 +221,7 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None,
     dropped = 0
     for columns, chunk_is_tuple in _column_chunks(source):
         as_tuple = chunk_is_tuple
-        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'))
+        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), bool_to_uint8)
         rows = num_rows(table)
         take = min(rows, rows_capacity - loaded)
         dropped += rows - take

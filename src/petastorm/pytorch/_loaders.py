@@ -17,6 +17,7 @@ import numpy as np
 
 from petastorm.batch_stream import ROW_IDS as _ROW_IDS
 from petastorm.batch_stream import BatchStream
+from petastorm.pytorch._arguments import check_callable, check_torch_arguments
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -64,6 +65,16 @@ def _check_batch_size(batch_size: Any) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
     return int(batch_size)
+
+
+def _check_bool_dtype(loader: str, bool_dtype: Any) -> bool:
+    """True when bool columns become ``torch.uint8`` (Petastorm's rule), False for real ``torch.bool`` tensors."""
+    if bool_dtype is torch.uint8:
+        return True
+    if bool_dtype is torch.bool:
+        return False
+    raise ValueError(f'{loader}: bool_dtype must be torch.uint8 (the default, as Petastorm) or torch.bool, got '
+                     f'{bool_dtype!r}')
 
 
 def _check_capacity(shuffling_queue_capacity: Any) -> int:
@@ -123,7 +134,7 @@ class _LoaderBase(_TorchDataLoader):
     torch's ``DataLoader`` does: after a finished pass, a pass left with ``break``, a pass a trainer stopped after
     ``len(loader)`` batches, or an interrupted one, the reader starts its next ``num_epochs`` epochs; with
     ``num_epochs=None`` the endless pass continues where it stopped. After a pass failed, ``iter()`` raises
-    ``RuntimeError``.
+    ``RuntimeError``. With ``drop_last`` the pass's last batch is left out when it is short.
     """
 
     # Hugging Face Accelerate's prepare() hands back unchanged a loader carrying this flag (it is how it recognises
@@ -132,12 +143,24 @@ class _LoaderBase(_TorchDataLoader):
     _is_accelerate_prepared = True
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, drop_last: bool = False, bool_dtype: Any = None,
+                 torch_arguments: dict[str, Any] | None = None) -> None:
+        torch_arguments = dict(torch_arguments or {})
+        dataset = torch_arguments.pop('dataset', None)
+        if dataset is not None and not (isinstance(dataset, _ReaderDataset) and dataset.reader is reader):
+            # A trainer re-creating the loader from its attributes passes this loader's own .dataset back.
+            torch_arguments['dataset'] = dataset
+        check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
+        self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
+                                                else bool_dtype)
         super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
-                         pin_memory=bool(pin_memory))
+                         pin_memory=bool(pin_memory), drop_last=bool(drop_last))
         self.reader = reader
+        self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
         self._pin = bool(pin_memory) and accelerator_available()
         if pin_memory and not self._pin:
             warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
@@ -149,7 +172,8 @@ class _LoaderBase(_TorchDataLoader):
             ops, prepare, finish, packed = self._stream_settings()
             self._core = BatchStream(self._source, self.batch_size,
                                      getattr(self, 'shuffling_queue_capacity', 0), ops=ops, prepare=prepare,
-                                     finish=finish, packed=packed, name='Petastorm DataLoader')
+                                     finish=finish, packed=packed, drop_last=self.drop_last,
+                                     name='Petastorm DataLoader')
         return self._core
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
@@ -201,12 +225,17 @@ class _LoaderBase(_TorchDataLoader):
         batches = self._stream().num_batches()
         if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
-                            f'(num_epochs set, no predicate, no filters); this one has no len()')
+                            f'(num_epochs set; a predicate or filters on stored columns need '
+                            f'make_reader(..., count_rows=True)); this one has no len()')
         return batches
 
     def __repr__(self) -> str:
         parts = [f'batch_size={self.batch_size}',
                  f'shuffling_queue_capacity={getattr(self, "shuffling_queue_capacity", 0)}']
+        if self.drop_last:
+            parts.append('drop_last=True')
+        if not self._bool_to_uint8:
+            parts.append('bool_dtype=torch.bool')
         device = getattr(self, 'device', None)
         if device is not None:
             parts.append(f'device={str(device)!r}')
@@ -236,12 +265,15 @@ class DataLoader(_LoaderBase):
     A batch is what ``collate_fn`` makes of ``batch_size`` rows: with the default
     :func:`decimal_friendly_collate`, a dict ``{field: tensor}`` (rows of a ``TransformSpec`` function returning
     tuples give a list of tensors by position); numbers and arrays become tensors (uint16 -> int32,
-    uint32 -> int64, bool -> uint8), while Decimals and strings become lists. The last batch of a pass may be
-    smaller. The default collation works on whole columns and gives the same result as collating the rows.
+    uint32 -> int64, and bool -> uint8 as in Petastorm unless ``bool_dtype=torch.bool``), while Decimals and
+    strings become lists. The last batch of a pass may be smaller (``drop_last=True`` leaves it out). The default
+    collation works on whole columns and gives the same result as collating the rows.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``. The reader does
-    the parallel reading, so ``num_workers``, ``sampler``, ``shuffle`` and the like do not exist here; shuffle with
-    the reader (``shuffle_row_groups``, ``shuffle_rows``) and ``shuffling_queue_capacity``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``, ``drop_last``.
+    The reader does the parallel reading, choosing and shuffling, so ``num_workers``, ``sampler``, ``shuffle`` and
+    the like raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (torch's default
+    values are accepted): shuffle with the reader (``shuffle_row_groups``, ``shuffle_rows``) and
+    ``shuffling_queue_capacity``, read in parallel with its ``reader_pool_type`` and ``workers_count``.
 
     Args:
         reader: a reader from ``make_reader`` or ``make_batch_reader``; the loader owns it (leaving the loader's
@@ -261,23 +293,33 @@ class DataLoader(_LoaderBase):
             for tuple rows, a ``(padded, mask)`` pair in place of the value.
         padding_value: the value ``'pad'`` fills in.
         pin_memory: copy batches to pinned memory (when an accelerator is available).
+        drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows (for BatchNorm,
+            fixed-shape compiled models, and DDP). Every rank of a DDP run then gets the same number of full
+            batches when the ranks read equal shares: ``make_reader(..., cur_shard='auto', shard_mode='rows',
+            seed=...)`` (``docs/distributed.md``); with shards of whole row groups the ranks' row counts, and so
+            their batch counts, may differ.
+        bool_dtype: the tensor type of bool fields: ``torch.uint8`` (default, as Petastorm) or ``torch.bool``.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
 
     Example:
-        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64) as loader:
+        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64, drop_last=True) as loader:
         ...     for batch in loader:
         ...         train_step(batch['image'], batch['label'])
 
     Each ``iter()`` starts over, as torch's ``DataLoader`` does: the reader's next ``num_epochs`` epochs, whether the
     last pass ended, was left with ``break`` or was stopped by a trainer (``num_epochs=None``: the endless pass
     continues where it stopped; see ``docs/trainers.md``). ``len(loader)`` is the number of batches of a pass when
-    the reader knows its row count, else ``TypeError``.
+    the reader knows its row count (``rows // batch_size`` with ``drop_last``, else rounded up), else ``TypeError``.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
-                 padding_value: Any = 0, pin_memory: bool = False) -> None:
+                 padding_value: Any = 0, pin_memory: bool = False, drop_last: bool = False,
+                 bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory)
+            check_callable('DataLoader', 'collate_fn', collate_fn, optional=False)
+            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
+                             bool_dtype=bool_dtype, torch_arguments=torch_arguments)
             self._configure(shuffling_queue_capacity, variable_length, padding_value)
 
     def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any) -> None:
@@ -296,15 +338,18 @@ class DataLoader(_LoaderBase):
                                  f"has {[n + MASK_SUFFIX for n in clashes]}")
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
-        return NumpyOps(), prepare_columns, self._collate, False
+        return NumpyOps(), self._prepare, self._collate, False
+
+    def _prepare(self, columns: Table) -> Table:
+        return prepare_columns(columns, self._bool_to_uint8)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
         if self.collate_fn is decimal_friendly_collate:
             batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
-                                    self.padding_value)
+                                    self.padding_value, self._bool_to_uint8)
         else:
-            batch = self.collate_fn(rows_of(columns, as_tuple))
+            batch = self.collate_fn(rows_of(columns, as_tuple, self._bool_to_uint8))
         return pin(batch) if self._pin else batch
 
 
@@ -315,10 +360,13 @@ class BatchedDataLoader(_LoaderBase):
     tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer (on the
     CPU, numeric columns packed into one record per row, so that a random row is one memory access; on another
     ``device``, one tensor per column there). A batch is a dict ``{field: tensor}`` (a list by position for rows
-    of a transform returning tuples); the last batch of a pass may be smaller. Strings, Decimals, None values and
-    arrays whose shape varies are not supported (use :class:`DataLoader`); the error names the fields.
+    of a transform returning tuples); the last batch of a pass may be smaller (``drop_last=True`` leaves it out).
+    Dtypes as for :class:`DataLoader` (uint16 -> int32, uint32 -> int64, bool -> uint8 unless
+    ``bool_dtype=torch.bool``). Strings, Decimals, None values and arrays whose shape varies are not supported
+    (use :class:`DataLoader`); the error names the fields.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``, ``drop_last``; the others raise
+    :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (as for :class:`DataLoader`).
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (stopped and joined on exit).
@@ -331,12 +379,19 @@ class BatchedDataLoader(_LoaderBase):
         device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
             moved once, and slicing and shuffling happen on the device.
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
+        drop_last: leave out the last batch of a pass when it is short; with equal shares of rows per DDP rank
+            (``shard_mode='rows'``) every rank gets the same number of full batches (see :class:`DataLoader`).
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
-                 shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False) -> None:
+                 shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, pin_memory=pin_memory)
+            check_callable('BatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, pin_memory=pin_memory, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             self.transform_fn = transform_fn
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
@@ -350,7 +405,7 @@ class BatchedDataLoader(_LoaderBase):
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)
-        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
+        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._bool_to_uint8)
         if row_ids is not None:
             table[_ROW_IDS] = row_ids
         return table
@@ -388,7 +443,7 @@ def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
 
 
 def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Callable | None,
-                   device: Any) -> Table:
+                   device: Any, bool_to_uint8: bool = True) -> Table:
     """The columns of a chunk made ready for a batched loader.
 
     Dtypes are promoted as the original loaders did and ``transform_fn`` (if any) makes a tensor of each column.
@@ -396,7 +451,7 @@ def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Ca
     buffers work on them and tensors are made per batch. On another device every column becomes a tensor there.
     """
     out: Table = {}
-    for name, column in prepare_columns(columns).items():
+    for name, column in prepare_columns(columns, bool_to_uint8).items():
         if column.dtype == object:
             check_no_none(name, column)
             stacked = stack_values(list(column))
