@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from petastorm.batch import ColumnBatch
 from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
+from petastorm.columns import Column, is_nested, row_values
+from petastorm.columns import num_rows as column_rows
 from petastorm.errors import CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.ngram import NGram
@@ -55,6 +57,8 @@ class ReadContext:
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them with
             the batch; off by default, then nothing is measured.
+        column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
+            of struct fields (reading them reads only the struct fields the schema holds).
     """
 
     filesystem: pafs.FileSystem
@@ -71,6 +75,7 @@ class ReadContext:
     ngram: NGram | None = None
     cache: RowGroupCache | None = None
     time_stages: bool = False
+    column_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -100,7 +105,8 @@ def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int)
 def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_start: int,
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
-    file_columns = [n for n in names if n not in ctx.partition_names]
+    paths = dict(ctx.column_paths)
+    file_columns = [path for n in names if n not in ctx.partition_names for path in paths.get(n, (n,))]
 
     def read() -> pa.Table:
         try:
@@ -163,9 +169,9 @@ def _is_access_error(err: OSError) -> bool:
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
-                   where: str) -> dict[str, np.ndarray]:
-    """Decode every field's column of ``table`` into numpy (codecs decode whole columns at once)."""
-    columns = {}
+                   where: str) -> dict[str, Column]:
+    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`)."""
+    columns: dict[str, Column] = {}
     for field in fields:
         column = table.column(field.name)
         try:
@@ -284,28 +290,38 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     return batch if positions is None else dataclasses.replace(batch, positions=positions)
 
 
-def _form_windows(ngram: NGram, shuffle: bool, columns: dict[str, np.ndarray], selection: np.ndarray | None,
+def _objects_of_rows(column: Column) -> np.ndarray:
+    out = np.empty(column_rows(column), dtype=object)
+    for i, value in enumerate(row_values(column)):
+        out[i] = value
+    return out
+
+
+def _form_windows(ngram: NGram, shuffle: bool, columns: dict[str, Column], selection: np.ndarray | None,
                   scheduled: ScheduledItem, num_rows: int) -> ColumnBatch:
     """Find the NGram windows that start in this item's own rows; the reader cuts them out of the columns."""
     positions = np.arange(num_rows) if selection is None else selection
     start_limit = int(np.searchsorted(positions, scheduled.item.num_rows))
-    starts = ngram.window_starts(columns[ngram.timestamp_field[0]], start_limit)
+    starts = ngram.window_starts(columns[ngram.timestamp_field[0]], start_limit)  # type: ignore[arg-type]
     if shuffle and len(starts) > 1:
         starts = starts[row_permutation(len(starts), scheduled.shuffle_seed)]
     return ColumnBatch(columns, len(starts), item=scheduled.item, ngram_starts=starts)
 
 
-def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+def _evaluate_predicate(ctx: ReadContext, decoded: dict[str, Column], num_rows: int) -> np.ndarray:
     predicate = ctx.predicate
     assert predicate is not None
+    fields = {field.name: field for field in ctx.predicate_fields}
     if ctx.batched_output and not predicate.vectorized:
         import pandas as pd
 
-        frame = pd.DataFrame({name: pandas_column(values) for name, values in columns.items()})
+        frame = pd.DataFrame({name: pandas_column(values, fields.get(name)) for name, values in decoded.items()})
         result = predicate.do_include(frame)
         mask = np.asarray(result, dtype=bool)
     else:
-        mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)
+        # Predicates see each row's value as a row reader gives it: None for a null, a dict for a struct.
+        columns = {name: _objects_of_rows(values) if is_nested(values) else values for name, values in decoded.items()}
+        mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)  # type: ignore[arg-type]
     if mask.shape != (num_rows,):
         raise ValueError(f'predicate {predicate!r} returned a mask of shape {mask.shape}; expected ({num_rows},)')
     return mask

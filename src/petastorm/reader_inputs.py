@@ -16,7 +16,7 @@ from petastorm.errors import PetastormMetadataError
 from petastorm.metadata.store import ParquetStore, inferred_schema, stored_schema
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
 __all__ = ['check_columns_exist', 'check_ngram_options', 'load_schema', 'select_fields']
 
@@ -64,7 +64,10 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
         raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
                          f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
     schema_fields = list(schema_fields)
+    leaves, schema_fields = _struct_leaves(schema, schema_fields)
     view = schema.create_schema_view(schema_fields)
+    if leaves:
+        view = _with_struct_leaves(schema, view, leaves)
     if not view.fields:
         raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}. "
                            f"The dataset's fields: {', '.join(schema.fields)}")
@@ -75,6 +78,37 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
                       f"regular expressions must match a whole field name). The dataset's fields: "
                       f'{", ".join(schema.fields)}', UserWarning, stacklevel=5)
     return view
+
+
+def _struct_leaves(schema: Unischema, schema_fields: list[Any]) -> tuple[dict[str, list[list[str]]], list[Any]]:
+    """The items of ``schema_fields`` that name leaves of struct fields (``'st.a'``), and the other items.
+
+    An item is a leaf path when it names no field (as a name or a regular expression) and starts with the name of
+    a struct field followed by a dot.
+
+    Raises:
+        ValueError: the path starts with a struct field but names nothing that struct holds.
+    """
+    leaves: dict[str, list[list[str]]] = {}
+    rest = []
+    for item in schema_fields:
+        if isinstance(item, str) and '.' in item and not any(re.fullmatch(item, name) for name in schema.fields):
+            found = struct_leaf_field(schema, item)
+            if found is not None:
+                leaves.setdefault(found[0].name, []).append(found[1])
+                continue
+        rest.append(item)
+    return leaves, rest
+
+
+def _with_struct_leaves(schema: Unischema, view: Unischema, leaves: dict[str, list[list[str]]]) -> Unischema:
+    """``view`` plus the struct fields of ``leaves``, each holding only its leaves (a whole struct asked for wins)."""
+    chosen = dict(view.fields)
+    for name, paths in leaves.items():
+        if name not in chosen:
+            chosen[name] = prune_struct_field(schema.fields[name], paths)
+    order = [name for name in schema.fields if name in chosen and name not in view.fields]
+    return Unischema(view._name, [*view.fields.values(), *(chosen[name] for name in order)])
 
 
 def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:

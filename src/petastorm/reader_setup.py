@@ -25,7 +25,7 @@ from petastorm.plan import ShardLayout, make_layout, select_row_groups
 from petastorm.read import ReadContext
 from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
 from petastorm.transform import transform_schema
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         predicate_fields=() if partition_predicate else tuple(predicate_fields),
         predicate=None if partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
-        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema), ngram=ngram,
-        time_stages=time_stages,
+        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
+        time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them.
@@ -107,10 +107,20 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known)
 
 
-def _transform_target(options: ReaderOptions, schema: Unischema) -> TransformTarget | None:
+def _transform_target(options: ReaderOptions, schema: Unischema, view: Unischema) -> TransformTarget | None:
     if options.transform_spec is None:
         return None
-    return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output)
+    return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output, view)
+
+
+def _column_paths(fields: list[UnischemaField]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The fields read by Parquet paths: struct fields, by the paths of their leaves."""
+    out = {}
+    for field in fields:
+        paths = struct_leaf_paths(field)
+        if paths != [field.name]:
+            out[field.name] = tuple(paths)
+    return tuple(out.items())
 
 
 def _batch_function(options: ReaderOptions) -> bool:

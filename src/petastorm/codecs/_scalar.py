@@ -73,7 +73,7 @@ class ScalarCodec(DataframeColumnCodec):
     def decode(self, unischema_field: Any, value: Any) -> Any:
         return unischema_field.numpy_dtype(value)
 
-    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> Any:
         return scalar_column_to_numpy(unischema_field, column)
 
     def __str__(self) -> str:
