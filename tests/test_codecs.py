@@ -467,7 +467,7 @@ def test_scalar_codec_argument_checks():
     with pytest.raises(SchemaError, match='ScalarCodec'):
         ScalarCodec(np.int32)
     with pytest.raises(SchemaError, match='not supported'):
-        ScalarCodec(type('MapType', (), {})())
+        ScalarCodec(type('CalendarIntervalType', (), {})())
 
 
 def test_scalar_codec_accepts_spark_like_types_without_pyspark():

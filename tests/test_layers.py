@@ -17,10 +17,11 @@ SOURCE = pathlib.Path(__file__).resolve().parent.parent / 'src'
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ('foundation', ('petastorm.errors', 'petastorm._optional', 'petastorm._describe', 'petastorm._progress',
-                    'petastorm.stage_timing')),
+                    'petastorm.stage_timing', 'petastorm._warnings')),
     ('model', ('petastorm.columns', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.scalars',
                'petastorm.spark_types', 'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates',
-               'petastorm.selectors', 'petastorm.ngram', 'petastorm.utils', 'petastorm.generator')),
+               'petastorm.selectors', 'petastorm.ngram', 'petastorm.utils', 'petastorm.generator',
+               'petastorm.hf_features')),
     ('storage', ('petastorm.fs', 'petastorm.fs_utils', 'petastorm.hdfs', 'petastorm.metadata', 'petastorm.writer',
                  'petastorm.cache', 'petastorm.local_disk_cache')),
     ('plan', ('petastorm.plan', 'petastorm.distributed')),

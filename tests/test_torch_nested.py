@@ -14,6 +14,7 @@ import torch
 from nested_tables import assert_rows_equal, every_type_table, expected_rows
 from petastorm import make_batch_reader, make_reader
 from petastorm.pytorch import BatchedDataLoader, DataLoader, InMemBatchedDataLoader, JaggedTensor, TorchTypeError
+from torch_rows import tensor_rows, torch_batch_rows
 
 pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
 
@@ -63,43 +64,6 @@ def _put(target, path, value):
             _put(target[head], path[1:], value[head])
 
 
-def _tensor_rows(value, valid=None):
-    """The rows of one batch entry in the loaders' forms."""
-    if isinstance(value, JaggedTensor):
-        inner = _tensor_rows(value.values, value.values_valid)
-        bounds = value.offsets.tolist()
-        rows = [inner[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
-    elif isinstance(value, dict):
-        fields = {name: _tensor_rows(child, value.get(name + '_valid')) for name, child in value.items()
-                  if not name.endswith('_valid')}
-        count = len(next(iter(fields.values())))
-        rows = [{name: column[i] for name, column in fields.items()} for i in range(count)]
-    elif isinstance(value, torch.Tensor) and value.is_nested:
-        rows = [row.tolist() for row in value.unbind()]
-    elif isinstance(value, torch.Tensor):
-        rows = value.tolist()
-    else:
-        rows = [_plain_row(v) for v in value]
-    if valid is not None:
-        rows = [row if ok else None for row, ok in zip(rows, valid.tolist(), strict=True)]
-    return rows
-
-
-def _plain_row(value):
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if isinstance(value, list):
-        return [_plain_row(v) for v in value]
-    return value
-
-
-def _batch_rows(batch):
-    columns = {name: _tensor_rows(value, batch.get(name + '_valid')) for name, value in batch.items()
-               if not name.endswith(('_valid', '_mask'))}
-    count = len(next(iter(columns.values())))
-    return [{name: column[i] for name, column in columns.items()} for i in range(count)]
-
-
 def _struct_nulls_at_leaves(rows):
     """A struct whose row is null arrives as a dict of masked leaves: make such rows None again."""
     for row in rows:
@@ -113,7 +77,7 @@ def _struct_nulls_at_leaves(rows):
 def test_batched_loader_gives_jagged_tensors_of_pyarrows_rows(url, table, pool):
     reader = make_batch_reader(url, schema_fields=NUMERIC, reader_pool_type=pool, workers_count=2,
                                shuffle_row_groups=True, seed=3)
-    with BatchedDataLoader(reader, batch_size=7, shuffling_queue_capacity=40,
+    with BatchedDataLoader(reader, batch_size=7, shuffling_queue_capacity=40, variable_length='jagged',
                            nulls={'nint': 'mask', 'nfloat': 'mask', 'nbool': 'mask', 'ids': 'mask',
                                   'nested': 'mask', 'holes[]': 'mask', 'point': 'mask', 'fixed': 'mask',
                                   'when': 'mask', 'day': 'mask', 'clock': 'mask', 'wait': 'mask'}) as loader:
@@ -127,7 +91,7 @@ def test_batched_loader_gives_jagged_tensors_of_pyarrows_rows(url, table, pool):
     assert first['when'].dtype == torch.int64
     assert first['nint_valid'].dtype == torch.bool
     assert first['holes'].values_valid is not None
-    rows = _struct_nulls_at_leaves([row for batch in batches for row in _batch_rows(batch)])
+    rows = _struct_nulls_at_leaves([row for batch in batches for row in torch_batch_rows(batch)])
     assert_rows_equal(rows, _expected(table, NUMERIC))
 
 
@@ -138,7 +102,7 @@ def test_row_loader_collates_every_type_with_masks(url, table):
     assert isinstance(batches[0]['text'], list)
     assert isinstance(batches[0]['ids'], list)
     assert all(name + '_valid' in batches[0] for name in ('nint', 'ids', 'point', 'attrs'))
-    rows = _struct_nulls_at_leaves([row for batch in batches for row in _batch_rows(batch)])
+    rows = _struct_nulls_at_leaves([row for batch in batches for row in torch_batch_rows(batch)])
     expected = expected_rows(table)
     for row in expected:
         row['holes'] = [-7 if v is None else v for v in row['holes']]
@@ -162,7 +126,7 @@ def test_the_forms_of_ragged_columns(url, table, variable_length):
                 if variable_length == 'nested':
                     assert value.is_nested
                     assert value.layout == torch.jagged
-                rows = _tensor_rows(value)
+                rows = tensor_rows(value)
             for key, row in zip(batch['id'].tolist(), rows, strict=True):
                 assert row == (expected[key][name] or []), (name, key)
 
@@ -171,9 +135,9 @@ def test_in_memory_loader_serves_shuffled_epochs_of_jagged_rows(url, table):
     fields = ['id', 'ids', 'nested', 'objects']
     reader = make_batch_reader(url, schema_fields=fields, reader_pool_type='dummy', num_epochs=1)
     with InMemBatchedDataLoader(reader, batch_size=11, num_epochs=2, shuffle=True, rows_capacity=ROWS,
-                                nulls='mask') as loader:
+                                nulls='mask', variable_length='jagged') as loader:
         batches = list(loader)
-    rows = [row for batch in batches for row in _batch_rows(batch)]
+    rows = [row for batch in batches for row in torch_batch_rows(batch)]
     assert_rows_equal(rows[:ROWS], _expected(table, fields))
     assert_rows_equal(rows[ROWS:], _expected(table, fields))
     assert [r['id'] for r in rows[:ROWS]] != [r['id'] for r in rows[ROWS:]]
@@ -210,17 +174,32 @@ def test_bad_choices_are_refused_before_reading(url):
         BatchedDataLoader(make_batch_reader(url, schema_fields=['point']))
     with pytest.raises(ValueError, match="nulls names \\['nope'\\]"):
         BatchedDataLoader(make_batch_reader(url, schema_fields=['id']), nulls={'nope': 0})
-    with pytest.raises(ValueError, match="variable_length must be 'jagged', 'nested' or 'pad'"):
+    with pytest.raises(ValueError, match="variable_length must be 'auto', 'jagged', 'nested' or 'pad'"):
         BatchedDataLoader(make_batch_reader(url, schema_fields=['id']), variable_length='list')
 
 
 def test_jagged_tensors_wrap_as_torch_nested_and_move(url):
-    with BatchedDataLoader(make_batch_reader(url, schema_fields=['weights']), batch_size=6) as loader:
+    with BatchedDataLoader(make_batch_reader(url, schema_fields=['weights']), batch_size=6,
+                           variable_length='jagged') as loader:
         jagged = next(iter(loader))['weights']
     nested = torch.nested.nested_tensor_from_jagged(jagged.values, jagged.offsets)
     assert nested.size(0) == 6
     assert jagged.lengths.tolist() == [len(row) for row in nested.unbind()]
     assert jagged.to('cpu').offsets.device.type == 'cpu'
+
+
+def test_one_level_lists_are_dense_by_default_as_in_petastorm(url, tmp_path):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({'pair': pa.array([[i, i + 1] for i in range(6)], pa.list_(pa.int64()))}),
+                   tmp_path / 'a.parquet')
+    with BatchedDataLoader(make_batch_reader('file://' + str(tmp_path)), batch_size=6) as loader:
+        pair = next(iter(loader))['pair']
+    assert pair.shape == (6, 2)
+    with BatchedDataLoader(make_batch_reader(url, schema_fields=['weights']), batch_size=6) as loader, \
+            pytest.raises(TorchTypeError, match="field 'weights' holds lists of different lengths .* Pass "
+                                                "variable_length='jagged'"):
+        next(iter(loader))
 
 
 def test_ragged_ndarray_columns_are_jagged_in_the_batched_loader(tmp_path):
@@ -233,9 +212,9 @@ def test_ragged_ndarray_columns_are_jagged_in_the_batched_loader(tmp_path):
     rows = [{'id': i, 'points': np.full((i % 4, 2), i, np.float32)} for i in range(12)]
     write_dataset('file://' + str(tmp_path), schema, rows)
     with BatchedDataLoader(make_batch_reader('file://' + str(tmp_path)), batch_size=12) as loader:
-        batch = next(iter(loader))
+        batch = next(iter(loader))  # shape (None, 2): not a one-level list, so jagged under 'auto'
     points = batch['points']
     assert isinstance(points, JaggedTensor)
     assert points.values.shape[1:] == (2,)
-    for key, row in zip(batch['id'].tolist(), _tensor_rows(points), strict=True):
+    for key, row in zip(batch['id'].tolist(), tensor_rows(points), strict=True):
         assert row == np.full((key % 4, 2), key, np.float32).tolist()

@@ -119,8 +119,12 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     """
     if not store.files:
         return
-    with store.filesystem.open_input_file(store.files[0]) as f:
-        file_columns = set(pq.read_schema(f).names)
+    unified = store.memo.get('unified')  # a schema inferred from every file: its columns are theirs
+    if unified is not None:
+        file_columns = set(unified.schema.names)
+    else:
+        with store.filesystem.open_input_file(store.files[0]) as f:
+            file_columns = set(pq.read_schema(f).names)
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:

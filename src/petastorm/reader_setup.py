@@ -25,7 +25,7 @@ from petastorm.plan import ShardLayout, make_layout, select_row_groups
 from petastorm.read import ReadContext
 from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
 from petastorm.transform import transform_schema
-from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths
+from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     partition_predicate = bool(predicate_fields) and bool(dataset.partition_names) and {
         f.name for f in predicate_fields} <= set(dataset.partition_names)
     check_columns_exist(dataset, list(view.fields.values()) + predicate_fields)
+    file_columns, unified_types = _conformance(dataset, list(view.fields.values()) + predicate_fields)
     expression = filter_expression(options.filters)
     pieces = load_row_groups(dataset)
     selected = select_row_groups(
@@ -99,6 +100,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
         partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
         time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
+        file_columns=file_columns, unified_types=unified_types,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them.
@@ -111,6 +113,24 @@ def _transform_target(options: ReaderOptions, schema: Unischema, view: Unischema
     if options.transform_spec is None:
         return None
     return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output, view)
+
+
+def _conformance(dataset: ParquetStore, fields: list[UnischemaField]) -> tuple[tuple, tuple]:
+    """``(file_columns, unified_types)`` of the read context (empty when every file has the same schema).
+
+    That is what the files that differ from the unified schema have, and the types the fields' columns are read as.
+    """
+    unified = dataset.memo.get('unified')  # made when the schema was inferred from the files
+    if unified is None or not unified.differs:
+        return (), ()
+    types = {}
+    for field in fields:
+        struct = struct_type_of_field(field)
+        if struct is not None:
+            types[field.name] = struct  # a struct read by its leaves has the fields the schema names
+        elif field.name in unified.schema.names:
+            types[field.name] = unified.schema.field(field.name).type
+    return tuple(unified.file_columns.items()), tuple(types.items())
 
 
 def _column_paths(fields: list[UnischemaField]) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -75,12 +75,20 @@ def native_arrow_type(field: Any) -> pa.DataType:
     if scalar is None:
         raise ValueError(f'Was not able to map type {field.numpy_dtype} of field {field.name!r} to an Arrow '
                          f'or Spark type; give the field a codec.')
-    if tuple(field.shape) == ():
+    shape = tuple(field.shape)
+    if shape == ():
         return scalar
-    if len(field.shape) == 1:
+    if len(shape) == 1:
         return pa.list_(scalar)
+    if shape[0] is None:
+        # Ragged rows of several dimensions: a list of (lists of) the inner dimensions, fixed-size where fixed.
+        arrow_type = scalar
+        for size in reversed(shape[1:]):
+            arrow_type = pa.list_(arrow_type) if size is None else pa.list_(arrow_type, size)
+        return pa.list_(arrow_type)
     raise ValueError(f"An instance of non-scalar UnischemaField '{field.name}' has codec set to None and "
-                     f'{len(field.shape)} dimensions; only 1-d fields can be stored as lists. Use NdarrayCodec().')
+                     f'{len(shape)} fixed dimensions; only lists (a first dimension None, or 1-d fields) are stored '
+                     f'natively. Use NdarrayCodec() or ArrowTensorCodec().')
 
 
 def numpy_type_of_arrow(arrow_type: pa.DataType) -> Any:
@@ -275,6 +283,54 @@ def to_arrow_scalar(name: str, arrow_type: pa.DataType, value: Any) -> Any:
     except (TypeError, ValueError, OverflowError) as err:
         raise SchemaError(f'field {name!r}: value {value!r} does not fit the column type {arrow_type}: {err}') \
             from err
+
+
+def to_arrow_value(name: str, arrow_type: pa.DataType, value: Any, nullable: bool = True) -> Any:
+    """Convert one value of any native type (lists, structs, maps at any depth) to the Python value Arrow stores.
+
+    Lists take sequences or arrays (fixed-size lists of their size only), structs mappings of their fields (a
+    missing field is a null), maps mappings or sequences of ``(key, value)`` pairs; scalars are checked as
+    :func:`to_arrow_scalar` checks them.
+
+    Raises:
+        SchemaError: the value does not fit (naming the field or the element, e.g. ``'boxes[]'``, ``'st.a'``).
+    """
+    if value is None:
+        if not nullable:
+            raise SchemaError(f'field {name!r} is not nullable, but got None')
+        return None
+    if isinstance(arrow_type, pa.DictionaryType):
+        arrow_type = arrow_type.value_type
+    if _is_list_like(arrow_type):
+        items = _sequence(name, value)
+        if pa.types.is_fixed_size_list(arrow_type) and len(items) != arrow_type.list_size:
+            raise SchemaError(f'field {name!r}: expected {arrow_type.list_size} elements, got {len(items)}')
+        element = arrow_type.value_field
+        return [to_arrow_value(f'{name}[]', element.type, item, element.nullable) for item in items]
+    if pa.types.is_struct(arrow_type):
+        if not hasattr(value, 'keys'):
+            raise SchemaError(f'field {name!r}: a struct takes a dict of its fields, got {type(value).__name__}')
+        fields = {arrow_type.field(i).name: arrow_type.field(i) for i in range(arrow_type.num_fields)}
+        unknown = sorted(str(k) for k in value if k not in fields)
+        if unknown:
+            raise SchemaError(f'field {name!r}: {unknown} are not fields of the struct (its fields: '
+                              f'{", ".join(fields)})')
+        return {key: to_arrow_value(f'{name}.{key}', child.type, value.get(key), child.nullable)
+                for key, child in fields.items()}
+    if pa.types.is_map(arrow_type):
+        pairs = list(value.items()) if hasattr(value, 'items') else _sequence(name, value)
+        return [(to_arrow_value(f'{name}.key', arrow_type.key_type, pair[0], False),
+                 to_arrow_value(f'{name}.value', arrow_type.item_type, pair[1], arrow_type.item_field.nullable))
+                for pair in pairs]
+    return to_arrow_scalar(name, arrow_type, value)
+
+
+def _sequence(name: str, value: Any) -> list[Any]:
+    if isinstance(value, np.ndarray):
+        return list(value) if value.ndim else [value[()]]
+    if isinstance(value, (str, bytes)) or not hasattr(value, '__iter__'):
+        raise SchemaError(f'field {name!r}: a list takes a sequence or an array, got {type(value).__name__}')
+    return list(value)
 
 
 def _checked_decimal(value: Any, arrow_type: pa.DataType) -> decimal.Decimal:

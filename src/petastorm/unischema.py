@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
 from petastorm.errors import SchemaError
+from petastorm.hf_features import field_type_of_feature, hf_features
 from petastorm.scalars import field_type_of_arrow, native_arrow_type
 
 # 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
@@ -202,8 +203,8 @@ class Unischema:
         return schema_tf_dtypes(self)
 
     def as_numpy_dtypes(self) -> dict[str, np.dtype | Any]:
-        """``{field name: numpy dtype}`` (``object`` for ``Decimal``)."""
-        return {name: np.dtype(object) if f.numpy_dtype is decimal.Decimal else np.dtype(f.numpy_dtype)
+        """``{field name: numpy dtype}`` (``object`` for ``Decimal`` and for struct and map fields, of type dict)."""
+        return {name: np.dtype(object) if f.numpy_dtype in (decimal.Decimal, dict) else np.dtype(f.numpy_dtype)
                 for name, f in self._fields.items()}
 
     def as_spark_schema(self) -> Any:
@@ -309,8 +310,11 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
                     name: str = 'inferred_schema') -> Unischema:
     """A Unischema for a plain Parquet store: the partition columns first, then the file columns in file order.
 
-    Fields get no codec, except Arrow tensor extension columns of numbers (``arrow.fixed_shape_tensor``,
-    ``arrow.variable_shape_tensor``), which become n-d fields decoded by ``ArrowTensorCodec``.
+    Fields of scalars and one-level lists get no codec; Arrow tensor extension columns of numbers
+    (``arrow.fixed_shape_tensor``, ``arrow.variable_shape_tensor``) become n-d fields decoded by
+    ``ArrowTensorCodec``; nested lists, structs, maps, times and decimals carry their Arrow type in a
+    ``ScalarCodec`` (see :func:`petastorm.scalars.field_type_of_arrow`). Files written by Hugging Face ``datasets``
+    have their features read (:mod:`petastorm.hf_features`): images, class labels, n-d arrays.
 
     Args:
         source: a ``pyarrow.Schema``, or anything with a ``schema`` attribute holding one (a
@@ -328,8 +332,13 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
     for column, values in partitions.items():
         is_int = all(_parses_as_int(v) for v in values)
         fields.append(UnischemaField(column, np.int64 if is_int else np.str_, (), None, False))
+    features = hf_features(schema)
     for arrow_field in schema:
         if arrow_field.name in partitions:
+            continue
+        described = field_type_of_feature(features.get(arrow_field.name), arrow_field.type)
+        if described is not None:
+            fields.append(UnischemaField(arrow_field.name, *described, arrow_field.nullable))
             continue
         field = _inferred_field(arrow_field, omit_unsupported_fields)
         if field is not None:

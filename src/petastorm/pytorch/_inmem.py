@@ -45,14 +45,14 @@ class InMemBatchedDataLoader(_LoaderBase):
         seed: seeds the per-epoch shuffles.
         rows_capacity: the most rows kept in memory.
         shuffle: shuffle the rows every epoch.
-        variable_length: the form of list fields, as for :class:`BatchedDataLoader` (default ``'jagged'``).
+        variable_length: the form of list fields, as for :class:`BatchedDataLoader` (default ``'auto'``).
         padding_value: the value ``'pad'`` fills in.
         nulls: what a null becomes, as for :class:`BatchedDataLoader`.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
-                 variable_length: VariableLength = 'jagged', padding_value: Any = 0, nulls: Any = None) -> None:
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None) -> None:
         with _stop_reader_on_error(reader):
             super().__init__(reader, batch_size)
             if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
@@ -250,6 +250,6 @@ def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacit
     """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
     source = as_column_source('_load_rows_into_mem', reader)
     keys, store, rows, _, _ = _load_columns(source, transform_fn, rows_capacity,
-                                            _forms('_load_rows_into_mem', source, 'jagged', 0, None, tensors=True))
+                                            _forms('_load_rows_into_mem', source, 'auto', 0, None, tensors=True))
     columns = store.slice(0, rows) if keys else {}
     return keys, [batch_tensor(columns[key]) for key in keys]

@@ -392,11 +392,13 @@ class BatchedDataLoader(_LoaderBase):
             moved once, and slicing and shuffling happen on the device (list and struct columns are buffered on
             the CPU and moved per batch).
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
-        variable_length: the form of ragged and nested list fields: ``'jagged'`` (default) a
-            :class:`~petastorm.pytorch.JaggedTensor` of the column's values and int64 offsets, at any depth (wrap
-            them in TorchRec's ``KeyedJaggedTensor`` as they are); ``'nested'`` a ``torch.nested`` jagged tensor
-            (one ragged dimension); ``'pad'`` a padded tensor plus a ``'<field>_mask'`` of the real elements.
-            ``transform_fn`` is applied to the other columns only.
+        variable_length: the form of list fields: ``'jagged'`` a :class:`~petastorm.pytorch.JaggedTensor` of the
+            column's values and int64 offsets, at any depth (wrap them in TorchRec's ``KeyedJaggedTensor`` as they
+            are); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension); ``'pad'`` a padded tensor
+            plus a ``'<field>_mask'`` of the real elements; ``'auto'`` (default) ``'jagged'``, except that a
+            one-level list field (shape ``(None,)``) is one ``(rows, length)`` tensor as in Petastorm (an error
+            names the other forms when its rows differ in length). ``transform_fn`` is applied to the other
+            columns only.
         padding_value: the value ``'pad'`` fills in.
         nulls: what a null becomes, as for :class:`DataLoader`: None (default) refuses them with Petastorm's
             error, ``'mask'`` adds ``'<field>_valid'`` bool tensors, a number fills them in, a dict chooses per
@@ -405,7 +407,7 @@ class BatchedDataLoader(_LoaderBase):
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
-                 variable_length: VariableLength = 'jagged', padding_value: Any = 0, nulls: Any = None) -> None:
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None) -> None:
         with _stop_reader_on_error(reader):
             super().__init__(reader, batch_size, pin_memory=pin_memory)
             self.transform_fn = transform_fn
@@ -461,9 +463,9 @@ def _to_device(value: Any, device: Any) -> Any:
 
 
 def _batched_variable_length(variable_length: Any) -> VariableLength:
-    if variable_length not in ('jagged', 'nested', 'pad'):
-        raise ValueError(f"variable_length must be 'jagged', 'nested' or 'pad' in the batched loaders (per-row lists "
-                         f"are petastorm.pytorch.DataLoader's 'list'), got {variable_length!r}")
+    if variable_length not in ('auto', 'jagged', 'nested', 'pad'):
+        raise ValueError(f"variable_length must be 'auto', 'jagged', 'nested' or 'pad' in the batched loaders "
+                         f"(per-row lists are petastorm.pytorch.DataLoader's 'list'), got {variable_length!r}")
     return variable_length  # type: ignore[no-any-return]
 
 

@@ -20,12 +20,13 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from petastorm.codecs import ScalarCodec
 from petastorm.columns import ListColumn, MapColumn, MaskedColumn, StructColumn, is_nested, num_rows, row_values
 from petastorm.pytorch._tensors import TorchTypeError, promote_dtype, to_tensor, torch
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
-VariableLength = Literal['list', 'pad', 'jagged', 'nested']
-VARIABLE_LENGTHS = ('list', 'pad', 'jagged', 'nested')
+VariableLength = Literal['list', 'pad', 'jagged', 'nested', 'auto']
+VARIABLE_LENGTHS = ('list', 'pad', 'jagged', 'nested', 'auto')
 #: Key suffix of the bool tensor saying which values are not null (``nulls='mask'``).
 VALID_SUFFIX = '_valid'
 #: Key suffix of the bool tensor marking the real (not padding) elements (``variable_length='pad'``).
@@ -159,7 +160,11 @@ class TorchForms:
             column = _list_of_arrays(column)
         if not is_nested(column) and not (nullable and self.nulls.policy(name) == 'mask'):
             return _leaf_array(column)
-        return self._prepare(name, column, arrow_type, nullable)
+        prepared = self._prepare(name, column, arrow_type, nullable)
+        if self.variable_length == 'auto' and stored is not None and tuple(stored.shape) == (None,) and \
+                isinstance(prepared, ListColumn) and not isinstance(prepared, MapColumn):
+            return _dense_lists(name, prepared)
+        return prepared
 
     def _prepare(self, path: str, column: Any, arrow_type: pa.DataType | None, nullable: bool) -> Any:
         policy = self.nulls.policy(path)
@@ -238,7 +243,7 @@ class TorchForms:
 
     def _list(self, name: str, column: ListColumn, out: dict[str, Any], tensors: bool) -> None:
         mode = self.variable_length
-        if mode == 'jagged':
+        if mode in ('jagged', 'auto'):
             out[name] = self._jagged(name, column, tensors)
         elif mode == 'nested':
             jagged = self._jagged(name, column, tensors)
@@ -338,7 +343,8 @@ def pad_list(name: str, column: ListColumn, padding_value: Any) -> tuple[Any, An
 
 
 def _arrow_type(stored: UnischemaField | None) -> pa.DataType | None:
-    if stored is None:
+    """The stored type of a natively stored field (no codec, or ``ScalarCodec``); None for codec fields."""
+    if stored is None or (stored.codec is not None and not isinstance(stored.codec, ScalarCodec)):
         return None
     try:
         return arrow_type_of_field(stored)
@@ -389,6 +395,25 @@ def _null_error(path: str) -> TorchTypeError:
                               f"list); pass nulls={{'{path}': 'mask'}} (values plus a bool tensor of the elements, "
                               f"JaggedTensor.values_valid) or nulls={{'{path}': <fill value>}}")
     return TorchTypeError(f'Pytorch does not support nullable fields. Found None in {path}; {NULLS_HELP}')
+
+
+def _dense_lists(name: str, column: ListColumn) -> Any:
+    """``variable_length='auto'``: a one-level list field as one ``(rows, length)`` array, as Petastorm gave it.
+
+    Raises:
+        TorchTypeError: the rows differ in length (the message names the forms that take them).
+    """
+    normalized = column.normalized()
+    lengths = normalized.lengths
+    values = normalized.values
+    if isinstance(values, np.ndarray) and len(lengths) and (lengths == lengths[0]).all():
+        dense = values.reshape((len(lengths), int(lengths[0]), *values.shape[1:]))
+        return dense if column.valid is None else MaskedColumn(dense, column.valid)
+    if not len(lengths):
+        return np.empty((0, 0), dtype=values.dtype) if isinstance(values, np.ndarray) else column
+    raise TorchTypeError(f"field {name!r} holds lists of different lengths ({sorted(set(lengths.tolist()))[:4]}); a "
+                         f"dense tensor needs one length per row. Pass variable_length='jagged' (values and offsets), "
+                         f"'nested' (torch.nested) or 'pad' to the loader")
 
 
 def _list_of_arrays(column: np.ndarray) -> Any:
