@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import collections.abc
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from petastorm.columns import MaskedColumn, is_nested, row_values
-from petastorm.pytorch._nested import VALID_SUFFIX, TorchForms
+from petastorm.pytorch._nested import VALID_SUFFIX, TorchForms, VariableLength
 from petastorm.pytorch._tensors import (
     check_no_none,
     is_list_value,
@@ -27,7 +27,6 @@ from petastorm.pytorch._tensors import (
     torch,
 )
 
-VariableLength = Literal['list', 'pad', 'jagged', 'nested']
 MASK_SUFFIX = '_mask'
 
 _NUMERIC_KINDS = frozenset('biufc')
