@@ -21,7 +21,7 @@ Example:
 """
 
 from petastorm.columns._arrow import from_arrow, list_offsets, primitive_to_numpy, single_chunk, to_arrow
-from petastorm.columns._edge import batch_column, cast_leaves
+from petastorm.columns._edge import batch_column, cast_leaves, from_batch_column
 from petastorm.columns._flat import SEPARATOR, flatten_columns, is_flat_key, unflatten_columns
 from petastorm.columns._kinds import (
     Column,
@@ -46,6 +46,7 @@ from petastorm.columns._kinds import (
 
 __all__ = ['SEPARATOR', 'Column', 'ListColumn', 'MapColumn', 'MaskedColumn', 'StructColumn', 'batch_column',
            'cast_leaves', 'column_nbytes', 'concat_columns', 'densified', 'flatten_columns', 'from_arrow',
+           'from_batch_column',
            'is_flat_key', 'is_nested', 'leaf_validity', 'list_depth', 'list_offsets', 'num_rows',
            'primitive_to_numpy', 'ragged_index', 'row_value', 'row_values', 'single_chunk', 'slice_column',
            'take_column', 'to_arrow', 'to_pylist', 'unflatten_columns']

@@ -42,6 +42,27 @@ def batch_column(column: Column) -> Any:
     return column
 
 
+def from_batch_column(value: Any) -> Column:
+    """The column a value of :func:`batch_column`'s forms stands for (the inverse, for readers' batches).
+
+    A masked array becomes a :class:`MaskedColumn` again (its mask the nulls), list and struct columns have their
+    parts made columns too; anything else becomes a numpy array.
+    """
+    if isinstance(value, np.ma.MaskedArray):
+        missing = np.ma.getmaskarray(value)
+        if missing.ndim > 1:
+            missing = np.asarray(missing.reshape(len(missing), -1).all(axis=1))
+        return MaskedColumn(np.asarray(value.data), ~missing)
+    if isinstance(value, StructColumn):
+        return StructColumn({name: from_batch_column(child) for name, child in value.items()}, value.num_rows,
+                            value.valid)
+    if isinstance(value, ListColumn):
+        return type(value)(from_batch_column(value.values), value.offsets, value.valid)
+    if isinstance(value, MaskedColumn):
+        return value
+    return np.asarray(value)
+
+
 def cast_leaves(column: Column, dtype: Any) -> Column:
     """``column`` with its numeric leaf values cast to the numpy type ``dtype`` (a field stored wider or signed).
 

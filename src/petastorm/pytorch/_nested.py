@@ -156,6 +156,8 @@ class TorchForms:
         stored = self.schema.fields.get(name)
         arrow_type = _arrow_type(stored)
         nullable = bool(stored.nullable) if stored is not None else True
+        if isinstance(column, np.ndarray) and column.dtype == object:
+            column = _masked_scalars(column)  # rows of a row reader: None among scalars
         if isinstance(column, np.ndarray) and column.dtype == object and self.variable_length != 'list':
             column = _list_of_arrays(column)
         if not is_nested(column) and not (nullable and self.nulls.policy(name) == 'mask'):
@@ -414,6 +416,19 @@ def _dense_lists(name: str, column: ListColumn) -> Any:
     raise TorchTypeError(f"field {name!r} holds lists of different lengths ({sorted(set(lengths.tolist()))[:4]}); a "
                          f"dense tensor needs one length per row. Pass variable_length='jagged' (values and offsets), "
                          f"'nested' (torch.nested) or 'pad' to the loader")
+
+
+def _masked_scalars(column: np.ndarray) -> Any:
+    """An object column of numbers and Nones (rows of a row reader) as a masked column; else unchanged."""
+    missing = np.fromiter((v is None for v in column), dtype=bool, count=len(column))
+    if not missing.any() or missing.all():
+        return column
+    present = column[~missing]
+    if not all(isinstance(v, (int, float, bool, np.number, np.bool_)) for v in present):
+        return column
+    values = np.zeros(len(column), dtype=np.asarray(list(present)).dtype)
+    values[~missing] = list(present)
+    return MaskedColumn(values, ~missing)
 
 
 def _list_of_arrays(column: np.ndarray) -> Any:
