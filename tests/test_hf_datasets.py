@@ -164,3 +164,33 @@ def test_images_stored_as_paths_are_read_next_to_the_data_file_or_refused(tmp_pa
             pytest.raises(Exception, match=r"field 'image', row 1 of row group 0 of .*train.parquet: the image is "
                                            r"stored as the path .*img1.png' only, and no file is at"):
         list(reader)
+
+
+def test_the_in_memory_loader_and_tensorflow_read_the_hf_files(hf_url):
+    from petastorm.pytorch import InMemBatchedDataLoader
+
+    url, table = hf_url
+    expected = table.to_pylist()
+    reader = make_batch_reader(url, schema_fields=['label', 'boxes', 'mask'], reader_pool_type='dummy')
+    with InMemBatchedDataLoader(reader, batch_size=7, shuffle=True, rows_capacity=ROWS,
+                                variable_length='jagged') as loader:
+        batches = list(loader)
+    for batch in batches:
+        for k, key in enumerate(batch['mask'][:, 0, 0].tolist()):
+            boxes = batch['boxes']
+            assert boxes.values[boxes.offsets[k]:boxes.offsets[k + 1]].tolist() == expected[key]['boxes']
+    assert sum(len(batch['label']) for batch in batches) == ROWS
+
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    tf = pytest.importorskip('tensorflow')
+    from petastorm.tf_utils import make_petastorm_dataset
+
+    with make_reader(url, schema_fields=['image', 'label', 'boxes', 'mask'], reader_pool_type='dummy') as reader:
+        elements = list(make_petastorm_dataset(reader))
+    assert len(elements) == ROWS
+    for element in elements:
+        want = expected[int(element.mask.numpy()[0, 0])]
+        np.testing.assert_array_equal(element.image.numpy(), _pixels(want['image']['bytes']))
+        assert element.boxes.numpy().tolist() == want['boxes']
+        assert element.label.numpy() == want['label']
+    assert isinstance(elements[0].boxes, tf.Tensor)  # one row's boxes: a (count, 4) tensor
