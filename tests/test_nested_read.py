@@ -182,3 +182,16 @@ def test_large_nested_batches_cross_the_process_pool_in_shared_memory(tmp_path):
     assert sum(len(b.id) for b in batches) == 20_000
     rows = [row for batch in batches for row in batch_rows(batch)]
     assert_rows_equal(rows, table.to_pylist())
+
+
+@pytest.mark.parametrize('cache_type', ['local-disk', 'local-disk-decoded'])
+def test_struct_leaves_through_the_row_group_caches(url, table, tmp_path, cache_type):
+    for _ in range(2):  # the second pass reads the cache
+        with make_batch_reader(url, schema_fields=['id', 'point.x', 'objects'], reader_pool_type='dummy',
+                               cache_type=cache_type, cache_location=str(tmp_path), cache_size_limit=10**9,
+                               cache_row_size_estimate=100, cache_extra_settings={'cleanup': False}) as reader:
+            rows = [row for batch in reader for row in batch_rows(batch)]
+        expected = [{'id': row['id'], 'objects': row['objects'],
+                     'point': None if row['point'] is None else {'x': row['point']['x']}}
+                    for row in expected_rows(table)]
+        assert_rows_equal(rows, expected)

@@ -171,7 +171,7 @@ def test_a_nested_dataframe_reaches_the_torch_loaders(connect, cache_url):
     frame = connect.range(0, 50, 1, 2).selectExpr(
         'id', 'IF(id % 5 = 0, NULL, CAST(id AS INT)) AS n', 'slice(sequence(CAST(0 AS BIGINT), id % 4), 1, '
         'CAST(id % 4 AS INT)) AS ids', "named_struct('a', id, 'b', array(id, id)) AS st",
-        "IF(id % 6 = 0, NULL, map('k', id)) AS m")
+        'IF(id % 6 = 0, NULL, map(id % 3, id)) AS m')
     converter = make_spark_converter(frame)
     loader_fn = functools.partial(BatchedDataLoader, variable_length='jagged', nulls='mask')
     try:

@@ -35,7 +35,7 @@ NESTED_SQL = [
     'slice(sequence(CAST(0 AS BIGINT), id % 4), 1, CAST(id % 4 AS INT)) AS ids',
     'array(array(id), array(id, id + 1)) AS nested',
     "named_struct('a', id, 'b', CAST(id AS DOUBLE) / 2, 'c', IF(id % 3 = 0, NULL, array(id))) AS st",
-    "IF(id % 6 = 0, NULL, map('k', id, 'j', id + 1)) AS m",
+    'IF(id % 6 = 0, NULL, map(id % 3, id, id % 3 + 10, id + 1)) AS m',
 ]
 
 

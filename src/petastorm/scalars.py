@@ -319,9 +319,11 @@ def to_arrow_value(name: str, arrow_type: pa.DataType, value: Any, nullable: boo
                 for key, child in fields.items()}
     if pa.types.is_map(arrow_type):
         pairs = list(value.items()) if hasattr(value, 'items') else _sequence(name, value)
-        return [(to_arrow_value(f'{name}.key', arrow_type.key_type, pair[0], False),
-                 to_arrow_value(f'{name}.value', arrow_type.item_type, pair[1], arrow_type.item_field.nullable))
-                for pair in pairs]
+        checked = [(to_arrow_value(f'{name}.key', arrow_type.key_type, pair[0], False),
+                    to_arrow_value(f'{name}.value', arrow_type.item_type, pair[1], arrow_type.item_field.nullable))
+                   for pair in pairs]
+        # A dict stays a dict (what Spark's MapType takes, and Arrow too); pairs stay pairs (keys may repeat).
+        return dict(checked) if hasattr(value, 'items') else checked
     return to_arrow_scalar(name, arrow_type, value)
 
 

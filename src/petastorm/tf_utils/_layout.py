@@ -117,10 +117,19 @@ class ElementLayout:
         return {group.offset: group.make(*(next(values) for _ in group.fields)) for group in self._groups}
 
     def flatten(self, element: Any) -> list[Any]:
-        """The values of a reader element, in layout order."""
+        """The values of a reader element, in layout order (the layout may hold fewer fields than the element)."""
         if self.ngram is None:
-            return list(element)
-        return [value for group in self._groups for value in element[group.offset]]
+            if len(element) == len(self.names):
+                return list(element)
+            return [getattr(element, name) for name in self.names]
+        return [getattr(element[group.offset], field.name) for group in self._groups for field in group.fields]
+
+    def without_nested(self, schema: Unischema) -> ElementLayout:
+        """This layout without its list, map and struct fields (see :attr:`nested`), for ``schema``'s reader."""
+        if not self.nested:
+            return self
+        view = schema.create_schema_view([f for f in schema.fields.values() if f.name not in self.nested])
+        return ElementLayout(view, self.ngram, self.ragged)
 
     def batch_columns(self, batch: ColumnBatch) -> list[Any]:
         """The flat columns of one :class:`~petastorm.batch.ColumnBatch` of a reader.
