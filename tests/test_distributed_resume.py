@@ -216,9 +216,9 @@ def test_torch_loaders_resume(parquet_url, loader_kind, capacity):
             state = first.state_dict()
         with loader() as second:
             second.load_state_dict(state)
-            expected_len = len(second)  # the batches still to come, buffered rows read again included
+            assert len(second) == 15, 'the batches of a whole pass, as trainers count an epoch from its start'
             tail = [b['id'].tolist() for b in second]
-        assert expected_len == len(tail)
+        assert len(head) + len(tail) == 15
         rows, expected = sum(head + tail, []), sum(full, [])
         if capacity:
             assert sorted(rows) == sorted(expected), 'buffered rows are read again, none lost or repeated'
@@ -249,6 +249,30 @@ def test_torch_loaders_resume_from_four_ranks_on_two(parquet_url):
     assert PARQUET_ROWS - len(seen) < 4 + 2
 
 
+def test_ranks_that_read_their_whole_share_resume_their_buffered_rows_on_another_world_size(parquet_url):
+    # Saved when every rank's reader had handed its whole share to the loader (the epoch's last rows in its
+    # shuffling buffer): those buffered rows are the rest of the epoch, split between the new ranks.
+    from petastorm.pytorch import DataLoader
+
+    options = dict(seed=4, shard_mode='rows', shard_remainder='drop_last', shuffle_rows=True, num_epochs=1)
+    heads, states = [], []
+    for rank in range(2):
+        reader = _make('batches', parquet_url, cur_shard=rank, shard_count=2, **options)
+        with DataLoader(reader, batch_size=8, shuffling_queue_capacity=30) as loader:
+            iterator = iter(loader)
+            for _ in range(len(loader) - 2):
+                heads += next(iterator)['id'].tolist()
+            state = loader.state_dict()
+            assert state['reader']['consumed'] == 0, 'the reader is at the next epoch, holding only buffered rows'
+            states.append(state)
+    with DataLoader(_make('batches', parquet_url, cur_shard=0, shard_count=1, **options), batch_size=8) as loader:
+        loader.load_state_dict({**states[0], 'reader': [s['reader'] for s in states]})
+        rest = [i for b in loader for i in b['id'].tolist()]
+    seen = collections.Counter(heads + rest)
+    assert max(seen.values()) == 1
+    assert len(seen) == PARQUET_ROWS - PARQUET_ROWS % 2
+
+
 def test_weighted_sampling_keeps_its_mixture_under_resume(petastorm_url, parquet_url):
     def mix():
         readers = [_make('rows', petastorm_url, seed=1, num_epochs=None),
@@ -272,6 +296,28 @@ def test_loaders_without_a_position_say_so(parquet_url, petastorm_url):
     with InMemBatchedDataLoader(_make('batches', parquet_url), batch_size=10, rows_capacity=200) as loader, \
             pytest.raises(NotImplementedError, match='reads its reader at construction'):
         loader.state_dict()
-    mix = WeightedSamplingReader([_make('rows', petastorm_url), _make('rows', petastorm_url)], [0.5, 0.5])
+    # A WeightedSamplingReader of readers has a position under the loaders: tests/test_weighted_sampling_resume.py.
+    real = _make('rows', petastorm_url)
+    mix = WeightedSamplingReader([real, _Rows(real.schema)], [0.5, 0.5])
     with DataLoader(mix, batch_size=4) as loader, pytest.raises(NotImplementedError, match='WeightedSamplingReader'):
         loader.load_state_dict({})
+
+
+class _Rows:
+    """A reader-like object of rows (no column batches, no position)."""
+
+    def __init__(self, schema):
+        self._rows = iter(())
+        self.batched_output, self.ngram, self.last_row_consumed, self.schema = False, None, False, schema
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._rows)
+
+    def stop(self):
+        pass
+
+    def join(self):
+        pass

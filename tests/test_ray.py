@@ -342,3 +342,27 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, 'ray.data', None)  # makes `import ray.data` raise ImportError
     with pytest.raises(MissingDependencyError, match=r"neo-petastorm\[ray\]"):
         read_petastorm('file:///nowhere')
+
+
+def test_read_petastorm_reads_delta_and_iceberg_tables_with_their_deletes(ray_cluster, tmp_path):
+    deltalake = pytest.importorskip('deltalake')
+    pytest.importorskip('pyiceberg')
+    from pyiceberg.catalog.memory import InMemoryCatalog
+
+    from tables_util import add_deletion_vector, current_adds, iceberg_position_deletes
+
+    data = pa.table({'id': pa.array(range(100), pa.int64()), 'x': pa.array(np.arange(100, dtype=np.float32))})
+    root = str(tmp_path / 'delta')
+    deltalake.write_deltalake(root, data, configuration={'delta.enableDeletionVectors': 'true'})
+    (path,) = current_adds(root)
+    add_deletion_vector(root, path, list(range(0, 100, 2)))
+    catalog = InMemoryCatalog('ray', warehouse=f'file://{tmp_path}/warehouse')
+    catalog.create_namespace('ns')
+    table = catalog.create_table('ns.t', schema=data.schema)
+    table.append(data)
+    (data_file,) = [task.file.file_path for task in table.scan().plan_files()]
+    iceberg_position_deletes(table, {data_file: list(range(0, 100, 2))})
+    for source in (f'file://{root}', catalog.load_table('ns.t')):
+        ds = read_petastorm(source, filters=[('id', '<', 50)])
+        assert _columns(ds)['id'].tolist() == list(range(1, 50, 2))
+    assert _columns(read_petastorm(f'file://{root}', table_version=0))['id'].tolist() == list(range(100))

@@ -27,8 +27,6 @@ Schema = Unischema('FeatureSchema', [
     UnischemaField('maybe', np.float32, (), ScalarCodec(pa.float32()), True),
 ])
 GOLDEN = pathlib.Path(__file__).parent / 'data' / 'legacy_0_13_1'
-# make_batch_reader on a Petastorm dataset warns as Petastorm does; test_batch_transform_gets_a_dataframe checks it.
-pytestmark = pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarning')
 
 
 def _row(i):
@@ -108,8 +106,7 @@ def _frame_transform(frame):
 
 def test_batch_transform_gets_a_dataframe(url):
     spec = TransformSpec(_frame_transform, removed_fields=['matrix'])
-    with pytest.warns(UserWarning, match='Please use make_reader'):
-        reader = make_batch_reader(url, transform_spec=spec, reader_pool_type='dummy')
+    reader = make_batch_reader(url, transform_spec=spec, reader_pool_type='dummy')
     batches = _rows(reader)
     assert batches[0]._fields == ('id', 'id2', 'name', 'maybe')
     ids = np.concatenate([b.id for b in batches])
@@ -567,13 +564,3 @@ def test_a_scheme_less_path_is_answered_with_its_file_url(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=re.escape(f"'file://{tmp_path}/relative/ds'")):
         make_batch_reader('relative/ds')
-
-
-def test_make_batch_reader_on_a_petastorm_dataset_says_what_it_does(url):
-    with pytest.warns(UserWarning, match='Please use make_reader') as caught:
-        make_batch_reader(url, reader_pool_type='dummy').stop()
-    text = ' '.join(str(w.message) for w in caught)
-    assert text.startswith('Please use make_reader')
-    assert 'make_batch_dataset' not in text
-    assert 'do not require petastorm decoding' not in text
-    assert 'decodes the codec fields' in text

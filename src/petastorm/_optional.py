@@ -18,6 +18,11 @@ _EXTRA_FOR_MODULE = {
     's3fs': 's3',
     'gcsfs': 'gcs',
     'ray': 'ray',
+    'deltalake': 'delta',
+    'pyiceberg': 'iceberg',
+    'torchdata': 'torchdata',
+    'jax': 'jax',
+    'grain': 'jax',
 }
 
 

@@ -247,8 +247,12 @@ def _transform_frame(target: TransformTarget, columns: dict[str, Column], num_ro
     function = describe_function(spec.func)
     if not isinstance(result, pd.DataFrame):
         raise TransformResultError(f'a make_batch_reader TransformSpec function must return a pandas DataFrame, got '
-                                   f'{type(result).__name__}: {function} returned it for {where}')
+                                   f'{type(result).__name__}: {function} returned it for {where}. It is called '
+                                   f'with a DataFrame of a whole row group; to transform one row dict at a time, '
+                                   f'read with make_reader')
     result = result.drop(columns=[c for c in spec.removed_fields if c in result.columns])
+    if spec.selected_fields is not None:  # the function may return the whole frame: keep what the spec selects
+        result = result[[c for c in result.columns if c in result_fields]]
     if set(result.columns) != set(result_fields):
         missing = [name for name in result_fields if name not in result.columns]
         unexpected = [str(name) for name in result.columns if name not in result_fields]

@@ -20,6 +20,10 @@ class SchemaError(PetastormError, ValueError):
     """A Unischema, a field definition or a value does not match what the schema says."""
 
 
+class NoMatchingFieldsError(PetastormError, RuntimeError, ValueError):
+    """``schema_fields`` selects no field of the dataset: a ``RuntimeError`` (Petastorm's type) and a ``ValueError``."""
+
+
 class CodecError(PetastormError, ValueError):
     """A codec could not encode or decode a value (the message names the field and what was expected)."""
 
@@ -66,3 +70,11 @@ class StorageCredentialsError(StorageError, PermissionError):
 
 class StoragePermissionError(StorageError, PermissionError):
     """The storage denied an operation on a URL to the credentials in use."""
+
+
+class TableVersionError(PetastormMetadataError, ValueError):
+    """A table version, snapshot, tag or timestamp that the table does not have (the message says which it has)."""
+
+
+class UnsupportedTableFeatureError(PetastormMetadataError, NotImplementedError):
+    """The table uses a feature this reader does not implement (named in the message); it is never read wrongly."""

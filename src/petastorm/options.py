@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from petastorm._warnings import warn_user
 from petastorm.cache import LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE, NULL_CACHE, CacheType, check_cache_arguments
 from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
+from petastorm.tables import TABLE_FORMATS, TableFormat
 from petastorm.transform import TransformSpec
 
-__all__ = ['LOCAL_DISK_CACHE', 'LOCAL_DISK_DECODED_CACHE', 'NULL_CACHE', 'CacheType', 'HdfsDriver', 'PoolType',
-           'ReaderOptions', 'reader_arguments', 'validate_options']
+__all__ = ['LOCAL_DISK_CACHE', 'LOCAL_DISK_DECODED_CACHE', 'NULL_CACHE', 'TABLE_VERSION_CHANGES', 'CacheType',
+           'HdfsDriver', 'PoolType', 'ReaderOptions', 'TableVersionChange', 'reader_arguments', 'validate_options']
 
 #: ``reader_pool_type``: inline reference, threads, or worker processes.
 PoolType = Literal['thread', 'process', 'dummy']
 #: ``hdfs_driver``.
 HdfsDriver = Literal['libhdfs3', 'libhdfs']
+#: ``table_version_change``: what restoring a position saved on another version of a table does.
+TableVersionChange = Literal['refuse', 'restart_epoch']
+TABLE_VERSION_CHANGES: tuple[str, ...] = ('refuse', 'restart_epoch')
 
 # Field metadata: the value is not a reader argument, validation derives it.
 _DERIVED = {'argument': False}
@@ -75,6 +79,10 @@ class ReaderOptions:
     convert_early_to_numpy: bool = False
     shard_mode: ShardMode = 'row_groups'
     shard_remainder: Remainder = 'pad'
+    table_version: Any = None
+    table_format: TableFormat = 'auto'
+    table_version_change: TableVersionChange = 'refuse'
+    count_rows: bool = False
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
     shard_source: str | None = field(default=None, metadata=_DERIVED)
 
@@ -140,8 +148,11 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
     _check_row_hooks(raw)
     if raw.hdfs_driver not in ('libhdfs3', 'libhdfs'):
         raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
+    if not isinstance(raw.count_rows, bool):
+        raise ValueError(f'count_rows must be True or False, got {raw.count_rows!r}')
     if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
         raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
+    _check_table_options(raw)
     return dataclasses.replace(
         raw, dataset_url_or_urls=urls, workers_count=workers_count, results_queue_size=results_queue_size,
         seed=None if raw.seed is None else int(raw.seed), shuffle_rows=bool(raw.shuffle_rows),
@@ -149,6 +160,23 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
         shuffle_row_drop_partitions=int(raw.shuffle_row_drop_partitions), cur_shard=cur_shard,
         shard_count=shard_count, cache_type=cache_type, convert_early_to_numpy=bool(raw.convert_early_to_numpy),
         shard_source=shard_source)
+
+
+def _check_table_options(raw: ReaderOptions) -> None:
+    """``table_format``, ``table_version`` and ``table_version_change`` (see :mod:`petastorm.tables`)."""
+    import datetime
+
+    if raw.table_format not in TABLE_FORMATS:
+        raise ValueError(f'table_format must be one of {TABLE_FORMATS}, got {raw.table_format!r}')
+    version = raw.table_version
+    if version is not None and (isinstance(version, bool) or not isinstance(
+            version, (numbers.Integral, str, datetime.date))):
+        raise ValueError(f'table_version must be None (the latest), a version number (Delta) or snapshot id '
+                         f'(Iceberg), a datetime or ISO 8601 timestamp, or an Iceberg branch or tag name; got '
+                         f'{version!r}')
+    if raw.table_version_change not in TABLE_VERSION_CHANGES:
+        raise ValueError(f'table_version_change must be one of {TABLE_VERSION_CHANGES}, got '
+                         f'{raw.table_version_change!r}')
 
 
 def _check_order(raw: ReaderOptions) -> None:
@@ -191,20 +219,16 @@ def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | Non
     return cur_shard, shard_count, shard_source
 
 
-# Frames between the user's make_reader/make_batch_reader call and warnings.warn in _warn_about_deprecated.
-_USER_FRAME = 5
-
-
 def _warn_about_deprecated(raw: ReaderOptions) -> None:
     if raw.shard_seed:
-        warnings.warn('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
-                      'randomization effects on sharding row groups.', UserWarning, stacklevel=_USER_FRAME)
+        warn_user('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
+                  'randomization effects on sharding row groups.')
     if raw.pyarrow_serialize:
-        warnings.warn('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
-                      'longer has any effect.', DeprecationWarning, stacklevel=_USER_FRAME)
+        warn_user('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
+                  'longer has any effect.', DeprecationWarning)
     if raw.zmq_copy_buffers is not True:
-        warnings.warn('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
-                      'shared memory.', DeprecationWarning, stacklevel=_USER_FRAME)
+        warn_user('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
+                  'shared memory.', DeprecationWarning)
 
 
 def _check_row_hooks(raw: ReaderOptions) -> None:

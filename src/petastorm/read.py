@@ -27,14 +27,22 @@ from petastorm.codecs import HFImageCodec
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.columns import Column, is_nested, row_values
 from petastorm.columns import num_rows as column_rows
-from petastorm.errors import CodecError, CorruptDataError, DecodeFieldError, PetastormError, StorageNotFoundError
+from petastorm.errors import (
+    CodecError,
+    CorruptDataError,
+    DecodeFieldError,
+    MissingDependencyError,
+    PetastormError,
+    StorageNotFoundError,
+)
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
-from petastorm.predicates import PredicateBase
+from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import StageClock, lap
+from petastorm.tables.read import constant_column, logical_table, stored_columns
 from petastorm.unischema import UnischemaField
 
 logger = logging.getLogger(__name__)
@@ -101,6 +109,8 @@ def _context_from_bytes(blob: bytes) -> ReadContext:
 
 def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
     """The column of hive partition field ``field`` for ``num_rows`` rows of ``piece`` (its directory's value)."""
+    if piece.table is not None:  # a table's partition value comes from its log, typed
+        return constant_column(piece.table, field.name, num_rows)
     value = dict(piece.partition_keys).get(field.name)
     if value is None:
         return pa.nulls(num_rows)
@@ -110,6 +120,15 @@ def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int)
     return pa.array([value] * num_rows, type=pa.string())
 
 
+def _stored_paths(row_group: Any, paths: list[str]) -> list[str]:
+    """A table file's stored Parquet paths of logical column paths (a struct's leaves keep their names)."""
+    out: list[str] = []
+    for path in paths:
+        top, dot, rest = path.partition('.')
+        out.extend(name + dot + rest for name in stored_columns(row_group, [top]))
+    return out
+
+
 def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_start: int,
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
@@ -117,6 +136,8 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     wanted = [n for n in names if n not in ctx.partition_names]
     present = dict(ctx.file_columns).get(piece.path)  # the file differs from the unified schema: read what it has
     file_columns = [path for n in wanted if present is None or n in present for path in paths.get(n, (n,))]
+    # A table's row group: its file stores the logical columns under its own names (or not at all).
+    stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
 
     def read() -> pa.Table:
         try:
@@ -124,8 +145,7 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                 # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
                 # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
                 remote = not isinstance(handle, pa.MemoryMappedFile)
-                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group,
-                                                                                columns=file_columns)
+                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group, columns=stored)
         except PetastormError:
             raise  # storage errors already translated by the filesystem layer
         except FileNotFoundError as err:
@@ -139,10 +159,12 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
                                    f'metadata ({type(err).__name__}: {err})') from err
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
-    table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, file_columns, read)
+    table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
     if present is not None:
         types = dict(ctx.unified_types)
         table = conform_table(table, pa.schema([pa.field(n, types[n]) for n in wanted if n in types]), piece.path)
+    if piece.table is not None:  # the version's rows (deletes applied as one mask) of the logical columns
+        table = logical_table(piece.table, table, wanted)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
     partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),
@@ -244,6 +266,8 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 columns[field.name] = field.codec.decode_column(field, column)
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
+        except MissingDependencyError:
+            raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns
@@ -254,6 +278,27 @@ def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
 
     mask = ds.dataset(table).to_table(columns={'mask': expression}).column('mask')
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def row_group_matches(ctx: ReadContext, piece_index: int) -> np.ndarray:
+    """Which rows of a whole row group the filters and the predicate keep (a bool mask), reading only their columns.
+
+    The same tests as :func:`read_item`, on the row group's rows in file order; a reader counts the rows it will
+    deliver with it (``count_rows=True``).
+    """
+    piece = ctx.pieces[piece_index]
+    where = f'{piece.path} (row group {piece.row_group})'
+    predicate_names = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else []
+    table = _read_columns(ctx, piece, list(dict.fromkeys(predicate_names + list(ctx.filter_columns))), 0,
+                          piece.num_rows)
+    keep = np.ones(piece.num_rows, dtype=bool)
+    if ctx.filter_expression is not None:
+        keep &= _expression_mask(table, ctx.filter_expression)
+    if ctx.predicate is not None:
+        candidates = np.flatnonzero(keep)
+        values = decode_columns(ctx.predicate_fields, table.select(predicate_names).take(pa.array(candidates)), where)
+        keep[candidates[~_evaluate_predicate(ctx, values, len(candidates))]] = False
+    return keep
 
 
 def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
@@ -377,7 +422,16 @@ def _evaluate_predicate(ctx: ReadContext, decoded: dict[str, Column], num_rows: 
         import pandas as pd
 
         frame = pd.DataFrame({name: pandas_column(values, fields.get(name)) for name, values in decoded.items()})
-        result = predicate.do_include(frame)
+        try:
+            result = predicate.do_include(frame)
+        except ValueError as err:
+            if 'truth value of a Series is ambiguous' not in str(err):
+                raise
+            raise PredicateError(f'predicate {predicate!r} asked a pandas Series for one truth value ({err}): '
+                                 f'make_batch_reader evaluates a predicate once per row group, with a Series per '
+                                 f"field, not once per row. Write it element-wise (in_lambda(['x'], lambda x: "
+                                 f'(x > 5) & (x < 10)), x.isin(values)) or read with make_reader, which calls '
+                                 f'it with one row at a time') from err
         mask = np.asarray(result, dtype=bool)
     else:
         # Predicates see each row's value as a row reader gives it: None for a null, a dict for a struct.

@@ -31,9 +31,10 @@ from petastorm.options import (
     HdfsDriver,
     PoolType,
     ReaderOptions,
+    TableVersionChange,
     validate_options,
 )
-from petastorm.plan import Remainder, ShardMode, WorkItem
+from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
 from petastorm.pools import default_max_bytes_in_flight, make_pool
 from petastorm.predicates import PredicateBase
 from petastorm.read import read_item
@@ -41,6 +42,7 @@ from petastorm.reader_position import ReaderPosition, UnitTag
 from petastorm.reader_setup import set_up_reader
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
+from petastorm.tables import TableFormat, is_iceberg_table
 from petastorm.transform import TransformSpec
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,9 @@ _STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_read
 
 
 def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
-    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each."""
+    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each (a pyiceberg table passes)."""
+    if is_iceberg_table(dataset_url_or_urls):
+        return dataset_url_or_urls
     if isinstance(dataset_url_or_urls, list):
         if not dataset_url_or_urls:
             raise ValueError('dataset url list must be non-empty.')
@@ -75,11 +79,16 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 transform_spec: TransformSpec | None = None, filters: Any = None,
                 storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                 filesystem: Any = None, convert_early_to_numpy: bool = False,
-                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                table_version: Any = None, table_format: TableFormat = 'auto',
+                table_version_change: TableVersionChange = 'refuse',
+                count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
-        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL).
+        dataset_url: dataset directory URL (``file:///...``, ``s3://...``, ``hdfs://...``, any fsspec URL); a
+            Delta or Iceberg table's directory (or Iceberg metadata file) URL, or a ``pyiceberg`` table object,
+            reads the table (see ``table_version``).
         schema_fields: fields to read: ``UnischemaField`` s and/or regular expressions matching whole names.
         reader_pool_type: ``'thread'``, ``'process'`` or ``'dummy'`` (inline, the reference behaviour).
         workers_count: threads or processes reading and decoding row groups.
@@ -121,6 +130,25 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             reads exactly the same number of rows per epoch (see ``docs/distributed.md``).
         shard_remainder: with ``shard_mode='rows'``, what happens to the fewer than ``shard_count`` rows left
             over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them.
+        table_version: for a Delta or Iceberg table (see ``docs/tables.md``), the version to read: None (default)
+            the latest; an int, the Delta version number or the Iceberg snapshot id; a ``datetime`` (naive ones are
+            UTC) or an ISO 8601 string, the version current at that time; a string naming an Iceberg branch or tag.
+            The version read is in :meth:`Reader.state_dict`, so a run resumes on the same rows.
+        table_format: ``'auto'`` (default): a directory holding ``_delta_log`` is read as a Delta table, one
+            holding ``metadata/*.metadata.json`` (or the URL of such a file, or a ``pyiceberg`` table passed as
+            the URL) as an Iceberg table, anything else as Parquet; ``'delta'`` or ``'iceberg'`` insist on that
+            format; ``'parquet'`` reads every Parquet file under the directory as plain files, even in a table.
+        table_version_change: what :meth:`Reader.load_state_dict` does with a position saved on another version
+            of the table: ``'refuse'`` (default) raises, naming both versions; ``'restart_epoch'`` reads the
+            saved epoch again from its start, on this reader's version.
+        count_rows: with a ``predicate`` or ``filters`` on stored columns, count the rows they keep when the reader
+            is made, by reading only the columns they need (one pass over them, in threads), so that ``len()`` of
+            the reader and of the torch loaders is known (progress bars, learning-rate schedules). Without it the
+            count is known only when the footers' statistics decide every row group (``filters`` that keep or
+            drop whole row groups) or the filters are on partition columns. Predicates must judge each row on
+            its own (as the built-in ones do). Only this shard's row groups are counted, and the reader keeps one
+            byte per row of those a filter cuts. Not for NGrams or ``make_batch_reader`` transform functions,
+            whose output rows only reading tells.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -143,13 +171,18 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       transform_spec: TransformSpec | None = None, filters: Any = None,
                       storage_options: dict[str, Any] | None = None, zmq_copy_buffers: bool = True,
                       filesystem: Any = None, convert_early_to_numpy: bool = False,
-                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad') -> Reader:
+                      shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
+                      table_version: Any = None, table_format: TableFormat = 'auto',
+                      table_version_change: TableVersionChange = 'refuse',
+                      count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
     inferred from the Parquet schema), a directory or a list of file URLs. The arguments are those of
     :func:`make_reader`, except that a ``TransformSpec`` function receives and returns a pandas DataFrame, and a
-    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series.
+    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series: an ``in_lambda``
+    function gets one pandas Series per field, so it must work element by element (``(x > 5) & (x < 10)``, not
+    ``5 < x < 10``).
     """
     arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
     url = normalize_dataset_url_or_urls(arguments.pop('dataset_url_or_urls'))
@@ -161,6 +194,11 @@ class Reader:
 
     Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
     :class:`~petastorm.source.ColumnSource` the loaders read.
+
+    Made by the factories from checked :class:`~petastorm.options.ReaderOptions`. Petastorm's direct construction
+    works too, with its arguments: ``Reader(filesystem, dataset_path, schema_fields=..., reader_pool=ThreadPool(5),
+    ...)`` (a pool of :mod:`petastorm.workers_pool` picks the pool kind and worker count; see
+    :func:`petastorm.reader_legacy.legacy_reader_options`).
 
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
@@ -174,7 +212,15 @@ class Reader:
             items with :func:`petastorm.read.read_item` and it.
     """
 
-    def __init__(self, options: ReaderOptions, *, time_stages: bool = False) -> None:
+    def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
+                 **legacy_kwargs: Any) -> None:
+        if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
+            from petastorm.reader_legacy import legacy_reader_options
+
+            options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
+        elif legacy_args or legacy_kwargs:
+            raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
+                            f'and {sorted(legacy_kwargs)}')
         self._options = options
         self.is_batched_reader = options.batched_output
         self.num_epochs = options.num_epochs
@@ -187,6 +233,7 @@ class Reader:
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
         self._rows_known = setup.rows_known
+        self._row_matches = setup.row_matches
         self._position = ReaderPosition(setup.layout, options.num_epochs)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
@@ -297,25 +344,37 @@ class Reader:
 
     @property
     def num_rows_per_epoch(self) -> int | None:
-        """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
+        """Rows this reader (this shard) delivers per epoch, known before reading; None when only reading can tell.
 
         Exact after sharding (with ``shard_mode='rows'`` the same for every shard), row-group selectors and
-        predicates or ``filters`` on partition columns only (they keep or drop whole row groups). None with any
-        other predicate or filter (which rows of a row group match is known only by reading it), an NGram, or a
-        ``make_batch_reader`` transform function (which may drop rows).
+        predicates or ``filters`` on partition columns (they keep or drop whole row groups), ``filters`` whose
+        footer statistics keep or drop every row group whole, and any predicate or filter with
+        ``count_rows=True``. None otherwise (which rows of a row group match is known only by reading it), with an
+        NGram, a ``make_batch_reader`` transform function (which may drop rows), and with counted rows under
+        ``shard_mode='rows'`` and several shards (each epoch's share then keeps another number of rows:
+        :attr:`num_rows_per_pass` and ``len()`` stay exact).
         """
-        return self._position.layout.rows_per_epoch if self._rows_known else None
+        if not self._rows_known:
+            return None
+        layout = self._position.layout
+        if self._row_matches is None:
+            return layout.rows_per_epoch
+        if layout.splits[0] > 1:
+            return None
+        return sum(kept_rows(unit, layout.shuffle_rows, self._row_matches) for unit in layout.ordered(0))
 
     @property
     def num_rows_per_pass(self) -> int | None:
         """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
 
-        It is :attr:`num_rows_per_epoch` times ``num_epochs``; None with ``num_epochs=None`` or when the rows per
-        epoch are unknown.
+        It is :attr:`num_rows_per_epoch` times ``num_epochs`` (counted epoch by epoch when the filters' counts
+        differ between epochs); None with ``num_epochs=None`` or when the rows per epoch are unknown.
         """
-        per_epoch = self.num_rows_per_epoch
-        if self.num_epochs is None or per_epoch is None:
+        if self.num_epochs is None or not self._rows_known:
             return None
+        per_epoch = self.num_rows_per_epoch
+        if per_epoch is None:
+            return self._position.rows_this_pass(self._row_matches, whole=True)
         return per_epoch * self.num_epochs
 
     @property
@@ -328,7 +387,7 @@ class Reader:
         rows = self.num_rows_per_pass
         if rows is None or not self._position.restarted:
             return rows
-        return self._position.rows_this_pass()
+        return self._position.rows_this_pass(self._row_matches)
 
     def __len__(self) -> int:
         """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
@@ -338,10 +397,10 @@ class Reader:
         """
         rows = self.num_rows_this_pass
         if rows is None:
-            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
-                            'on non-partition columns, an NGram or a batch transform function); see '
-                            'Reader.num_rows_per_epoch')
-        return self._position.units_this_pass() if self.is_batched_reader else rows
+            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, an NGram, a batch '
+                            'transform function, or a predicate or filters on stored columns: make the reader '
+                            'with count_rows=True to count the rows they keep); see Reader.num_rows_per_epoch')
+        return self._position.units_this_pass(self._row_matches) if self.is_batched_reader else rows
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0
@@ -379,10 +438,70 @@ class Reader:
         if not states:
             raise ValueError('load_state_dict got an empty list of states')
         with self._lock:
-            self._position.restore(states, self._options.seed)
+            self._position.restore(states, self._options.seed, self._options.table_version_change)
             self._start_pass()
 
+    def state_holding(self, held_rows: Any, held_in_order: bool = False) -> dict[str, Any]:
+        """:meth:`state_dict` of a reader whose consumer holds some delivered rows it has not handed on yet.
+
+        A loader buffers rows between the reader and its batches; they count as not delivered, so a restored reader
+        reads them again (first, grouped by row group), then continues.
+
+        Args:
+            held_rows: the ``row_ids`` of the rows held (from :meth:`column_batches`).
+            held_in_order: the held rows are the last ones taken, in order (no shuffling buffer); a reader's own
+                order needs no use of it.
+        """
+        from petastorm.plan import merge_runs
+        from petastorm.plan.runs import run_table_of_rows
+
+        state = self.state_dict()
+        held = run_table_of_rows(held_rows).tolist()  # sorted and merged already
+        if state['pending']:
+            held = [list(r) for r in merge_runs(sorted([tuple(r) for r in state['pending'] + held]))]
+        state['pending'] = held
+        return state
+
     # -- life cycle ---------------------------------------------------------------------------------------------
+
+    @property
+    def endless(self) -> bool:
+        """True with ``num_epochs=None``: one pass that never ends, so a new pass continues it."""
+        return self.num_epochs is None
+
+    def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
+        """Abandon the pass being read, if any, and start another one now (unlike :meth:`reset`, also mid-pass).
+
+        Work items read ahead for the abandoned pass are cancelled (their results are dropped).
+
+        Args:
+            state: None starts the next ``num_epochs`` epochs (as :meth:`reset` does after a finished pass); a
+                :meth:`state_dict` (or the list of every rank's) continues from there, as :meth:`load_state_dict`.
+            new_pass: ``state`` was saved between two passes: start the pass after it.
+
+        Raises:
+            ValueError: the state does not match this reader.
+            RuntimeError: the reader was stopped.
+        """
+        if self.ngram is not None and state is not None:
+            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
+        with self._lock:
+            if self.stopped:
+                raise RuntimeError(_STOPPED_MESSAGE)
+            for stream in (self._output, self._batches):
+                stream.close()
+            self.last_row_consumed = False
+            if state is None:
+                self._position.new_pass()
+            else:
+                states = list(state) if isinstance(state, (list, tuple)) else [state]
+                if not states:
+                    raise ValueError('load_state_dict got an empty list of states')
+                if new_pass:
+                    states = [{**one, 'pass_start': one['epoch']} for one in states]
+                self._position.started = False
+                self._position.restore(states, self._options.seed)
+            self._start_pass()
 
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""

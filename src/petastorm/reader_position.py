@@ -19,12 +19,14 @@ import numpy as np
 from petastorm.batch import ColumnBatch
 from petastorm.plan import (
     Cursor,
+    RowMatches,
     ScheduledItem,
     ShardLayout,
     Stage,
     check_state,
     cursor_row_ids,
     cursor_stage,
+    kept_rows,
     pass_stages,
     position_state,
     restored_stage,
@@ -97,13 +99,28 @@ class ReaderPosition:
         assert self._cursor is not None, 'row_ids() before begin()'
         return cursor_row_ids(self._cursor)
 
-    def rows_this_pass(self) -> int:
-        """Rows the pass delivers from its start, before filters (walks the stages)."""
-        return sum(unit.num_rows for stage in self.stages() for unit in self._layout.units(stage)[0])
+    def rows_this_pass(self, matches: RowMatches | None = None, whole: bool = False) -> int:
+        """Rows the pass delivers from where it starts (walks the stages).
 
-    def units_this_pass(self) -> int:
-        """Scheduled items (batches of a batch reader) the pass reads (walks the stages)."""
-        return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+        Args:
+            matches: the rows each row group keeps through the filters (None: before filters).
+            whole: count the pass from the start of its first epoch, even when it was restored in the middle.
+        """
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(kept_rows(unit, shuffle_rows, matches) for unit in self._units(whole))
+
+    def units_this_pass(self, matches: RowMatches | None = None) -> int:
+        """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
+        if matches is None:
+            return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
+
+    def _units(self, whole: bool) -> Iterator[ScheduledItem]:
+        stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
+            else self.stages()
+        for stage in stages:
+            yield from self._layout.units(stage)[0]
 
     @property
     def restarted(self) -> bool:
@@ -115,23 +132,29 @@ class ReaderPosition:
         cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
         return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, extra)
 
-    def restore(self, states: Sequence[dict[str, Any]], seed: int | None) -> None:
+    def restore(self, states: Sequence[dict[str, Any]], seed: int | None,
+                table_version_change: str = 'refuse') -> None:
         """Continue from saved states (one, or every rank's), checked against this layout; before reading.
 
         Args:
             states: the saved states.
             seed: the seed the reader was made with (None: unseeded, it adopts the saved one).
+            table_version_change: ``'refuse'`` states saved on another version of the table, or
+                ``'restart_epoch'``: read the saved epoch from its start on this reader's version.
 
         Raises:
             ValueError: a state does not match this reader's layout and options.
             RuntimeError: reading has started.
         """
-        for index, one in enumerate(states):
-            check_state(one, self._layout, f'load_state_dict (state {index})')
+        changed = [check_state(one, self._layout, f'load_state_dict (state {index})', table_version_change)
+                   for index, one in enumerate(states)]
         if seed is not None and states[0]['seed'] != seed:
             raise ValueError(f"the state was saved with seed={states[0]['seed']}, this reader has seed={seed}")
         if self.started:
             raise RuntimeError('load_state_dict() must be called before reading from the reader')
         # An unseeded reader adopts the saved order.
         self._layout = self._layout.with_seed(int(states[0]['seed']))
+        if any(changed):  # positions of another table version name other rows: the saved epoch starts again
+            self.new_pass(Stage(min(int(s['epoch']) for s in states)), int(states[0]['pass_start']))
+            return
         self.new_pass(restored_stage(states, self._layout), int(states[0]['pass_start']))

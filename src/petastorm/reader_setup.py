@@ -8,24 +8,28 @@ every worker receives. The Ray datasource plans its read tasks with it too, with
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, make_cache, make_row_group_cache
 from petastorm.column_transform import TransformTarget
-from petastorm.fs import resolve_location
-from petastorm.metadata.filters import columns_of_expression, filter_expression, matching_row_groups
+from petastorm.metadata.filters import columns_of_expression, filter_expression
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
-from petastorm.metadata.store import ParquetStore, load_row_groups, open_store
+from petastorm.metadata.store import ParquetStore, load_row_groups
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
-from petastorm.plan import ShardLayout, make_layout, select_row_groups
-from petastorm.read import ReadContext
+from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
+from petastorm.read import ReadContext, row_group_matches
 from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
+from petastorm.tables import TableStore, filter_statistics, open_dataset
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
+
+_MAX_COUNTING_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,11 @@ class ReaderSetup:
         cache: the cache of raw row groups (a ``NullCache`` unless asked for); its owner cleans it up.
         context: what every worker receives.
         layout: this shard's epochs.
-        rows_known: the rows of an epoch are known before reading (no predicate or filter on stored columns, no
-            NGram, no batch transform function, which may drop rows).
+        rows_known: the rows each epoch delivers are known before reading: no NGram, no batch transform function
+            (which may drop rows), and the rows a predicate or filters keep were counted (``count_rows``),
+            decided by the footers' statistics, or chosen by partition directories.
+        row_matches: the rows each row group keeps through the predicate and filters, where not all of them (by
+            piece index; see :func:`petastorm.plan.kept_rows`); None when every row of the layout is delivered.
     """
 
     dataset: ParquetStore
@@ -50,6 +57,7 @@ class ReaderSetup:
     context: ReadContext
     layout: ShardLayout
     rows_known: bool
+    row_matches: RowMatches | None = None
 
 
 def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> ReaderSetup:
@@ -66,7 +74,10 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     check_ngram_options(ngram, options)
     cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
                        options.cache_row_size_estimate, options.cache_extra_settings)
-    dataset = open_store(resolve_location(options.dataset_url_or_urls, options.storage_options, options.filesystem))
+    # A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
+    dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
+                           filesystem=options.filesystem, table_format=options.table_format,
+                           table_version=options.table_version)
     stored = load_schema(dataset, options.batched_output)
     view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
     schema = transform_schema(view, options.transform_spec)
@@ -75,22 +86,28 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     partition_predicate = bool(predicate_fields) and bool(dataset.partition_names) and {
         f.name for f in predicate_fields} <= set(dataset.partition_names)
     check_columns_exist(dataset, list(view.fields.values()) + predicate_fields)
+    for field in list(view.fields.values()) + predicate_fields:  # before any worker starts: one error, here
+        if field.codec is not None:
+            field.codec.check_available('decode')
     file_columns, unified_types = _conformance(dataset, list(view.fields.values()) + predicate_fields)
     expression = filter_expression(options.filters)
     pieces = load_row_groups(dataset)
+    statistics = filter_statistics(dataset, expression) if expression is not None else None
     selected = select_row_groups(
         pieces, stored, partition_predicate=options.predicate if partition_predicate else None,
         selector=options.rowgroup_selector,
         indexes=load_row_group_indexes(dataset) if options.rowgroup_selector is not None else None,
-        matching=matching_row_groups(dataset, expression) if expression is not None else None,
+        matching=statistics.matching if statistics is not None else None,
         url=dataset.url)
     # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
     seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
+    table_version = (dataset.version.format, dataset.version.version) if isinstance(dataset, TableStore) else None
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
-                         shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions)
+                         shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions,
+                         table_version=table_version)
     if not layout.items:
-        warnings.warn('No matching data is available for loading after rowgroup selector were applied and the '
-                      'data was sharded.', UserWarning, stacklevel=4)
+        warn_user('No matching data is available for loading after rowgroup selector were applied and the data '
+                  'was sharded.')
     candidates = list(dict.fromkeys(list(stored.fields) + list(dataset.partition_names)))
     filter_columns = columns_of_expression(expression, candidates) if expression is not None else ()
     context = ReadContext(
@@ -103,10 +120,29 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         file_columns=file_columns, unified_types=unified_types,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
-    # Which rows an epoch holds is known before reading unless rows are chosen by looking at them.
-    rows_known = ((options.predicate is None or partition_predicate) and ngram is None
-                  and set(filter_columns) <= set(dataset.partition_names) and not _batch_function(options))
-    return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known)
+    # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the
+    # statistics may still decide every row group, or the caller asks for them to be counted.
+    worker_predicate = options.predicate is not None and not partition_predicate
+    read_here = sorted({item.piece_index for item in layout.items})  # this shard's row groups only
+    undecided = [i for i in read_here if worker_predicate or (
+        statistics is not None and (pieces[i].path, pieces[i].row_group) not in statistics.matching_all)]
+    countable = ngram is None and not _batch_function(options)
+    if options.count_rows and not countable:
+        raise ValueError('count_rows=True cannot count the rows of an NGram reader (its items are windows) or of '
+                         'a make_batch_reader whose TransformSpec has a function (it may drop rows): leave '
+                         'count_rows out')
+    rows_known = countable and (not undecided or options.count_rows)
+    row_matches = _count_matches(context, undecided, options.workers_count) if rows_known and undecided else None
+    return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known, row_matches)
+
+
+def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count: int) -> RowMatches:
+    """The rows each row group keeps (``count_rows``): filter and predicate columns only, read in threads."""
+    counting = dataclasses.replace(context, cache=None)  # the cache holds whole row groups, as the workers read them
+    with ThreadPoolExecutor(max_workers=max(1, min(workers_count, _MAX_COUNTING_THREADS, len(piece_indexes))),
+                            thread_name_prefix='petastorm-count') as pool:
+        masks = pool.map(lambda index: row_group_matches(counting, index), piece_indexes)
+        return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
 
 
 def _transform_target(options: ReaderOptions, schema: Unischema, view: Unischema) -> TransformTarget | None:

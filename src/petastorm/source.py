@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from petastorm.batch import ColumnBatch
 from petastorm.column_transform import column_from_values
 from petastorm.columns import from_batch_column, num_rows
@@ -71,6 +73,11 @@ class ColumnSource(Protocol):
         ...
 
     @property
+    def endless(self) -> bool:
+        """One pass that never ends (``num_epochs=None``): a new iteration continues it instead of starting over."""
+        ...
+
+    @property
     def num_rows_per_pass(self) -> int | None:
         """Rows of a whole pass, when known in advance (else None)."""
         ...
@@ -88,6 +95,13 @@ class ColumnSource(Protocol):
         """Start another pass after the last one ran out."""
         ...
 
+    def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
+        """Abandon the pass being read and start another now: the next one, or from ``state``.
+
+        ``new_pass``: the state was saved between passes, start the pass after it.
+        """
+        ...
+
     def stop(self) -> None:
         """Stop reading (non-blocking)."""
         ...
@@ -98,6 +112,13 @@ class ColumnSource(Protocol):
 
     def state_dict(self) -> dict[str, Any]:
         """The delivered position (see :meth:`petastorm.reader.Reader.state_dict`)."""
+        ...
+
+    def state_holding(self, held_rows: np.ndarray, held_in_order: bool = False) -> dict[str, Any]:
+        """The position when the consumer still holds these rows (by ``row_ids``) undelivered.
+
+        ``held_in_order``: they are the last rows taken, in the order taken (no shuffling buffer).
+        """
         ...
 
     def load_state_dict(self, state: Any) -> None:
@@ -149,6 +170,11 @@ class ItemSource:
         self._reader = reader
 
     @property
+    def wrapped(self) -> Any:
+        """The reader-like object."""
+        return self._reader
+
+    @property
     def schema(self) -> Unischema:
         """The object's ``schema`` (one without fields when it has none: nothing is known of its fields)."""
         schema = getattr(self._reader, 'schema', None)
@@ -190,6 +216,11 @@ class ItemSource:
         return False
 
     @property
+    def endless(self) -> bool:
+        """True: such an object cannot be restarted in the middle, so a new iteration continues what it yields."""
+        return True
+
+    @property
     def num_rows_per_pass(self) -> int | None:
         """Unknown (None)."""
         return None
@@ -220,6 +251,12 @@ class ItemSource:
         """The object's ``reset()``."""
         self._reader.reset()
 
+    def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
+        """The object's ``reset()`` (refused with a state: rows of items carry no numbers)."""
+        if state is not None:
+            self.state_dict()
+        self._reader.reset()
+
     def stop(self) -> None:
         """The object's ``stop()``."""
         self._reader.stop()
@@ -236,6 +273,14 @@ class ItemSource:
         """
         raise NotImplementedError(f'positions need a reader from make_reader/make_batch_reader, got '
                                   f'{type(self._reader).__name__}')
+
+    def state_holding(self, held_rows: np.ndarray, held_in_order: bool = False) -> dict[str, Any]:
+        """Refused, as :meth:`state_dict`.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        return self.state_dict()
 
     def load_state_dict(self, state: Any) -> None:
         """Refused, as :meth:`state_dict`.

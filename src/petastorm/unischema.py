@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from petastorm._warnings import warn_user
 from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
 from petastorm.errors import SchemaError
 from petastorm.hf_features import field_type_of_feature, hf_features
@@ -78,6 +79,11 @@ def _namedtuple_class(type_name: str, field_names: tuple[str, ...]) -> type:
     return namedtuple(type_name, field_names)
 
 
+def _view_name(name: str) -> str:
+    """``'<name>_view'``, without piling up suffixes: views of views, and their rows, stay ``'<name>_view'``."""
+    return name if name.endswith('_view') else f'{name}_view'
+
+
 class Unischema:
     """An ordered, named set of :class:`UnischemaField` s.
 
@@ -85,7 +91,8 @@ class Unischema:
     own name is ``schema._name`` (as in Petastorm, so that a field may be called ``name``).
 
     Args:
-        name: schema name; namedtuples made from the schema are called ``'<name>_view'``.
+        name: schema name; namedtuples made from the schema are called ``'<name>_view'`` (one ``_view`` suffix: a
+            schema whose name already ends with it names its namedtuples after itself).
         fields: the fields, in order.
     """
 
@@ -154,8 +161,8 @@ class Unischema:
                 must match a whole field name.
 
         Returns:
-            ``Unischema('<name>_view', ...)``: the given fields in the given order, then the regex matches in
-            schema order.
+            ``Unischema('<name>_view', ...)`` (a view of a view keeps the one suffix): the given fields in the given
+            order, then the regex matches in schema order.
         """
         patterns: list[str] = []
         exact: list[UnischemaField] = []
@@ -176,10 +183,10 @@ class Unischema:
             chosen[stored.name] = stored
         for field in match_unischema_fields(self, patterns):
             chosen.setdefault(field.name, field)
-        return Unischema(f'{self._name}_view', chosen.values())
+        return Unischema(_view_name(self._name), chosen.values())
 
     def _get_namedtuple(self) -> type:
-        return _namedtuple_class(f'{self._name}_view', tuple(self._fields))
+        return _namedtuple_class(_view_name(self._name), tuple(self._fields))
 
     def make_namedtuple(self, **kwargs: Any) -> tuple:
         """An instance of the schema's namedtuple class with the given field values."""
@@ -460,7 +467,9 @@ def _parses_as_int(value: str) -> bool:
 def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None) -> list[UnischemaField]:
     """Fields of ``schema`` whose whole name matches any of the regular expressions, in schema order.
 
-    Warns when the old prefix-match rule of early Petastorm releases would have picked a different set.
+    Warns when the old prefix-match rule of early Petastorm releases would have picked a different set, except
+    for a pattern that is exactly the name of a field (``'ts'`` beside a ``ts_tz`` field picks ``ts``, as it was
+    meant to). The warning names the user's line that led here.
     """
     if not field_regex:
         return []
@@ -472,12 +481,13 @@ def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None)
         except re.error as err:
             raise ValueError(f'schema field pattern {pattern!r} is not a valid regular expression: {err}') from err
     full = [f for f in schema.fields.values() if any(p.fullmatch(f.name) for p in compiled)]
-    prefix = [f for f in schema.fields.values() if any(p.match(f.name) for p in compiled)]
-    if set(full) != set(prefix):
-        changed = sorted({f.name for f in set(full) ^ set(prefix)})
-        warnings.warn('schema_fields behavior has changed. Now, regular expression pattern must match the entire '
-                      f'field name. The change in the behavior affects the following fields: {", ".join(changed)}',
-                      UserWarning, stacklevel=2)
+    # A pattern naming a field exactly was meant as that name; only the other patterns changed meaning.
+    patterns_changed = [p for p in compiled if p.pattern not in schema.fields]
+    prefix = [f for f in schema.fields.values() if any(p.match(f.name) for p in patterns_changed)]
+    if not set(prefix) <= set(full):
+        changed = sorted({f.name for f in set(prefix) - set(full)})
+        warn_user('schema_fields behavior has changed. Now, regular expression pattern must match the entire '
+                  f'field name. The change in the behavior affects the following fields: {", ".join(changed)}')
     return full
 
 

@@ -1,5 +1,11 @@
 """Mix several readers into one stream, drawing each item from a reader chosen with given probabilities.
 
+A mix is also a column source for the loaders (:mod:`petastorm.source`): the torch and JAX loaders read it
+as columns (rows of row readers are mixed column-wise, with the very draws row iteration makes) and save its
+position exactly: every reader's, with the rows the mix or the loader holds counted as not delivered, and the
+state of the draw (rewound over held rows when they are the last ones taken, so the same seed gives the same
+sequence after a restore).
+
 Example::
 
     with WeightedSamplingReader([make_reader(url_a), make_reader(url_b)], [0.8, 0.2], seed=0) as mixed:
@@ -10,12 +16,23 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from petastorm.batch import ColumnBatch
+from petastorm.source import ColumnSource, ItemSource
+
 __all__ = ['WeightedSamplingReader']
+
+# A mixed row's number: the reader's index above the reader's own row number (epochs below 2**16 fit).
+_READER_SPAN = 1 << 56
+# Rows drawn at once when row readers are mixed column-wise.
+_ROWS_PER_DRAW = 1024
+# How many recent draws of batch readers the mix remembers (their sizes), to rewind the draw over held rows.
+_DRAW_LOG = 4096
 
 
 def _check_same_shape(readers: Sequence[Any]) -> None:
@@ -79,10 +96,14 @@ class WeightedSamplingReader:
         self._cumulative = _cumulative_probabilities(list(probabilities), len(readers))
         _check_same_shape(readers)
         self._readers = readers
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
         # Serializes the draw and the read, so a seeded mix is the same sequence whichever thread consumes it.
         self._lock = threading.Lock()
         self._exhausted = False
+        # Column-wise mixing (column_batches): each reader's batches not yet used up, and recent draw sizes.
+        self._held: list[deque[tuple[ColumnBatch, int]]] = [deque() for _ in readers]
+        self._draw_sizes: deque[int] = deque(maxlen=_DRAW_LOG)
 
     @property
     def readers(self) -> list[Any]:
@@ -103,6 +124,36 @@ class WeightedSamplingReader:
     def batched_output(self) -> bool:
         """True when the readers yield batches (``make_batch_reader``)."""
         return bool(self._readers[0].batched_output)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of the choice of readers (loaders seed their shuffling buffers from it)."""
+        return self._seed
+
+    @property
+    def transform_spec(self) -> Any:
+        """The first reader's ``transform_spec``."""
+        return getattr(self._readers[0], 'transform_spec', None)
+
+    @property
+    def resumable(self) -> bool:
+        """Every reader is a resumable column source: loaders over the mix can save their position."""
+        return all(isinstance(r, ColumnSource) and r.resumable for r in self._readers)
+
+    @property
+    def endless(self) -> bool:
+        """Every reader is endless (``num_epochs=None``): a new iteration of a loader continues the mix."""
+        return all(bool(getattr(r, 'endless', False)) for r in self._readers)
+
+    @property
+    def num_rows_per_pass(self) -> int | None:
+        """Unknown (None): the mix ends when a chosen reader runs out."""
+        return None
+
+    @property
+    def num_rows_this_pass(self) -> int | None:
+        """Unknown (None)."""
+        return None
 
     @property
     def last_row_consumed(self) -> bool:
@@ -133,12 +184,139 @@ class WeightedSamplingReader:
         """Same as ``next(reader)``."""
         return self.__next__()
 
+    # -- column-wise mixing, for the loaders -------------------------------------------------------------------
+
+    def column_batches(self) -> Iterator[ColumnBatch]:
+        """The mix as batches of columns, with the draws :meth:`__next__` would make (one per row or batch).
+
+        Rows carry ``row_ids`` naming their reader and their row in it, so that a loader can save its position.
+        """
+        if not all(isinstance(r, ColumnSource) for r in self._readers):
+            # Reader-like objects without columns: their items, gathered into columns (no position).
+            yield from ItemSource(self).column_batches()
+            return
+        sources = [r.column_batches() for r in self._readers]
+        if self.batched_output:
+            yield from self._mix_batches(sources)
+        else:
+            yield from self._mix_rows(sources)
+
+    def _mix_batches(self, sources: list[Iterator[ColumnBatch]]) -> Iterator[ColumnBatch]:
+        while True:
+            with self._lock:
+                if self._exhausted:
+                    return
+                chosen = int(np.searchsorted(self._cumulative, self._rng.random(), side='right'))
+                try:
+                    batch = self._next_held(chosen, sources[chosen])
+                except StopIteration:
+                    self._exhausted = True
+                    return
+                self._draw_sizes.append(batch.num_rows)
+            yield _tagged(batch, chosen)
+
+    def _next_held(self, index: int, source: Iterator[ColumnBatch]) -> ColumnBatch:
+        """The rest of the first batch the mix holds of a reader, or the reader's next batch."""
+        held = self._held[index]
+        if held:
+            batch, offset = held.popleft()
+            return _slice(batch, offset, batch.num_rows)
+        return next(source)
+
+    def _mix_rows(self, sources: list[Iterator[ColumnBatch]]) -> Iterator[ColumnBatch]:
+        while True:
+            with self._lock:
+                if self._exhausted:
+                    return
+                choices = np.searchsorted(self._cumulative, self._rng.random(_ROWS_PER_DRAW), side='right')
+                wanted = [int(np.count_nonzero(choices == index)) for index in range(len(self._readers))]
+                parts = [self._take_rows(index, source, count)
+                         for index, (source, count) in enumerate(zip(sources, wanted, strict=True))]
+                got = [0 if part is None else part.num_rows for part in parts]
+                short = [index for index in range(len(parts)) if got[index] < wanted[index]]
+                if short:
+                    # A reader ran out: the mix ends at the first draw that found it empty; rows taken for the
+                    # draws after it go back to their readers (they stay pending in a saved state).
+                    cut = min(int(np.flatnonzero(choices == index)[got[index]]) for index in short)
+                    choices = choices[:cut]
+                    for index, part in enumerate(parts):
+                        keep = int(np.count_nonzero(choices == index))
+                        if part is not None and keep < part.num_rows:
+                            self._held[index].appendleft((part, keep))
+                            parts[index] = _slice(part, 0, keep)
+                    self._exhausted = True
+                    if not cut:
+                        return
+                batch = _interleave(choices, parts)
+            yield batch
+
+    def _take_rows(self, index: int, source: Iterator[ColumnBatch], count: int) -> ColumnBatch | None:
+        """``count`` rows of a reader (fewer when it runs out; None when it has none), from what the mix holds."""
+        if count == 0:
+            return None
+        held = self._held[index]
+        pieces: list[ColumnBatch] = []
+        taken = 0
+        while taken < count:
+            if not held:
+                try:
+                    held.append((next(source), 0))
+                except StopIteration:
+                    break
+            batch, offset = held.popleft()
+            stop = min(batch.num_rows, offset + count - taken)
+            pieces.append(_slice(batch, offset, stop))
+            taken += stop - offset
+            if stop < batch.num_rows:
+                held.appendleft((batch, stop))
+        if not pieces:
+            return None
+        return _concat(pieces, index)
+
+    def state_holding(self, held_rows: np.ndarray, held_in_order: bool = False) -> dict[str, Any]:
+        """The position when a loader holds these rows (by ``row_ids``) undelivered.
+
+        Every reader's state counts its rows held by the mix or the loader as not delivered. When the held rows
+        are the last ones taken (``held_in_order``: no shuffling buffer), the draw is rewound over them, so that a
+        restored mix draws them again in the same order and continues the same sequence.
+        """
+        held_rows = np.asarray(held_rows, dtype=np.int64)
+        with self._lock:
+            states = []
+            for index, reader in enumerate(self._readers):
+                mine = [held_rows[(held_rows >= 0) & (held_rows // _READER_SPAN == index)] % _READER_SPAN]
+                mine += [np.asarray(batch.row_ids[offset:]) for batch, offset in self._held[index]
+                         if batch.row_ids is not None]
+                states.append(reader.state_holding(np.concatenate(mine)) if hasattr(reader, 'state_holding')
+                              else reader.state_dict())
+            rng = np.random.default_rng()
+            rng.bit_generator.state = self._rng.bit_generator.state
+            rewind = self._draws_over(len(held_rows)) if held_in_order else 0
+            if rewind:
+                rng.bit_generator.advance(-rewind)  # type: ignore[attr-defined]  # PCG64, default_rng's
+            exhausted = self._exhausted and not rewind
+            return {'version': 1, 'choice_rng': rng.bit_generator.state, 'exhausted': exhausted, 'readers': states}
+
+    def _draws_over(self, rows: int) -> int:
+        """Draws that gave the last ``rows`` rows taken (0 when the mix does not remember that far)."""
+        if not rows or not self.batched_output:
+            return rows  # row readers: one draw per row (rows the mix holds were read ahead of any draw)
+        draws = total = 0
+        for size in reversed(self._draw_sizes):
+            if total >= rows:
+                break
+            total += size
+            draws += 1
+        return draws if total >= rows else 0
+
     def state_dict(self) -> dict[str, Any]:
         """The position of the mix: each reader's position and the state of the random choice of readers.
 
         A restored mix continues the same sequence of choices (the mixture is kept) over exactly the items not
         delivered yet (see :meth:`petastorm.reader.Reader.state_dict`).
         """
+        if any(self._held):
+            return self.state_holding(np.empty(0, dtype=np.int64))
         with self._lock:
             return {'version': 1, 'choice_rng': self._rng.bit_generator.state, 'exhausted': self._exhausted,
                     'readers': [reader.state_dict() for reader in self._readers]}
@@ -156,8 +334,39 @@ class WeightedSamplingReader:
         with self._lock:
             for reader, reader_state in zip(self._readers, saved, strict=True):
                 reader.load_state_dict(reader_state)
-            self._rng.bit_generator.state = state['choice_rng']
-            self._exhausted = bool(state.get('exhausted', False))
+            self._restore_draw(state)
+
+    def _restore_draw(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state['choice_rng']
+        self._exhausted = bool(state.get('exhausted', False))
+        self._held = [deque() for _ in self._readers]
+        self._draw_sizes.clear()
+
+    def reset(self) -> None:
+        """Start every reader's next pass (the draw continues)."""
+        self.restart()
+
+    def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
+        """Abandon the mix being read and start again: every reader's next pass, or from a :meth:`state_dict`.
+
+        Args:
+            state: None continues the draw over every reader's next pass; a state restores the mix's position.
+            new_pass: the state was saved between passes of a loader: every reader starts the pass after it.
+        """
+        if state is not None:
+            saved = state.get('readers', []) if isinstance(state, dict) else []
+            if len(saved) != len(self._readers):
+                raise ValueError(f'the state holds {len(saved)} reader states; this WeightedSamplingReader mixes '
+                                 f'{len(self._readers)} readers')
+        with self._lock:
+            for index, reader in enumerate(self._readers):
+                reader.restart(None if state is None else state['readers'][index], new_pass=new_pass)
+            if state is None:
+                self._exhausted = False
+                self._held = [deque() for _ in self._readers]
+                self._draw_sizes.clear()
+            else:
+                self._restore_draw(state)
 
     def stop(self) -> None:
         """Stop every reader (non-blocking)."""
@@ -186,3 +395,46 @@ class WeightedSamplingReader:
         for reader in self._readers:
             # Each reader's own exit releases its cache quietly (stop and join are done, so they return at once).
             reader.__exit__(None, None, None)
+
+
+def _slice(batch: ColumnBatch, start: int, stop: int) -> ColumnBatch:
+    if start == 0 and stop == batch.num_rows:
+        return batch
+    return ColumnBatch({name: values[start:stop] for name, values in batch.columns.items()}, stop - start,
+                       rows_are_tuples=batch.rows_are_tuples,
+                       row_ids=None if batch.row_ids is None else batch.row_ids[start:stop])
+
+
+def _concat(pieces: list[ColumnBatch], index: int) -> ColumnBatch:
+    """Pieces of one reader's batches as one batch (row numbers kept as the reader's)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    names = list(pieces[0].columns)
+    columns = {name: np.concatenate([piece.columns[name] for piece in pieces]) for name in names}
+    ids = None if any(piece.row_ids is None for piece in pieces) else np.concatenate([p.row_ids for p in pieces])
+    return ColumnBatch(columns, sum(piece.num_rows for piece in pieces), rows_are_tuples=pieces[0].rows_are_tuples,
+                       row_ids=ids)
+
+
+def _row_ids(batch: ColumnBatch, index: int) -> np.ndarray:
+    if batch.row_ids is None:
+        return np.full(batch.num_rows, -1, dtype=np.int64)
+    return index * _READER_SPAN + np.asarray(batch.row_ids, dtype=np.int64)
+
+
+def _tagged(batch: ColumnBatch, index: int) -> ColumnBatch:
+    """A reader's batch with row numbers that also name the reader."""
+    return ColumnBatch(batch.columns, batch.num_rows, rows_are_tuples=batch.rows_are_tuples,
+                       row_ids=_row_ids(batch, index))
+
+
+def _interleave(choices: np.ndarray, parts: list[ColumnBatch | None]) -> ColumnBatch:
+    """The rows of every reader's part in the order of the draws (``choices[i]``: the reader of row ``i``)."""
+    present = [(index, part) for index, part in enumerate(parts) if part is not None and part.num_rows]
+    order = np.argsort(choices, kind='stable')  # positions grouped by reader, in draw order: as the parts are
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    names = list(present[0][1].columns)
+    columns = {name: np.concatenate([part.columns[name] for _, part in present])[inverse] for name in names}
+    ids = np.concatenate([_row_ids(part, index) for index, part in present])[inverse]
+    return ColumnBatch(columns, len(choices), rows_are_tuples=present[0][1].rows_are_tuples, row_ids=ids)

@@ -38,7 +38,9 @@ from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
+from petastorm.metadata.store import DELTA_LOG
 from petastorm.metadata.write import write_dataset_metadata
+from petastorm.tables.delta_write import DeltaWrite
 from petastorm.unischema import Unischema, arrow_type_of_field, encode_row
 
 logger = logging.getLogger(__name__)
@@ -69,8 +71,8 @@ def check_write_options(row_group_size_mb: float, file_size_mb: float, mode: str
     if not isinstance(file_size_mb, (int, float)) or file_size_mb < row_group_size_mb:
         raise ValueError(f'file_size_mb must be a number >= row_group_size_mb ({row_group_size_mb}), '
                          f'got {file_size_mb!r}')
-    if mode not in ('error', 'overwrite'):
-        raise ValueError(f"mode must be 'error' or 'overwrite', got {mode!r}")
+    if mode not in ('error', 'overwrite', 'append'):
+        raise ValueError(f"mode must be 'error', 'overwrite' or 'append' (Delta tables), got {mode!r}")
     if workers_count is not None and (not isinstance(workers_count, int) or workers_count < 1):
         raise ValueError(f'workers_count must be a positive int or None, got {workers_count!r}')
     if compression is not None and not isinstance(compression, str):
@@ -371,7 +373,7 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
                   mode: Literal['error', 'overwrite'] = 'error', workers_count: int | None = None,
                   compression: str | None = 'snappy', storage_options: dict | None = None,
                   filesystem: Any = None, legacy_metadata: bool = True,
-                  progress: bool | None = None) -> WriteResult:
+                  progress: bool | None = None, table_format: Literal['parquet', 'delta'] | None = None) -> WriteResult:
     """Write a Petastorm dataset (Parquet files plus ``_common_metadata``) without Spark.
 
     Args:
@@ -381,7 +383,8 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
             ``pyarrow.Table`` or a pandas DataFrame of such values.
         row_group_size_mb: target uncompressed size of a row group (the unit readers read and shuffle).
         file_size_mb: start a new file once a file holds about this much.
-        mode: ``'error'`` refuses a non-empty target; ``'overwrite'`` replaces it once the new data is written.
+        mode: ``'error'`` refuses a non-empty target; ``'overwrite'`` replaces it once the new data is written;
+            ``'append'`` (Delta tables only) adds the rows to the table, creating it if needed.
         workers_count: encoding threads (default: the number of CPUs).
         compression: Parquet compression codec (``'snappy'``, ``'zstd'``, ``None``...).
         storage_options: fsspec options for remote URLs (credentials, endpoint).
@@ -391,6 +394,11 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         progress: show the rows written: None (default) draws a ``tqdm`` bar (the ``progress`` extra) when stderr
             is a terminal and the write takes more than a couple of seconds, else logs a line every few seconds
             (logger ``petastorm.writer``); True always shows it; False never.
+        table_format: ``'delta'`` writes a Delta table: the files and one commit of the log naming them all (a new
+            table, ``mode='append'`` or ``'overwrite'`` a new version of an existing one), the Unischema in the
+            table's properties; a failed write leaves the table at its last version (see ``docs/tables.md``).
+            ``'parquet'`` writes a Petastorm dataset. None (default): ``'delta'`` when the target is a Delta table,
+            else ``'parquet'``.
 
     Returns:
         A :class:`WriteResult` with the files written and the rows per row group.
@@ -404,11 +412,23 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         raise SchemaError(f'write_dataset needs a Unischema, got {type(schema).__name__}')
     check_write_options(row_group_size_mb, file_size_mb, mode, workers_count, compression)
     progress = check_progress_argument(progress)
+    for field in schema.fields.values():  # a missing image library is one error here, not one per thread
+        if field.codec is not None:
+            field.codec.check_available('encode')
     fs, root = resolve_url(dataset_url, storage_options, filesystem)
     arrow_schema = schema.as_pyarrow_schema()
-    staged = StagedWrite(dataset_url, fs, root, replace=mode == 'overwrite')
-    staged.begin()
-    roller = staged.file_roller(arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB), compression)
+    staged: StagedWrite | DeltaWrite
+    if _writes_delta(fs, root, table_format, mode):
+        staged = DeltaWrite(dataset_url, fs, root, schema, mode, storage_options)
+        staged.begin()
+        roller = FileRoller(fs, root, arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
+                            compression)
+        staged.track(roller)
+    else:
+        staged = StagedWrite(dataset_url, fs, root, replace=mode == 'overwrite')
+        staged.begin()
+        roller = staged.file_roller(arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
+                                    compression)
     num_rows = 0
     with staged.rolling_back_on_error():
         try:
@@ -428,6 +448,20 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     files = tuple(posixpath.join(root, name) for name in roller.row_groups)
     logger.info('wrote %d rows in %d files to %s', num_rows, len(files), dataset_url)
     return WriteResult(dataset_url, files, num_rows, roller.row_groups)
+
+
+def _writes_delta(fs: pafs.FileSystem, root: str, table_format: str | None, mode: str) -> bool:
+    """True when ``write_dataset`` writes a Delta table (see its ``table_format``)."""
+    if table_format not in (None, 'parquet', 'delta'):
+        raise ValueError(f"table_format must be None, 'parquet' or 'delta', got {table_format!r}")
+    if table_format is None:
+        table_format = 'delta' if fs.get_file_info(posixpath.join(root, DELTA_LOG)).type == pafs.FileType.Directory \
+            else 'parquet'
+    if table_format == 'parquet' and mode == 'append':
+        raise ValueError("mode='append' adds rows to a Delta table: pass table_format='delta' to create or extend "
+                         "one (a Petastorm dataset of plain Parquet files is written whole, with mode='error' or "
+                         "'overwrite')")
+    return table_format == 'delta'
 
 
 def _known_length(rows: Any) -> int | None:

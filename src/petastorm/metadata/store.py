@@ -2,13 +2,19 @@
 
 The order of row groups (sorted file path, then row-group number) is the piece order shared with Petastorm:
 sharding, row-group indexes and cache keys all refer to positions in it.
+
+A store may also be some files of a dataset: one file URL, a list of them, or a glob pattern
+(``.../part-000*.parquet``, expanded here when no file has that very name). Their schema is then the dataset's,
+found in the ``_common_metadata`` of the directory holding them (or of the dataset directory above their
+``name=value`` partition directories).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import posixpath
-import warnings
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,17 +33,25 @@ from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
+#: The log directory of a Delta table.
+DELTA_LOG = '_delta_log'
 SUMMARY_METADATA = '_metadata'
 
 
 @dataclass(frozen=True)
 class RowGroupPiece:
-    """One row group of one file: the unit of work of every reader."""
+    """One row group of one file: the unit of work of every reader.
+
+    ``table`` is None for plain Parquet; for a row group of a table version (Delta, Iceberg) it is the
+    :class:`petastorm.tables.TableRowGroup` that says how its logical columns are read and which of its rows the
+    version deleted (``num_rows`` then counts the live rows only).
+    """
 
     path: str
     row_group: int
     num_rows: int
     partition_keys: tuple[tuple[str, str], ...] = ()
+    table: Any = None
 
 
 @dataclass(frozen=True)
@@ -50,12 +64,22 @@ class ParquetStore:
     files: tuple[str, ...]
     metadata_kv: dict[bytes, bytes] = field(default_factory=dict)
     metadata_path: str | None = None
+    #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
+    subset: bool = False
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
         return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+
+    def table_schema(self) -> pa.Schema | None:
+        """The logical schema of a table version; None for a plain store, whose schema is that of its files."""
+        return None
+
+    def planned_pieces(self) -> tuple[RowGroupPiece, ...] | None:
+        """The row groups a table's log planned; None for a plain store, whose row groups are listed."""
+        return None
 
     @property
     def partition_names(self) -> list[str]:
@@ -112,17 +136,41 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     return dict(metadata.metadata or {})
 
 
-def open_store(location: ResolvedLocation) -> ParquetStore:
+def table_format_of(filesystem: pafs.FileSystem, root: str) -> str | None:
+    """The table format of the directory ``root``: None for a plain store (or a file).
+
+    ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
+    (``metadata/*.metadata.json``).
+    """
+    delta, metadata = filesystem.get_file_info([posixpath.join(root, DELTA_LOG), posixpath.join(root, 'metadata')])
+    if delta.type == pafs.FileType.Directory:
+        return 'delta'
+    if metadata.type == pafs.FileType.Directory and any(
+            info.path.endswith('.metadata.json')
+            for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
+        return 'iceberg'
+    return None
+
+
+def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
 
+    A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
+    belong to (see the module docstring).
+
+    Args:
+        location: the store's URL, resolved.
+        plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
+            it, those its log removed included); by default such a directory is refused.
+
     Raises:
-        StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
+        StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
         StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
-        PetastormMetadataError: a metadata file exists but cannot be read.
+        PetastormMetadataError: a metadata file exists but cannot be read, or the directory is a table.
     """
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
-        files = tuple(sorted(location.path))
+        files = tuple(sorted(p for path in location.path for p in _file_or_matches(fs, path, location.url)))
         for path in files:
             kind = fs.get_file_info(path).type
             if kind == pafs.FileType.Directory:
@@ -130,20 +178,86 @@ def open_store(location: ResolvedLocation) -> ParquetStore:
                                    f'a dataset directory as a single URL')
             if kind != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
-        return ParquetStore(fs, location.url, None, files)
+        return _store_of_files(fs, location.url, files, list_given=True)
     root = location.path
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
+        return _store_of_files(fs, location.url, tuple(_file_or_matches(fs, root, location.url)), list_given=True)
     files = tuple(list_data_files(fs, root, location.url))
+    if info.type != pafs.FileType.Directory:
+        return _store_of_files(fs, location.url, files, list_given=False)
+    table_format = None if plain else table_format_of(fs, root)
+    if table_format is not None:
+        raise PetastormMetadataError(
+            f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
+            f'also holds files that are not part of the current version. Read it with make_batch_reader or '
+            f'make_reader (which read the table\'s log), or pass table_format=\'parquet\' to read every Parquet '
+            f'file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
-    if fs.get_file_info(root).type == pafs.FileType.Directory:
-        for name in (COMMON_METADATA, SUMMARY_METADATA):
-            found = _read_kv(fs, posixpath.join(root, name))
-            if found is not None:
-                kv, metadata_path = found, posixpath.join(root, name)
-                break
-    else:
-        root = posixpath.dirname(root)
+    for name in (COMMON_METADATA, SUMMARY_METADATA):
+        found = _read_kv(fs, posixpath.join(root, name))
+        if found is not None:
+            kv, metadata_path = found, posixpath.join(root, name)
+            break
     return ParquetStore(fs, location.url, root, files, kv, metadata_path)
+
+
+_GLOB_MAGIC = re.compile(r'[*?[]')
+
+
+def glob_files(fs: pafs.FileSystem, pattern: str, url: Any = None) -> list[str]:
+    """The data files a glob pattern matches (``*``, ``?`` and ``[...]`` within a name, ``**`` for directories).
+
+    A path that exists as it is, or has no pattern characters, is returned alone.
+
+    Raises:
+        StorageNotFoundError: nothing matches (the message names the pattern and where it looked).
+    """
+    return _file_or_matches(fs, pattern, url or pattern)
+
+
+def _file_or_matches(fs: pafs.FileSystem, path: str, url: Any) -> list[str]:
+    """``[path]``, or the data files a glob pattern matches when no file or directory has that very name."""
+    if not _GLOB_MAGIC.search(path) or fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return [path]
+    parts = path.split('/')
+    first = next(i for i, part in enumerate(parts) if _GLOB_MAGIC.search(part))
+    base = '/'.join(parts[:first]) or '/'
+    deep = len(parts) - first > 1
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=deep, allow_not_found=True))
+    matches = sorted(i.path for i in infos if i.type == pafs.FileType.File
+                     and not _is_hidden(posixpath.relpath(i.path, base)) and _glob_match(i.path.split('/'), parts))
+    if not matches:
+        raise StorageNotFoundError(f'no data file matches {url} (glob pattern {path!r}, looked under {base!r})')
+    return matches
+
+
+def _glob_match(names: list[str], patterns: list[str]) -> bool:
+    """Path components against pattern components: ``*``, ``?``, ``[...]`` within one, ``**`` for any number."""
+    if not patterns:
+        return not names
+    if patterns[0] == '**':
+        return any(_glob_match(names[i:], patterns[1:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _glob_match(names[1:], patterns[1:])
+
+
+def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool) -> ParquetStore:
+    """A store of some files: with the metadata of the Petastorm dataset they belong to, when there is one."""
+    directory = posixpath.commonpath([posixpath.dirname(p) for p in files]) if files else ''
+    candidate = directory
+    while candidate:
+        for name in (COMMON_METADATA, SUMMARY_METADATA):
+            path = posixpath.join(candidate, name)
+            kv = _read_kv(fs, path)
+            if kv is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.')) for k in kv):
+                return ParquetStore(fs, url, candidate, files, kv, path, subset=True)
+        if '=' not in posixpath.basename(candidate):  # only partition directories lead further up
+            break
+        candidate = posixpath.dirname(candidate)
+    if list_given:
+        return ParquetStore(fs, url, None, files)
+    return ParquetStore(fs, url, directory, files)
 
 
 def stored_schema(store: ParquetStore) -> Unischema:
@@ -260,11 +374,10 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
         by_path[path] = [int(c) for c in counts]
     listed = {store.relpath(path) for path in store.files}
     gone = sorted(name for name in files if name not in listed)
-    if gone:
-        warnings.warn(f'{store.metadata_path} lists data files that are missing from {store.url}: {gone[:5]} '
-                      f'({len(gone)} in all); their rows cannot be read. If they were removed on purpose, refresh '
-                      f'the metadata with petastorm-generate-metadata.py --dataset_url {store.url}',
-                      UserWarning, stacklevel=3)
+    if gone and not store.subset:
+        warn_user(f'{store.metadata_path} lists data files that are missing from {store.url}: {gone[:5]} '
+                  f'({len(gone)} in all); their rows cannot be read. If they were removed on purpose, refresh the '
+                  f'metadata with petastorm-generate-metadata.py --dataset_url {store.url}')
     return by_path
 
 
@@ -297,9 +410,9 @@ def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
     has_row_groups = keys.ROW_GROUPS_JSON_KEY in store.metadata_kv or keys.ROW_GROUPS_PER_FILE_KEY in \
         store.metadata_kv
     if has_schema and not has_row_groups:
-        warnings.warn(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
-                      f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
-                      f'read from the file footers meanwhile.', UserWarning, stacklevel=3)
+        warn_user(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
+                  f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
+                  f'read from the file footers meanwhile.')
 
 
 def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
@@ -308,6 +421,9 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
     footers, read in parallel.
     """
+    planned = store.planned_pieces()
+    if planned is not None:
+        return list(planned)
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
@@ -323,12 +439,16 @@ def inferred_schema(store: ParquetStore) -> Unischema:
     """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
 
     Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
-    names the files and columns.
+    names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
+    table says).
 
     Raises:
         PetastormMetadataError: no data file, or one that is not readable Parquet.
         SchemaError: the files' schemas cannot be unified.
     """
+    table_schema = store.table_schema()
+    if table_schema is not None:
+        return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
     unified = unified_file_schema(store)

@@ -52,10 +52,12 @@ class ShardLayout:
     shard_count: int
     shard: int
     remainder: Remainder
+    #: ``(format, version)`` of the table version read (None for plain Parquet): positions are of its rows.
+    table_version: tuple[str, int | None] | None = None
 
-    @property
+    @functools.cached_property
     def total_rows(self) -> int:
-        """Rows of an epoch's global order (before filters)."""
+        """Rows of an epoch's global order (before filters); computed once (every saved position names it)."""
         return sum(item.num_rows for item in self.items)
 
     @property

@@ -111,7 +111,8 @@ def position_state(layout: ShardLayout, stage: Stage, pass_start: int, extra: di
         'shuffle_rows': layout.shuffle_rows, 'shuffle_row_groups': layout.shuffle_row_groups,
         'rows_per_epoch_total': layout.total_rows, 'pass_start': pass_start, 'epoch': stage.epoch,
         'runs': None if stage.runs is None else [list(r) for r in stage.runs], 'consumed': stage.consumed,
-        'pending': [list(r) for r in stage.pending], **extra}
+        'pending': [list(r) for r in stage.pending],
+        **({} if layout.table_version is None else {'table': list(layout.table_version)}), **extra}
 
 
 def _stage_of(state: dict[str, Any]) -> Stage:
@@ -120,22 +121,44 @@ def _stage_of(state: dict[str, Any]) -> Stage:
                  int(state['consumed']), tuple(tuple(r) for r in state.get('pending', ())))
 
 
-def check_state(state: Any, layout: ShardLayout, where: str) -> None:
+def check_state(state: Any, layout: ShardLayout, where: str, table_version_change: str = 'refuse') -> bool:
     """Refuse a state saved by a reader of other data or other options; the message names the difference.
 
+    Args:
+        state: the saved state.
+        layout: this reader's layout.
+        where: what is restoring, for messages.
+        table_version_change: ``'refuse'`` a state saved on another version of the table, or accept it
+            (``'restart_epoch'``: the caller then reads the saved epoch from its start).
+
+    Returns:
+        True when the state was saved on another version of the table (and that was accepted).
+
     Raises:
-        ValueError: naming the option or count that differs.
+        ValueError: naming the option, count or table version that differs.
     """
     if not isinstance(state, dict) or state.get('version') != STATE_VERSION:
         raise ValueError(f'{where}: not a reader state of version {STATE_VERSION}: {state!r:.200}')
+    saved_table = tuple(state['table']) if state.get('table') is not None else None
+    changed = saved_table != layout.table_version
+    if changed and table_version_change == 'refuse':
+        saved = 'plain Parquet' if saved_table is None else f'{saved_table[0]} table version {saved_table[1]}'
+        now = 'plain Parquet' if layout.table_version is None else \
+            f'{layout.table_version[0]} table version {layout.table_version[1]}'
+        hint = f' (make the reader with table_version={saved_table[1]!r} to continue on the same rows)' \
+            if saved_table is not None else ''
+        raise ValueError(f'{where}: the state was saved reading {saved}, this reader reads {now}: its positions '
+                         f"name other rows{hint}, or pass table_version_change='restart_epoch' to read the saved "
+                         f'epoch again from its start on this version')
     expected: dict[str, Any] = {'shard_mode': layout.shard_mode, 'remainder': layout.remainder,
                                 'shuffle_rows': layout.shuffle_rows, 'shuffle_row_groups': layout.shuffle_row_groups}
-    if layout.shard_mode == 'rows':
+    if layout.shard_mode == 'rows' and not changed:
         expected['rows_per_epoch_total'] = layout.total_rows
     for key, value in expected.items():
         if state.get(key) != value:
             raise ValueError(f'{where}: the state was saved with {key}={state.get(key)!r}, this reader has '
                              f'{key}={value!r}; make the reader with the options and data of the saved one')
+    return changed
 
 
 def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Stage:
@@ -177,6 +200,12 @@ def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Sta
                          'rank, pass the states of every saved rank (a list) to load_state_dict')
     first = min(states, key=lambda s: int(s['epoch']))
     stage = _stage_of(first)
+    if all(int(s['consumed']) == 0 and s.get('runs') is None for s in states) and \
+            any(s.get('pending') for s in states):
+        # Every rank took its whole share of the previous epoch and holds only buffered rows of it: those rows,
+        # split again, are the rest of that epoch; the next one is read whole.
+        held = merge_runs([tuple(r) for s in states for r in s.get('pending', ())])
+        return Stage(min(run[0] for run in held), tuple(held))
     runs = stage.runs if stage.runs is not None else ((stage.epoch, 0, layout.total_rows),)
     remainder: Remainder = first['remainder']
     if len(states) == 1:

@@ -182,5 +182,22 @@ def encode_rows(epoch_positions: np.ndarray, epoch: int) -> np.ndarray:
 
 def runs_of_rows(encoded: np.ndarray) -> list[Run]:
     """Sorted, merged runs of the rows named by :func:`encode_rows` numbers (repeats kept)."""
-    rows = np.sort(np.asarray(encoded, dtype=np.int64))
-    return merge_runs([(int(r // EPOCH_SPAN), int(r % EPOCH_SPAN), int(r % EPOCH_SPAN) + 1) for r in rows])
+    return [tuple(run) for run in run_table_of_rows(encoded).tolist()]
+
+
+def run_table_of_rows(encoded: np.ndarray) -> np.ndarray:
+    """:func:`runs_of_rows` as an ``(n, 3)`` int64 array of ``(epoch, start, stop)`` rows (no Python loop)."""
+    rows = np.asarray(encoded, dtype=np.int64).ravel()
+    if not len(rows):
+        return np.empty((0, 3), dtype=np.int64)
+    first, position = int(rows[0]), int(rows[0]) % EPOCH_SPAN
+    if position + len(rows) <= EPOCH_SPAN and np.array_equal(rows, np.arange(first, first + len(rows))):
+        # The common case of a loader without a shuffling buffer: the tail of a row group, one run.
+        return np.array([[first // EPOCH_SPAN, position, position + len(rows)]], dtype=np.int64)
+    rows = np.sort(rows)
+    epochs, positions = np.divmod(rows, EPOCH_SPAN)
+    # A run goes on while the next row is the next position of the same epoch (a repeat starts a new run).
+    breaks = np.flatnonzero((np.diff(positions) != 1) | (np.diff(epochs) != 0)) + 1
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [len(rows)]))
+    return np.column_stack((epochs[starts], positions[starts], positions[stops - 1] + 1))

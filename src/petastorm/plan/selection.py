@@ -18,11 +18,17 @@ from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
+from petastorm.tables.read import table_partition_values
 from petastorm.unischema import Unischema
 
 
 def partition_values(piece: RowGroupPiece, schema: Unischema) -> dict[str, Any]:
-    """The hive partition values of ``piece``'s directory, typed as the schema's fields (strings otherwise)."""
+    """The hive partition values of ``piece``'s directory, typed as the schema's fields (strings otherwise).
+
+    A table's partition values come from its log, as the reader delivers them.
+    """
+    if piece.table is not None:
+        return table_partition_values(piece.table, schema)
     values: dict[str, Any] = {}
     for name, raw in piece.partition_keys:
         field = schema.fields.get(name)
@@ -69,11 +75,13 @@ def select_row_groups(pieces: Sequence[RowGroupPiece], schema: Unischema, *,
 
 
 def make_layout(pieces: Sequence[RowGroupPiece], selected: Sequence[int], shard: ShardSpec, *, seed: int,
-                shuffle_row_groups: bool, shuffle_rows: bool, drop_partitions: int) -> ShardLayout:
+                shuffle_row_groups: bool, shuffle_rows: bool, drop_partitions: int,
+                table_version: tuple[str, int | None] | None = None) -> ShardLayout:
     """The layout of this shard's epochs over the selected pieces.
 
     With ``shard.mode == 'rows'`` every shard lays out all items and takes its share of each epoch's order;
-    otherwise the row groups themselves are split between the shards.
+    otherwise the row groups themselves are split between the shards. ``table_version`` names the table version
+    the pieces are of (positions saved on another version are refused).
 
     Raises:
         NoDataAvailableError: fewer rows than shards.
@@ -81,4 +89,4 @@ def make_layout(pieces: Sequence[RowGroupPiece], selected: Sequence[int], shard:
     piece_rows = [(i, pieces[i].num_rows) for i in selected]
     items = split_drop_partitions(shard_items(piece_rows, *shard.row_group_shard), drop_partitions)
     return ShardLayout(tuple(items), seed, shuffle_row_groups, shuffle_rows, shard.mode, shard.count, shard.shard,
-                       shard.remainder)
+                       shard.remainder, table_version)

@@ -33,14 +33,15 @@ RANK_ENVIRONMENT = (
 def detect_rank_and_world_size(environ: Mapping[str, str] | None = None) -> tuple[int, int, str]:
     """This process's rank and the world size, and where they were found.
 
-    ``torch.distributed`` wins when it is imported and initialized (torch is never imported here for this);
-    otherwise the first pair of :data:`RANK_ENVIRONMENT` variables that is set.
+    ``torch.distributed`` wins when it is imported and initialized (torch is never imported here for this), then
+    JAX's multi-process runtime when ``jax.distributed.initialize()`` was called (``jax.process_index()`` of
+    ``jax.process_count()``); otherwise the first pair of :data:`RANK_ENVIRONMENT` variables that is set.
 
     Args:
         environ: the environment to read (default ``os.environ``).
 
     Returns:
-        ``(rank, world_size, source)``; source is ``'torch.distributed'`` or the rank variable's name.
+        ``(rank, world_size, source)``; source is ``'torch.distributed'``, ``'jax'`` or the rank variable's name.
 
     Raises:
         ValueError: nothing was found, or the values are not integers with ``0 <= rank < world_size``.
@@ -49,6 +50,10 @@ def detect_rank_and_world_size(environ: Mapping[str, str] | None = None) -> tupl
     distributed = sys.modules.get('torch.distributed')
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
         return int(distributed.get_rank()), int(distributed.get_world_size()), 'torch.distributed'
+    jax: Any = sys.modules.get('jax')
+    initialized = getattr(getattr(jax, 'distributed', None), 'is_initialized', None)
+    if jax is not None and callable(initialized) and initialized():
+        return int(jax.process_index()), int(jax.process_count()), 'jax'
     environ = os.environ if environ is None else environ
     for rank_name, size_name in RANK_ENVIRONMENT:
         if rank_name in environ and size_name in environ:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._loaders import (
     _batch_columns,
     _batched_variable_length,
@@ -33,9 +34,15 @@ class InMemBatchedDataLoader(_LoaderBase):
     warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
     ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
     random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
-    may be smaller. Batches are copies: changing one in place does not change the cached data. The loader can
-    be iterated once; give the number of epochs to the constructor. Field types as for
-    :class:`BatchedDataLoader`.
+    may be smaller (``drop_last=True`` leaves it out, every epoch, as torch's ``DataLoader`` does). Batches are
+    copies: changing one in place does not change the cached data. Field types as for :class:`BatchedDataLoader`
+    (bool -> uint8 unless ``bool_dtype=torch.bool``); torch's ``DataLoader`` arguments other than ``batch_size``,
+    ``shuffle`` and ``drop_last`` raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead.
+
+    One iteration at a time: ``iter()`` while another iterator is in the middle of its epochs raises
+    ``RuntimeError``. Once an iteration delivered its last batch (also when the end was not asked for, as a trainer
+    that takes ``len(loader)`` batches does) or was closed (a loop left with ``break``), another ``iter()`` serves
+    the next ``num_epochs`` epochs (epochs ``num_epochs`` to ``2 * num_epochs - 1``, seeded the same way).
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (usually with ``num_epochs=1``).
@@ -48,13 +55,21 @@ class InMemBatchedDataLoader(_LoaderBase):
         variable_length: the form of list fields, as for :class:`BatchedDataLoader` (default ``'auto'``).
         padding_value: the value ``'pad'`` fills in.
         nulls: what a null becomes, as for :class:`BatchedDataLoader`.
+        drop_last: leave out the last batch of every epoch when it is short (the rows left out change from epoch
+            to epoch when shuffled). With equal shares of rows per DDP rank (``shard_mode='rows'``), every rank
+            gets the same number of full batches.
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
-                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None) -> None:
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size)
+            check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
                 raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
             if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
@@ -62,42 +77,57 @@ class InMemBatchedDataLoader(_LoaderBase):
                 raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
             _check_tensor_fields(type(self).__name__, self._source)
             self._forms = _forms(type(self).__name__, self._source, _batched_variable_length(variable_length),
-                                 padding_value, nulls, tensors=True)
+                                 padding_value, nulls, tensors=True,
+                                 bool_to_uint8=self._bool_to_uint8)
         self.transform_fn = transform_fn
         self.num_epochs = int(num_epochs)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.rows_capacity = int(rows_capacity)
         try:
-            loaded = _load_columns(self._source, transform_fn, self.rows_capacity, self._forms)
+            loaded = _load_columns(self._source, transform_fn, self.rows_capacity, self._forms, self._bool_to_uint8)
             self._keys, self._store, self._num_rows, self._as_tuple, self._nested = loaded
         finally:
             reader.stop()
             reader.join()
-        self._iterated = False
+        self._serving = False
+        self._iterations = 0
 
     def __iter__(self) -> Iterator[Any]:
-        if self._iterated:
+        if self._serving:
             raise RuntimeError("InMemBatchedDataLoader couldn't be used multiple times, please specify total number "
                                'of epochs using num_epochs in constructor.')
-        self._iterated = True
-        return self._epochs()
+        self._serving = True
+        first_epoch = self._iterations * self.num_epochs
+        self._iterations += 1
+        return self._epochs(first_epoch)
 
-    def _epochs(self) -> Iterator[Any]:
-        if self._nested is not None:
-            yield from self._nested_epochs()
-            return
+    def _epochs(self, first_epoch: int) -> Iterator[Any]:
+        # Serving ends with the last batch (a trainer that takes len() batches never asks for the end), or when the
+        # iterator is closed (a loop left with break, an interrupt); then another iteration may serve the next
+        # num_epochs epochs.
+        try:
+            if self._nested is not None:
+                yield from self._nested_epochs(first_epoch)
+            else:
+                yield from self._serve_epochs(first_epoch)
+        finally:
+            self._serving = False
+
+    def _serve_epochs(self, first_epoch: int) -> Iterator[Any]:
         n = self._num_rows
         step = _chunk_rows(self._store, self.batch_size)
         gather = _gatherer(self._store, self._keys, n)
-        for epoch in range(self.num_epochs):
+        remaining = len(self)
+        served = self._rows_per_epoch()  # the rows of an epoch's batches: drop_last leaves the short tail out
+        for epoch in range(first_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator)
             # One gather per chunk of many batches, not per batch: batches are then views of the chunk's columns.
-            for chunk_start in range(0, n, step):
-                chunk_stop = min(chunk_start + step, n)
+            for chunk_start in range(0, served, step):
+                chunk_stop = min(chunk_start + step, served)
                 if order is None:
                     chunk = self._store.slice(chunk_start, chunk_stop)
                     columns = [batch_tensor(chunk[key]) for key in self._keys]
@@ -109,31 +139,43 @@ class InMemBatchedDataLoader(_LoaderBase):
                     batches = ([column[start:start + self.batch_size] for column in columns]
                                for start in range(0, chunk_stop - chunk_start, self.batch_size))
                 for values in batches:
+                    remaining -= 1
+                    if not remaining:
+                        self._serving = False
                     yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
 
-    def _nested_epochs(self) -> Iterator[Any]:
+    def _nested_epochs(self, first_epoch: int) -> Iterator[Any]:
         """Epochs of a table with list or struct columns: rows gathered per batch, their lists from the arenas."""
         assert self._nested is not None
         n = self._num_rows
-        for epoch in range(self.num_epochs):
+        remaining = len(self)
+        served = self._rows_per_epoch()
+        for epoch in range(first_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator).numpy()
-            for start in range(0, n, self.batch_size):
-                stop = min(start + self.batch_size, n)
+            for start in range(0, served, self.batch_size):
+                stop = min(start + self.batch_size, served)
                 rows = np.arange(start, stop) if order is None else order[start:stop]
                 table = self._nested.decode(self._store.take(rows))
                 tensors = finish_batch(table, self._forms, torch.device('cpu'))
+                remaining -= 1
+                if not remaining:
+                    self._serving = False
                 yield list(tensors.values()) if self._as_tuple else tensors
 
+    def _rows_per_epoch(self) -> int:
+        return self._num_rows - self._num_rows % self.batch_size if self.drop_last else self._num_rows
+
     def __len__(self) -> int:
-        return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
+        return self.num_epochs * math.ceil(self._rows_per_epoch() / self.batch_size)
 
     def __repr__(self) -> str:
         from petastorm._describe import describe_names
 
-        state = ', iterated' if self._iterated else ''
+        state = (', drop_last=True' if self.drop_last else '') + \
+            (f', iterations={self._iterations}' if self._iterations else '')
         return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
                 f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
                 f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')
@@ -199,7 +241,8 @@ class _TensorColumns(ColumnStore):
 
 
 def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capacity: int,
-                  forms: TorchForms) -> tuple[list[str], Any, int, bool, NestedColumns | None]:
+                  forms: TorchForms,
+                  bool_to_uint8: bool = True) -> tuple[list[str], Any, int, bool, NestedColumns | None]:
     """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
 
     Each chunk is written into preallocated storage as it arrives (while the reader's workers go on reading):
@@ -218,7 +261,8 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capa
     nested: NestedColumns | None = None
     for columns, chunk_is_tuple in _column_chunks(source):
         as_tuple = chunk_is_tuple
-        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), forms)
+        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), forms,
+                               bool_to_uint8)
         rows = num_rows(table)
         take = min(rows, rows_capacity - loaded)
         dropped += rows - take

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from petastorm.batch_stream import ROW_IDS as _ROW_IDS
+from petastorm.batch_stream import BatchStream
 from petastorm.columns import is_nested
-from petastorm.plan import merge_runs, runs_of_rows
+from petastorm.pytorch._arguments import check_callable, check_torch_arguments
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -39,16 +40,11 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
-from petastorm.shuffle import Batcher, NumpyOps, ShufflingBuffer, Table
+from petastorm.shuffle import NumpyOps, Table
 from petastorm.source import ColumnSource, as_column_source
 
 logger = logging.getLogger(__name__)
 
-# A hidden column the streaming loaders keep beside buffered rows: the reader's number for each row (-1: unknown),
-# so that their state can name the rows taken from the reader but not yet delivered in a batch.
-_ROW_IDS = '.row_ids'
-# Mixed into shuffling seeds so that the loader's random stream differs from the reader's own streams.
-_LOADER_STREAM = 0x5EED_10AD
 _FALLBACK_CHUNK_ROWS = 1024
 
 
@@ -73,6 +69,16 @@ def _check_batch_size(batch_size: Any) -> int:
     return int(batch_size)
 
 
+def _check_bool_dtype(loader: str, bool_dtype: Any) -> bool:
+    """True when bool columns become ``torch.uint8`` (Petastorm's rule), False for real ``torch.bool`` tensors."""
+    if bool_dtype is torch.uint8:
+        return True
+    if bool_dtype is torch.bool:
+        return False
+    raise ValueError(f'{loader}: bool_dtype must be torch.uint8 (the default, as Petastorm) or torch.bool, got '
+                     f'{bool_dtype!r}')
+
+
 def _check_capacity(shuffling_queue_capacity: Any) -> int:
     if isinstance(shuffling_queue_capacity, bool) or not isinstance(shuffling_queue_capacity, (int, np.integer)) \
             or shuffling_queue_capacity < 0:
@@ -92,6 +98,25 @@ def _stop_reader_on_error(reader: Any) -> Iterator[None]:
         raise
 
 
+def _with_every_rank(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the reader states of every rank in place of this rank's, in a distributed run.
+
+    Checkpoints are written by rank 0 alone (Lightning, Accelerate), and every rank restores from that one file:
+    each finds its own position in the list, and with ``shard_mode='rows'`` another world size splits the rest.
+    Only when the reader is sharded over the whole world (one shard per rank); otherwise the state is this rank's.
+    """
+    dist = torch.distributed
+    reader_state = state['reader']
+    if not (dist.is_available() and dist.is_initialized()) or not isinstance(reader_state, dict):
+        return state
+    world = dist.get_world_size()
+    if world < 2 or reader_state.get('shard_count') != world:
+        return state
+    states: list[Any] = [None] * world
+    dist.all_gather_object(states, reader_state)
+    return {**state, 'reader': sorted(states, key=lambda one: int(one['shard']))}
+
+
 def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """``(columns, rows_are_tuples)`` per batch of the source's next pass (plus ``_ROW_IDS`` if asked)."""
     if source.ngram is not None:
@@ -105,95 +130,72 @@ def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator
 
 
 class _LoaderBase(_TorchDataLoader):
-    """Iteration rules shared by the loaders that stream from a reader.
+    """Iteration rules shared by the loaders that stream from a reader (:class:`petastorm.batch_stream.BatchStream`).
 
-    One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). Starting a new iteration after
-    a finished pass resets the reader; starting one while a pass is unfinished, or after a pass failed, raises
-    ``RuntimeError``.
+    One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). A new ``iter()`` starts over, as
+    torch's ``DataLoader`` does: after a finished pass, a pass left with ``break``, a pass a trainer stopped after
+    ``len(loader)`` batches, or an interrupted one, the reader starts its next ``num_epochs`` epochs; with
+    ``num_epochs=None`` the endless pass continues where it stopped. After a pass failed, ``iter()`` raises
+    ``RuntimeError``. With ``drop_last`` the pass's last batch is left out when it is short.
     """
 
+    # Hugging Face Accelerate's prepare() hands back unchanged a loader carrying this flag (it is how it recognises
+    # the loaders it made). Re-making ours as its own loader would lose our sharding and batching; the loader
+    # already shards by rank, and with use_stateful_dataloader its save_state/load_state keep our position.
+    _is_accelerate_prepared = True
+
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, drop_last: bool = False, bool_dtype: Any = None,
+                 torch_arguments: dict[str, Any] | None = None) -> None:
+        torch_arguments = dict(torch_arguments or {})
+        dataset = torch_arguments.pop('dataset', None)
+        if dataset is not None and not (isinstance(dataset, _ReaderDataset) and dataset.reader is reader):
+            # A trainer re-creating the loader from its attributes passes this loader's own .dataset back.
+            torch_arguments['dataset'] = dataset
+        check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
+        self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
+                                                else bool_dtype)
         super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
-                         pin_memory=bool(pin_memory))
+                         pin_memory=bool(pin_memory), drop_last=bool(drop_last))
         self.reader = reader
+        self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
         self._pin = bool(pin_memory) and accelerator_available()
         if pin_memory and not self._pin:
             warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
                           'memory', UserWarning, stacklevel=3)
-        self._in_progress = False
-        self._error: BaseException | None = None
-        self._passes_done = 0
-        self._restored = False  # load_state_dict was called: the next iteration continues the saved pass
-        self._buffers: tuple[Batcher, ShufflingBuffer | None] | None = None  # of the pass in progress
+        self._core: BatchStream | None = None  # made at first use: subclasses set their options after this
 
-    def __iter__(self) -> Iterator[Any]:
-        if self._error is not None:
-            raise RuntimeError(f'Cannot start a new iteration because last time iteration failed with error '
-                               f'{self._error!r}.')
-        if self._in_progress:
-            raise RuntimeError('You must finish a full pass of Petastorm DataLoader before making another pass from '
-                               'the beginning. If you do not need the rest of the data, stop the loader '
-                               '(leave its with-block) and make a new reader and loader.')
-        if self._passes_done and not self._restored:
-            logger.info('starting pass %d of the petastorm loader: resetting the reader', self._passes_done + 1)
-            self._source.reset()
-        self._restored = False
-        self._in_progress = True
-        try:
-            yield from self._batches(self._passes_done)
-        except GeneratorExit:
-            raise  # abandoned in the middle: the pass stays unfinished
-        except BaseException as err:
-            self._error = err
-            raise
-        self._in_progress = False
-        self._passes_done += 1
+    def _stream(self) -> BatchStream:
+        if self._core is None:
+            ops, prepare, finish, packed = self._stream_settings()
+            self._core = BatchStream(self._source, self.batch_size,
+                                     getattr(self, 'shuffling_queue_capacity', 0), ops=ops, prepare=prepare,
+                                     finish=finish, packed=packed, drop_last=self.drop_last,
+                                     name='Petastorm DataLoader')
+        return self._core
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
+        """``(ops, prepare, finish, packed)`` of the loader's batches (see :class:`BatchStream`)."""
         raise NotImplementedError
 
-    def _stream_batches(self, pass_index: int, ops: Any, prepare: Callable[[Table], Table],
-                        finish: Callable[[Table, bool], Any], packed: bool = False) -> Iterator[Any]:
-        """One pass of a streaming loader: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches.
-
-        ``packed`` lets the shuffling buffer keep numeric numpy columns as packed records
-        (:class:`~petastorm.shuffle.PackedColumns`).
-        """
-        batcher = Batcher(self.batch_size, ops)
-        capacity = self.shuffling_queue_capacity  # type: ignore[attr-defined]
-        shuffler = ShufflingBuffer(capacity, self._rng(pass_index), ops, self.batch_size,
-                                   packed=packed) if capacity else None
-        self._buffers = (batcher, shuffler)
-        as_tuple = False
-        for columns, as_tuple in _column_chunks(self._source, self._source.resumable):
-            table = prepare(columns)
-            # Every drawn piece is queued before the first batch goes out, so that state_dict() sees its rows.
-            for piece in shuffler.add(table) if shuffler is not None else (table,):
-                batcher.put(piece)
-            for batch in batcher.batches():
-                yield finish(batch, as_tuple)
-        for piece in shuffler.drain() if shuffler is not None else ():
-            batcher.put(piece)
-        for batch in batcher.batches():
-            yield finish(batch, as_tuple)
-        for batch in batcher.flush():
-            yield finish(batch, as_tuple)
-
-    def _rng(self, pass_index: int) -> np.random.Generator:
-        seed = self._source.seed
-        if seed is None:
-            return np.random.default_rng()
-        return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._stream())
 
     def _check_resumable(self, method: str) -> None:
-        if type(self)._batches is _LoaderBase._batches:  # does not stream from its reader (reads it up front)
+        if type(self)._stream_settings is _LoaderBase._stream_settings:  # reads its reader at construction
             raise NotImplementedError(f'{type(self).__name__} has no {method}(): it reads its reader at construction')
-        if not self._source.resumable:
-            raise NotImplementedError(f'{method}() needs a reader from make_reader/make_batch_reader, got '
-                                      f'{type(self.reader).__name__}')
+        self._stream().check_resumable(method)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """True when :meth:`state_dict` works: Accelerate's ``save_state``/``load_state`` then keep the position."""
+        if type(self)._stream_settings is _LoaderBase._stream_settings:
+            return False
+        return self._source.resumable
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: the reader's, with the rows waiting in the loader's buffers counted as not read.
@@ -201,55 +203,41 @@ class _LoaderBase(_TorchDataLoader):
         Save it between batches; :meth:`load_state_dict` on a new loader (over a new reader made with the same
         arguments) then delivers exactly the batches' rows not delivered yet: rows that were in the shuffling
         buffer or waiting for a batch are read again, the rest continues where the reader stopped.
+
+        In a distributed run (``torch.distributed`` initialized, the reader sharded over the world), the state holds
+        every rank's position (gathered with ``all_gather_object``), so that any rank, or a run with another world
+        size, continues from it: call it on every rank at the same step, as Lightning and Accelerate do when they
+        save a checkpoint.
         """
         self._check_resumable('state_dict')
-        state = self._source.state_dict()
-        held = self._held_row_ids()
-        if (held < 0).any():
-            raise RuntimeError('cannot save the loader position while it holds rows of a row group whose '
-                               'TransformSpec changed the number of rows; save it at the end of a pass')
-        pending = [tuple(r) for r in state['pending']] + runs_of_rows(held)
-        state['pending'] = [list(r) for r in merge_runs(sorted(pending))]
-        return {'reader': state, 'passes_done': self._passes_done, 'in_progress': self._in_progress}
-
-    def _held_row_ids(self) -> np.ndarray:
-        if self._buffers is None or not self._in_progress:
-            return np.empty(0, dtype=np.int64)
-        batcher, shuffler = self._buffers
-        parts = [np.asarray(part) for part in batcher.held(_ROW_IDS)]
-        if shuffler is not None and shuffler.held(_ROW_IDS) is not None:
-            parts.append(np.asarray(shuffler.held(_ROW_IDS)))
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return _with_every_rank(self._stream().state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict`; call on a fresh loader, before iterating.
+        """Continue from a :meth:`state_dict`: the next iteration delivers exactly the rows not delivered yet.
 
         ``state['reader']`` may also be a list: the reader states of every rank of a distributed run (see
         :meth:`petastorm.reader.Reader.load_state_dict`, which allows another world size with
-        ``shard_mode='rows'``).
+        ``shard_mode='rows'``). A pass being read is abandoned.
         """
         self._check_resumable('load_state_dict')
-        if self._in_progress or self._buffers is not None:
-            raise RuntimeError('load_state_dict() must be called before iterating the loader')
-        reader_state = state['reader']
-        if not state.get('in_progress'):  # saved between passes: the next iteration is a whole new pass
-            states = reader_state if isinstance(reader_state, list) else [reader_state]
-            reader_state = [{**s, 'pass_start': s['epoch']} for s in states]
-        self._source.load_state_dict(reader_state)
-        self._passes_done = int(state['passes_done'])
-        self._restored = True
+        self._stream().load_state_dict(state)
 
     def __len__(self) -> int:
-        # A loader restored with load_state_dict has the rest of its pass to deliver; its reader knows how much.
-        rows = self._source.num_rows_this_pass
-        if rows is None:
+        # The batches of a whole pass, also after load_state_dict: trainers count an epoch's batches from its start.
+        batches = self._stream().num_batches()
+        if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
-                            f'(num_epochs set, no predicate, no filters); this one has no len()')
-        return math.ceil(rows / self.batch_size)
+                            f'(num_epochs set; a predicate or filters on stored columns need '
+                            f'make_reader(..., count_rows=True)); this one has no len()')
+        return batches
 
     def __repr__(self) -> str:
         parts = [f'batch_size={self.batch_size}',
                  f'shuffling_queue_capacity={getattr(self, "shuffling_queue_capacity", 0)}']
+        if self.drop_last:
+            parts.append('drop_last=True')
+        if not self._bool_to_uint8:
+            parts.append('bool_dtype=torch.bool')
         device = getattr(self, 'device', None)
         if device is not None:
             parts.append(f'device={str(device)!r}')
@@ -257,11 +245,12 @@ class _LoaderBase(_TorchDataLoader):
             parts.append(f'batches_per_pass={len(self)}')
         except TypeError:
             parts.append('batches_per_pass=unknown')
-        parts.append(f'passes_done={self._passes_done}')
-        if self._in_progress:
+        stream = self._stream()
+        parts.append(f'passes_done={stream.passes_done}')
+        if stream.in_progress:
             parts.append('pass in progress')
-        if self._error is not None:
-            parts.append(f'failed with {type(self._error).__name__}')
+        if stream.error is not None:
+            parts.append(f'failed with {type(stream.error).__name__}')
         return f'<{type(self).__name__} {", ".join(parts)}, reader={self.reader!r}>'
 
     def __enter__(self) -> _LoaderBase:
@@ -278,12 +267,15 @@ class DataLoader(_LoaderBase):
     A batch is what ``collate_fn`` makes of ``batch_size`` rows: with the default
     :func:`decimal_friendly_collate`, a dict ``{field: tensor}`` (rows of a ``TransformSpec`` function returning
     tuples give a list of tensors by position); numbers and arrays become tensors (uint16 -> int32,
-    uint32 -> int64, bool -> uint8), while Decimals and strings become lists. The last batch of a pass may be
-    smaller. The default collation works on whole columns and gives the same result as collating the rows.
+    uint32 -> int64, and bool -> uint8 as in Petastorm unless ``bool_dtype=torch.bool``), while Decimals and
+    strings become lists. The last batch of a pass may be smaller (``drop_last=True`` leaves it out). The default
+    collation works on whole columns and gives the same result as collating the rows.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``. The reader does
-    the parallel reading, so ``num_workers``, ``sampler``, ``shuffle`` and the like do not exist here; shuffle with
-    the reader (``shuffle_row_groups``, ``shuffle_rows``) and ``shuffling_queue_capacity``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``, ``drop_last``.
+    The reader does the parallel reading, choosing and shuffling, so ``num_workers``, ``sampler``, ``shuffle`` and
+    the like raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (torch's default
+    values are accepted): shuffle with the reader (``shuffle_row_groups``, ``shuffle_rows``) and
+    ``shuffling_queue_capacity``, read in parallel with its ``reader_pool_type`` and ``workers_count``.
 
     Args:
         reader: a reader from ``make_reader`` or ``make_batch_reader``; the loader owns it (leaving the loader's
@@ -313,22 +305,33 @@ class DataLoader(_LoaderBase):
             a list field are masked only when named, ``{'ids[]': 'mask'}`` (``JaggedTensor.values_valid``).
             Struct fields arrive as dicts of their fields' tensors, times as int64 counts of their unit since the
             epoch (``docs/types.md``).
+        drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows (for BatchNorm,
+            fixed-shape compiled models, and DDP). Every rank of a DDP run then gets the same number of full
+            batches when the ranks read equal shares: ``make_reader(..., cur_shard='auto', shard_mode='rows',
+            seed=...)`` (``docs/distributed.md``); with shards of whole row groups the ranks' row counts, and so
+            their batch counts, may differ.
+        bool_dtype: the tensor type of bool fields: ``torch.uint8`` (default, as Petastorm) or ``torch.bool``.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
 
     Example:
-        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64) as loader:
+        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64, drop_last=True) as loader:
         ...     for batch in loader:
         ...         train_step(batch['image'], batch['label'])
 
-    A second ``iter()`` after a finished pass resets the reader and reads it again; ``iter()`` in the middle of a
-    pass raises ``RuntimeError``. ``len(loader)`` is the number of batches of a pass when the reader knows its
-    row count, else ``TypeError``.
+    Each ``iter()`` starts over, as torch's ``DataLoader`` does: the reader's next ``num_epochs`` epochs, whether the
+    last pass ended, was left with ``break`` or was stopped by a trainer (``num_epochs=None``: the endless pass
+    continues where it stopped; see ``docs/trainers.md``). ``len(loader)`` is the number of batches of a pass when
+    the reader knows its row count (``rows // batch_size`` with ``drop_last``, else rounded up), else ``TypeError``.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
-                 padding_value: Any = 0, pin_memory: bool = False, nulls: Any = None) -> None:
+                 padding_value: Any = 0, pin_memory: bool = False, nulls: Any = None, drop_last: bool = False,
+                 bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory)
+            check_callable('DataLoader', 'collate_fn', collate_fn, optional=False)
+            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
+                             bool_dtype=bool_dtype, torch_arguments=torch_arguments)
             self._configure(shuffling_queue_capacity, variable_length, padding_value, nulls)
 
     def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any,
@@ -340,7 +343,8 @@ class DataLoader(_LoaderBase):
         self.variable_length = variable_length
         self.padding_value = padding_value
         self.nulls = nulls
-        self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls, tensors=False)
+        self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls, tensors=False,
+                             bool_to_uint8=self._bool_to_uint8)
         fields = self._source.schema.fields
         self._variable_fields = frozenset(name for name, field in fields.items()
                                           if field.shape is not None and None in tuple(field.shape))
@@ -350,19 +354,19 @@ class DataLoader(_LoaderBase):
                 raise ValueError(f"variable_length='pad' adds '<field>{MASK_SUFFIX}' keys, but the schema already "
                                  f"has {[n + MASK_SUFFIX for n in clashes]}")
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
-        return self._stream_batches(pass_index, NumpyOps(), self._prepare, self._collate)
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
+        return NumpyOps(), self._prepare, self._collate, False
 
     def _prepare(self, columns: Table) -> Table:
-        return prepare_columns(columns, self._forms)
+        return prepare_columns(columns, self._forms, self._bool_to_uint8)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
         if self.collate_fn is decimal_friendly_collate:
             batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
-                                    self.padding_value, self._forms)
+                                    self.padding_value, self._forms, self._bool_to_uint8)
         else:
-            batch = self.collate_fn(rows_of(columns, as_tuple))
+            batch = self.collate_fn(rows_of(columns, as_tuple, self._bool_to_uint8))
         return pin(batch) if self._pin else batch
 
 
@@ -373,12 +377,15 @@ class BatchedDataLoader(_LoaderBase):
     tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer (on the
     CPU, numeric columns packed into one record per row, so that a random row is one memory access; on another
     ``device``, one tensor per column there). A batch is a dict ``{field: tensor}`` (a list by position for rows
-    of a transform returning tuples); the last batch of a pass may be smaller. Ragged and nested lists come as
-    :class:`~petastorm.pytorch.JaggedTensor` s (``variable_length``), structs as dicts of tensors, times as int64
-    counts of their unit; nulls are refused unless ``nulls`` says what to make of them. Strings and Decimals are
-    not supported (use :class:`DataLoader`); the error names the fields.
+    of a transform returning tuples); the last batch of a pass may be smaller (``drop_last=True`` leaves it out).
+    Ragged and nested lists come as :class:`~petastorm.pytorch.JaggedTensor` s (``variable_length``), structs as
+    dicts of tensors, times as int64 counts of their unit; nulls are refused unless ``nulls`` says what to make of
+    them. Dtypes as for :class:`DataLoader` (uint16 -> int32, uint32 -> int64, bool -> uint8 unless
+    ``bool_dtype=torch.bool``). Strings and Decimals are not supported (use :class:`DataLoader`); the error names
+    the fields.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``, ``drop_last``; the others raise
+    :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (as for :class:`DataLoader`).
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (stopped and joined on exit).
@@ -403,13 +410,20 @@ class BatchedDataLoader(_LoaderBase):
         nulls: what a null becomes, as for :class:`DataLoader`: None (default) refuses them with Petastorm's
             error, ``'mask'`` adds ``'<field>_valid'`` bool tensors, a number fills them in, a dict chooses per
             field.
+        drop_last: leave out the last batch of a pass when it is short; with equal shares of rows per DDP rank
+            (``shard_mode='rows'``) every rank gets the same number of full batches (see :class:`DataLoader`).
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
-                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None) -> None:
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, pin_memory=pin_memory)
+            check_callable('BatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, pin_memory=pin_memory, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             self.transform_fn = transform_fn
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
@@ -418,17 +432,18 @@ class BatchedDataLoader(_LoaderBase):
             self.padding_value = padding_value
             self.nulls = nulls
             self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls,
-                                 tensors=True)
+                                 tensors=True, bool_to_uint8=self._bool_to_uint8)
 
-    def _batches(self, pass_index: int) -> Iterator[Any]:
+    def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
         # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
         # column. With the reader's threads running, that made the main thread's shuffling ~20% cheaper per row
         # on the 5M-row scalar store (capacity 100000) than one array per column.
-        return self._stream_batches(pass_index, TensorOps(self.device), self._prepare, self._finish, packed=True)
+        return TensorOps(self.device), self._prepare, self._finish, True
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)
-        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._forms)
+        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._forms,
+                               self._bool_to_uint8)
         if row_ids is not None:
             table[_ROW_IDS] = row_ids
         return table
@@ -470,9 +485,10 @@ def _batched_variable_length(variable_length: Any) -> VariableLength:
 
 
 def _forms(loader: str, source: ColumnSource, variable_length: Any, padding_value: Any, nulls: Any,
-           tensors: bool) -> TorchForms:
+           tensors: bool, bool_to_uint8: bool = True) -> TorchForms:
     """The checked forms of a loader's columns (see :mod:`petastorm.pytorch._nested`)."""
-    forms = TorchForms(source.schema, variable_length, padding_value, NullOption.of(nulls, source.schema))
+    forms = TorchForms(source.schema, variable_length, padding_value, NullOption.of(nulls, source.schema),
+                       bool_to_uint8)
     check_forms(loader, forms, tensors)
     return forms
 
@@ -504,7 +520,7 @@ def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
 
 
 def _batch_columns(loader: str, columns: dict[str, Any], transform_fn: Callable | None,
-                   device: Any, forms: TorchForms) -> Table:
+                   device: Any, forms: TorchForms, bool_to_uint8: bool = True) -> Table:
     """The columns of a chunk made ready for a batched loader.
 
     Dtypes are promoted as the original loaders did, nulls, times and lists as ``forms`` say, and ``transform_fn``
@@ -514,7 +530,7 @@ def _batch_columns(loader: str, columns: dict[str, Any], transform_fn: Callable 
     them is finished.
     """
     out: Table = {}
-    for name, column in prepare_columns(columns, forms).items():
+    for name, column in prepare_columns(columns, forms, bool_to_uint8).items():
         if is_nested(column):
             out[name] = column
             continue

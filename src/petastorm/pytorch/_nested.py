@@ -138,12 +138,14 @@ class TorchForms:
         variable_length: the form of list columns (see the loaders' ``variable_length``).
         padding_value: what ``'pad'`` fills in.
         nulls: the checked ``nulls`` option.
+        bool_to_uint8: bool values become uint8, as in Petastorm (the loaders' ``bool_dtype=torch.uint8``).
     """
 
     schema: Unischema
     variable_length: VariableLength
     padding_value: Any
     nulls: NullOption
+    bool_to_uint8: bool = True
 
     # -- 1. per row group ----------------------------------------------------------------------------------------
 
@@ -161,7 +163,7 @@ class TorchForms:
         if isinstance(column, np.ndarray) and column.dtype == object and self.variable_length != 'list':
             column = _list_of_arrays(column)
         if not is_nested(column) and not (nullable and self.nulls.policy(name) == 'mask'):
-            return _leaf_array(column)
+            return _leaf_array(column, self.bool_to_uint8)
         prepared = self._prepare(name, column, arrow_type, nullable)
         if self.variable_length == 'auto' and stored is not None and tuple(stored.shape) == (None,) and \
                 isinstance(prepared, ListColumn) and not isinstance(prepared, MapColumn):
@@ -190,9 +192,9 @@ class TorchForms:
             if policy is None:
                 raise _null_error(path)
             if policy == 'mask':
-                return MaskedColumn(_leaf_array(column.values), column.valid)
-            return _filled(path, column, policy[1])
-        array = _leaf_array(column)
+                return MaskedColumn(_leaf_array(column.values, self.bool_to_uint8), column.valid)
+            return _filled(path, column, policy[1], self.bool_to_uint8)
+        array = _leaf_array(column, self.bool_to_uint8)
         if keep_mask:
             return MaskedColumn(array, np.ones(len(array), dtype=bool))
         return array
@@ -371,18 +373,18 @@ def _element_of(arrow_type: pa.DataType | None) -> tuple[pa.DataType | None, boo
     return None, True
 
 
-def _leaf_array(column: Any) -> Any:
+def _leaf_array(column: Any, bool_to_uint8: bool = True) -> Any:
     """Numbers as the loaders deliver them: promoted as Petastorm did, times as int64 counts of their unit."""
     if isinstance(column, np.ndarray):
         if column.dtype.kind in 'Mm':
             return column.view(np.int64)
         if column.dtype.kind in 'biu':
-            return promote_dtype(column)
+            return promote_dtype(column, bool_to_uint8)
     return column
 
 
-def _filled(path: str, column: MaskedColumn, value: Any) -> np.ndarray:
-    values = _leaf_array(column.values)
+def _filled(path: str, column: MaskedColumn, value: Any, bool_to_uint8: bool = True) -> np.ndarray:
+    values = _leaf_array(column.values, bool_to_uint8)
     if values.dtype.kind not in 'biufc':
         raise TorchTypeError(f'field {path!r}: nulls fill value {value!r} cannot stand in for {values.dtype} values')
     filled = np.array(values, copy=True)

@@ -30,20 +30,26 @@ class TorchTypeError(PetastormError, TypeError):
     """A value cannot become part of a torch batch (a None, or a string or Decimal where tensors are needed)."""
 
 
-def promote_dtype(array: np.ndarray) -> np.ndarray:
-    """``array`` with uint16 -> int32, uint32 -> int64 and bool -> uint8, as the original loaders did."""
-    target = _PROMOTED.get(array.dtype)
+def _target_dtype(dtype: np.dtype[Any], bool_to_uint8: bool) -> np.dtype[Any] | None:
+    if dtype.kind == 'b' and not bool_to_uint8:
+        return None
+    return _PROMOTED.get(dtype)
+
+
+def promote_dtype(array: np.ndarray, bool_to_uint8: bool = True) -> np.ndarray:
+    """``array`` with uint16 -> int32, uint32 -> int64 and bool -> uint8 (unless told not to), as Petastorm did."""
+    target = _target_dtype(array.dtype, bool_to_uint8)
     return array if target is None else array.astype(target)
 
 
-def sanitize_value(name: str, value: Any) -> Any:
+def sanitize_value(name: str, value: Any, bool_to_uint8: bool = True) -> Any:
     """One row value made ready for collation: dtypes promoted, None refused with the original message."""
     if value is None:
         raise TorchTypeError(f'Pytorch does not support nullable fields. Found None in {name}')
     if isinstance(value, np.ndarray):
-        return promote_dtype(value)
+        return promote_dtype(value, bool_to_uint8)
     if isinstance(value, np.generic):
-        target = _PROMOTED.get(value.dtype)
+        target = _target_dtype(value.dtype, bool_to_uint8)
         return value if target is None else value.astype(target)
     return value
 

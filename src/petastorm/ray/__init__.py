@@ -30,7 +30,8 @@ __all__ = ['PetastormDatasink', 'PetastormDatasource', 'read_petastorm', 'write_
 def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, predicate: Any = None,
                    filters: Any = None, rowgroup_selector: Any = None, storage_options: dict | None = None,
                    filesystem: Any = None, override_num_blocks: int | None = None, concurrency: int | None = None,
-                   ray_remote_args: dict[str, Any] | None = None) -> ray.data.Dataset:
+                   ray_remote_args: dict[str, Any] | None = None, table_version: Any = None,
+                   table_format: str = 'auto') -> ray.data.Dataset:
     """A Ray Dataset of the rows of a Petastorm dataset, every field decoded as ``make_reader`` decodes it.
 
     Read tasks are planned on the driver from the dataset's row groups (after the selector, partition and
@@ -43,7 +44,8 @@ def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, p
     scalar columns (``ds.filter(expr=...)``) into the read.
 
     Args:
-        dataset_url: dataset directory URL, or a list of Parquet file URLs.
+        dataset_url: dataset directory URL, a list of Parquet file URLs, a Delta or Iceberg table's directory URL,
+            or a ``pyiceberg`` table.
         schema_fields: fields to read (``UnischemaField`` s and/or regular expressions), as in ``make_reader``.
         predicate: a :class:`~petastorm.predicates.PredicateBase`, evaluated in the read tasks on decoded values.
         filters: pyarrow DNF filters (``[('col', '>', 3)]``), used to skip row groups and applied to rows.
@@ -55,6 +57,9 @@ def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, p
             CPU), at most one per row group; every task yields one block per row group it reads.
         concurrency: most read tasks running at once (default: Ray's choice).
         ray_remote_args: options of the read tasks' ``ray.remote`` (``num_cpus``, ``memory``, ...).
+        table_version: for a Delta or Iceberg table (a directory URL, or a ``pyiceberg`` table as
+            ``dataset_url``), the version to read, as ``make_reader``'s ``table_version`` (default: the latest).
+        table_format: ``'auto'``, ``'delta'``, ``'iceberg'`` or ``'parquet'``, as ``make_reader``'s.
 
     Raises:
         MissingDependencyError: Ray is not installed.
@@ -66,7 +71,8 @@ def read_petastorm(dataset_url: str | list[str], *, schema_fields: Any = None, p
     datasource = PetastormDatasource(dataset_url, schema_fields=schema_fields, predicate=predicate,
                                      filters=filters, rowgroup_selector=rowgroup_selector,
                                      storage_options=storage_options, filesystem=filesystem,
-                                     split_row_groups=override_num_blocks is not None)
+                                     split_row_groups=override_num_blocks is not None,
+                                     table_version=table_version, table_format=table_format)
     num_blocks = override_num_blocks if override_num_blocks is not None else datasource.default_num_tasks()
     return ray_data.read_datasource(datasource, override_num_blocks=num_blocks, concurrency=concurrency,
                                     ray_remote_args=ray_remote_args)

@@ -27,13 +27,14 @@ from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
 from petastorm.columns import densified, is_nested, to_arrow
-from petastorm.metadata.filters import columns_of_expression, matching_row_groups
+from petastorm.metadata.filters import columns_of_expression
 from petastorm.ngram import NGram
 from petastorm.options import validate_options
 from petastorm.plan import ScheduledItem, WorkItem, split_drop_partitions
 from petastorm.read import ReadContext, read_item
 from petastorm.reader import normalize_dataset_url_or_urls
 from petastorm.reader_setup import set_up_reader
+from petastorm.tables import matching_row_groups
 from petastorm.unischema import UnischemaField, arrow_type_of_field
 
 try:  # A block of rows without columns (ds.count()) keeps its row count in a null column Ray knows to ignore.
@@ -62,7 +63,8 @@ class PetastormDatasource(Datasource):
 
     def __init__(self, dataset_url: str | list[str], *, schema_fields: Any = None, predicate: Any = None,
                  filters: Any = None, rowgroup_selector: Any = None, storage_options: dict | None = None,
-                 filesystem: Any = None, split_row_groups: bool = False) -> None:
+                 filesystem: Any = None, split_row_groups: bool = False, table_version: Any = None,
+                 table_format: Any = 'auto') -> None:
         super().__init__()
         if isinstance(schema_fields, NGram):
             raise ValueError('read_petastorm reads rows, not NGram windows: schema_fields must be None or a list '
@@ -72,7 +74,8 @@ class PetastormDatasource(Datasource):
             dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=False,
             schema_fields=schema_fields, reader_pool_type='dummy', workers_count=1, shuffle_row_groups=False,
             predicate=predicate, rowgroup_selector=rowgroup_selector, filters=filters,
-            storage_options=storage_options, filesystem=filesystem)
+            storage_options=storage_options, filesystem=filesystem, table_version=table_version,
+            table_format=table_format)
         with warnings.catch_warnings():
             warnings.filterwarnings('ignore', message=_PLAIN_PARQUET_WARNING, category=UserWarning)
             setup = set_up_reader(options)

@@ -156,6 +156,8 @@ def torch_dataloader(converter: Any, batch_size: int, num_epochs: int | None, wo
     import_optional('torch', 'SparkDatasetConverter.make_torch_dataloader')
     from petastorm.pytorch import BatchedDataLoader, DataLoader
 
+    # Arguments of the loader, not of the reader: every loader takes them.
+    loader_kwargs = {name: reader_kwargs.pop(name) for name in _LOADER_ARGUMENTS if name in reader_kwargs}
     with open_reader(converter, num_epochs, workers_count, reader_kwargs, wait_timeout_secs) as reader:
         if data_loader_fn is None:
             data_loader_fn = BatchedDataLoader
@@ -163,7 +165,11 @@ def torch_dataloader(converter: Any, batch_size: int, num_epochs: int | None, wo
                 logger.info('the DataFrame has string or decimal columns: using petastorm.pytorch.DataLoader, '
                             'which collates them as lists, instead of the faster BatchedDataLoader')
                 data_loader_fn = DataLoader
-        yield data_loader_fn(reader=reader, batch_size=batch_size, shuffling_queue_capacity=shuffling_queue_capacity)
+        yield data_loader_fn(reader=reader, batch_size=batch_size, shuffling_queue_capacity=shuffling_queue_capacity,
+                             **loader_kwargs)
+
+
+_LOADER_ARGUMENTS = ('drop_last', 'bool_dtype')
 
 
 @contextlib.contextmanager
