@@ -80,9 +80,21 @@ class UnifiedSchema:
 
 
 def _plain(arrow_type: pa.DataType) -> pa.DataType:
-    """Dictionary encoding is how a file stores values, not their type."""
+    """Dictionary encoding and string/binary views are how a file stores values (writers differ), not their type."""
     if isinstance(arrow_type, pa.DictionaryType):
-        return arrow_type.value_type
+        return _plain(arrow_type.value_type)
+    if arrow_type == pa.string_view():
+        return pa.string()
+    if arrow_type == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(_plain(arrow_type.value_type)))
+    if pa.types.is_large_list(arrow_type):
+        return pa.large_list(arrow_type.value_field.with_type(_plain(arrow_type.value_type)))
+    if pa.types.is_fixed_size_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(_plain(arrow_type.value_type)), arrow_type.list_size)
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([child.with_type(_plain(child.type)) for child in arrow_type])
     return arrow_type
 
 
