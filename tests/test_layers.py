@@ -18,9 +18,9 @@ SOURCE = pathlib.Path(__file__).resolve().parent.parent / 'src'
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ('foundation', ('petastorm.errors', 'petastorm._optional', 'petastorm._describe', 'petastorm._progress',
                     'petastorm._warnings', 'petastorm.stage_timing')),
-    ('model', ('petastorm.unischema', 'petastorm.codecs', 'petastorm.scalars', 'petastorm.spark_types',
-               'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates', 'petastorm.selectors',
-               'petastorm.ngram', 'petastorm.generator')),
+    ('model', ('petastorm.columns', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.scalars',
+               'petastorm.spark_types', 'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates',
+               'petastorm.selectors', 'petastorm.ngram', 'petastorm.generator', 'petastorm.hf_features')),
     ('storage', ('petastorm.fs', 'petastorm.fs_utils', 'petastorm.hdfs', 'petastorm.metadata', 'petastorm.writer',
                  'petastorm.cache', 'petastorm.local_disk_cache', 'petastorm.tables')),
     ('plan', ('petastorm.plan', 'petastorm.distributed')),

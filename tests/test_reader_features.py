@@ -13,6 +13,7 @@ import pytest
 import petastorm.read
 from petastorm import TransformSpec, make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import NdarrayCodec, ScalarCodec
+from petastorm.columns import ListColumn
 from petastorm.predicates import PredicateBase, in_lambda, in_set
 from petastorm.transform import edit_field
 from petastorm.unischema import Unischema, UnischemaField
@@ -228,9 +229,13 @@ def test_batch_reader_on_plain_parquet_types(tmp_path):
     assert batch.s.dtype.kind == 'U'
     assert batch.l.shape == (3, 2)
     assert batch.l.dtype == np.int32
-    assert batch.ragged.dtype == object
+    assert isinstance(batch.ragged, ListColumn)
+    assert batch.ragged.values.tolist() == [1, 2, 3]
+    assert batch.ragged.offsets.tolist() == [0, 1, 3, 3]
     assert [list(x) for x in batch.ragged] == [[1], [2, 3], []]
-    assert batch.n[1] is None
+    assert isinstance(batch.n, np.ma.MaskedArray)
+    assert batch.n.mask.tolist() == [False, True, False]
+    assert batch.n[1] is np.ma.masked
 
 
 def test_one_reader_shared_by_threads_delivers_each_row_once(url):

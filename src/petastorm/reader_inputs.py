@@ -16,7 +16,7 @@ from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
 from petastorm.metadata.store import ParquetStore, inferred_schema, stored_schema
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
 __all__ = ['check_columns_exist', 'check_ngram_options', 'load_schema', 'select_fields']
 
@@ -58,7 +58,10 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
         raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
                          f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
     schema_fields = list(schema_fields)
+    leaves, schema_fields = _struct_leaves(schema, schema_fields)
     view = schema.create_schema_view(schema_fields)
+    if leaves:
+        view = _with_struct_leaves(schema, view, leaves)
     if not view.fields:
         raise NoMatchingFieldsError(f"No fields matching the criteria '{schema_fields}' were found in the dataset "
                                     f"{url}. The dataset's fields: {', '.join(schema.fields)}")
@@ -71,6 +74,37 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
     return view
 
 
+def _struct_leaves(schema: Unischema, schema_fields: list[Any]) -> tuple[dict[str, list[list[str]]], list[Any]]:
+    """The items of ``schema_fields`` that name leaves of struct fields (``'st.a'``), and the other items.
+
+    An item is a leaf path when it names no field (as a name or a regular expression) and starts with the name of
+    a struct field followed by a dot.
+
+    Raises:
+        ValueError: the path starts with a struct field but names nothing that struct holds.
+    """
+    leaves: dict[str, list[list[str]]] = {}
+    rest = []
+    for item in schema_fields:
+        if isinstance(item, str) and '.' in item and not any(re.fullmatch(item, name) for name in schema.fields):
+            found = struct_leaf_field(schema, item)
+            if found is not None:
+                leaves.setdefault(found[0].name, []).append(found[1])
+                continue
+        rest.append(item)
+    return leaves, rest
+
+
+def _with_struct_leaves(schema: Unischema, view: Unischema, leaves: dict[str, list[list[str]]]) -> Unischema:
+    """``view`` plus the struct fields of ``leaves``, each holding only its leaves (a whole struct asked for wins)."""
+    chosen = dict(view.fields)
+    for name, paths in leaves.items():
+        if name not in chosen:
+            chosen[name] = prune_struct_field(schema.fields[name], paths)
+    order = [name for name in schema.fields if name in chosen and name not in view.fields]
+    return Unischema(view._name, [*view.fields.values(), *(chosen[name] for name in order)])
+
+
 def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
     """Refuse fields that are not columns of the store's files (metadata that does not match the data).
 
@@ -80,8 +114,11 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     if not store.files:
         return
     table_schema = store.table_schema()  # a table's columns are those of its schema, not of one of its files
+    unified = store.memo.get('unified')  # a schema inferred from every file: its columns are theirs
     if table_schema is not None:
         file_columns = set(table_schema.names)
+    elif unified is not None:
+        file_columns = set(unified.schema.names)
     else:
         with store.filesystem.open_input_file(store.files[0]) as f:
             file_columns = set(pq.read_schema(f).names)

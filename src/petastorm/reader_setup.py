@@ -27,7 +27,7 @@ from petastorm.read import ReadContext, row_group_matches
 from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
 from petastorm.tables import TableStore, filter_statistics, open_dataset
 from petastorm.transform import transform_schema
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
 _MAX_COUNTING_THREADS = 16
 
@@ -89,6 +89,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     for field in list(view.fields.values()) + predicate_fields:  # before any worker starts: one error, here
         if field.codec is not None:
             field.codec.check_available('decode')
+    file_columns, unified_types = _conformance(dataset, list(view.fields.values()) + predicate_fields)
     expression = filter_expression(options.filters)
     pieces = load_row_groups(dataset)
     statistics = filter_statistics(dataset, expression) if expression is not None else None
@@ -114,8 +115,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         predicate_fields=() if partition_predicate else tuple(predicate_fields),
         predicate=None if partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
-        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema), ngram=ngram,
-        time_stages=time_stages,
+        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
+        time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
+        file_columns=file_columns, unified_types=unified_types,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the
@@ -143,10 +145,38 @@ def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count
         return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
 
 
-def _transform_target(options: ReaderOptions, schema: Unischema) -> TransformTarget | None:
+def _transform_target(options: ReaderOptions, schema: Unischema, view: Unischema) -> TransformTarget | None:
     if options.transform_spec is None:
         return None
-    return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output)
+    return TransformTarget(options.transform_spec, tuple(schema.fields), schema, options.batched_output, view)
+
+
+def _conformance(dataset: ParquetStore, fields: list[UnischemaField]) -> tuple[tuple, tuple]:
+    """``(file_columns, unified_types)`` of the read context (empty when every file has the same schema).
+
+    That is what the files that differ from the unified schema have, and the types the fields' columns are read as.
+    """
+    unified = dataset.memo.get('unified')  # made when the schema was inferred from the files
+    if unified is None or not unified.differs:
+        return (), ()
+    types = {}
+    for field in fields:
+        struct = struct_type_of_field(field)
+        if struct is not None:
+            types[field.name] = struct  # a struct read by its leaves has the fields the schema names
+        elif field.name in unified.schema.names:
+            types[field.name] = unified.schema.field(field.name).type
+    return tuple(unified.file_columns.items()), tuple(types.items())
+
+
+def _column_paths(fields: list[UnischemaField]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The fields read by Parquet paths: struct fields, by the paths of their leaves."""
+    out = {}
+    for field in fields:
+        paths = struct_leaf_paths(field)
+        if paths != [field.name]:
+            out[field.name] = tuple(paths)
+    return tuple(out.items())
 
 
 def _batch_function(options: ReaderOptions) -> bool:

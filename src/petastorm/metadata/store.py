@@ -29,6 +29,7 @@ from petastorm.fs import ResolvedLocation
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
+from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
@@ -65,6 +66,8 @@ class ParquetStore:
     metadata_path: str | None = None
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
+    #: what was read from the files once (their footers, their unified schema), kept for the next steps
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
@@ -283,6 +286,25 @@ def stored_schema(store: ParquetStore) -> Unischema:
         f'your ETL code. You can generate it on an existing dataset using petastorm-generate-metadata.py')
 
 
+def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
+    """The Parquet footers of the files (up to 16 read at a time).
+
+    Raises:
+        PetastormMetadataError: a file is not readable Parquet (the message names it).
+    """
+    def read(path: str) -> pq.FileMetaData:
+        try:
+            with filesystem.open_input_file(path) as f:
+                return pq.read_metadata(f)
+        except (OSError, pa.ArrowException) as err:
+            raise PetastormMetadataError(f'{path} is not a readable Parquet file: {err}') from err
+
+    if not paths:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
     """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
 
@@ -296,18 +318,37 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
     Raises:
         PetastormMetadataError: a file is not readable Parquet (the message names it).
     """
-    def read(path: str) -> list[int]:
-        try:
-            with filesystem.open_input_file(path) as f:
-                metadata = pq.read_metadata(f)
-        except (OSError, pa.ArrowException) as err:
-            raise PetastormMetadataError(f'{path} is not a readable Parquet file: {err}') from err
-        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    return {path: _row_counts(metadata) for path, metadata in read_footers(filesystem, paths).items()}
 
-    if not paths:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+def _row_counts(metadata: pq.FileMetaData) -> list[int]:
+    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+
+def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
+    """The footers of every data file of the store, read once (and kept in ``store.memo``)."""
+    if 'footers' not in store.memo:
+        store.memo['footers'] = read_footers(store.filesystem, list(store.files))
+    return store.memo['footers']  # type: ignore[no-any-return]
+
+
+def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
+    """The data files' Arrow schemas unified (:mod:`petastorm.metadata.unify`), computed once per store.
+
+    Raises:
+        PetastormMetadataError: a file is not readable Parquet.
+        SchemaError: the files' schemas cannot be unified (naming the column and files).
+    """
+    if 'unified' not in store.memo:
+        footers = store_footers(store)
+        schemas = {}
+        for path in store.files:
+            try:
+                schemas[path] = footers[path].schema.to_arrow_schema()
+            except (pa.ArrowException, ValueError) as err:
+                raise PetastormMetadataError(f'{path}: cannot read its Arrow schema: {err}') from err
+        store.memo['unified'] = unify_file_schemas(schemas)
+    return store.memo['unified']  # type: ignore[no-any-return]
 
 
 def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
@@ -386,7 +427,7 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
-        counts = footer_row_counts(store.filesystem, list(store.files))
+        counts = {path: _row_counts(metadata) for path, metadata in store_footers(store).items()}
     pieces: list[RowGroupPiece] = []
     for path in store.files:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
@@ -395,20 +436,25 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
 
 
 def inferred_schema(store: ParquetStore) -> Unischema:
-    """A Unischema inferred from the first data file's Arrow schema and the partition directories.
+    """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
 
-    A table's is inferred from its logical schema (partition columns typed as the table says).
+    Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
+    names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
+    table says).
+
+    Raises:
+        PetastormMetadataError: no data file, or one that is not readable Parquet.
+        SchemaError: the files' schemas cannot be unified.
     """
     table_schema = store.table_schema()
     if table_schema is not None:
         return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    try:
-        with store.filesystem.open_input_file(store.files[0]) as f:
-            arrow_schema = pq.read_schema(f)
-    except (OSError, pa.ArrowException) as err:
-        raise PetastormMetadataError(f'{store.files[0]} is not a readable Parquet file: {err}') from err
+    unified = unified_file_schema(store)
+    if unified.differs:
+        warn_user(f'the files of {store.url} differ in their schemas, and are read as one: {unified.describe()}')
+    arrow_schema = unified.schema
     partitions: dict[str, list[str]] = {}
     if store.root:
         for path in store.files:

@@ -32,8 +32,9 @@ from petastorm.pytorch._dataset import ReaderIterableDataset
 from petastorm.pytorch._inmem import InMemBatchedDataLoader, _load_rows_into_mem
 from petastorm.pytorch._loaders import BatchedDataLoader, DataLoader
 from petastorm.pytorch._loaders import _LoaderBase as LoaderBase
+from petastorm.pytorch._nested import JaggedTensor
 from petastorm.pytorch._tensors import TorchTypeError
 
-__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'LoaderArgumentError', 'LoaderBase',
-           'ReaderIterableDataset',
+__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'JaggedTensor', 'LoaderArgumentError',
+           'LoaderBase', 'ReaderIterableDataset',
            'TorchTypeError', 'decimal_friendly_collate', '_load_rows_into_mem', '_sanitize_pytorch_types']

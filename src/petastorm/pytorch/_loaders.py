@@ -17,6 +17,7 @@ import numpy as np
 
 from petastorm.batch_stream import ROW_IDS as _ROW_IDS
 from petastorm.batch_stream import BatchStream
+from petastorm.columns import is_nested
 from petastorm.pytorch._arguments import check_callable, check_torch_arguments
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
@@ -26,6 +27,7 @@ from petastorm.pytorch._collate import (
     prepare_columns,
     rows_of,
 )
+from petastorm.pytorch._nested import VALID_SUFFIX, VARIABLE_LENGTHS, NullOption, TorchForms, check_forms
 from petastorm.pytorch._tensors import (
     TensorOps,
     TorchTypeError,
@@ -286,13 +288,23 @@ class DataLoader(_LoaderBase):
             ``seed``: the same seed gives the same batches on every install, with or without the compiled
             shuffling kernel (``PETASTORM_NO_COMPILED_SHUFFLE=1`` turns it off; see
             :func:`petastorm.shuffle.compiled_shuffle_in_use`).
-        variable_length: what a batch of arrays with different shapes becomes: ``'list'`` (default) a list of
-            per-row tensors (a batch whose shapes agree is stacked, as torch would); ``'pad'`` a tensor
-            zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real elements under the
-            key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in every batch) or,
-            for tuple rows, a ``(padded, mask)`` pair in place of the value.
+        variable_length: what a batch of arrays with different shapes (ragged and nested lists) becomes:
+            ``'list'`` (default) a list of per-row tensors (a batch whose shapes agree is stacked, as torch would);
+            ``'pad'`` a tensor zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real
+            elements under the key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in
+            every batch) or, for tuple rows, a ``(padded, mask)`` pair in place of the value; ``'jagged'`` a
+            :class:`~petastorm.pytorch.JaggedTensor` (``values`` and int64 ``offsets`` straight from the column,
+            at any depth); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension).
         padding_value: the value ``'pad'`` fills in.
         pin_memory: copy batches to pinned memory (when an accelerator is available).
+        nulls: what a null becomes. None (default): a ``TypeError`` naming the field, as Petastorm raised;
+            ``'mask'``: the values (0 where null) plus a bool tensor ``'<field>_valid'`` (True where not null) for
+            every nullable field, in every batch (struct fields and list elements get theirs inside); a number:
+            nulls become it; a dict ``{field or 'struct.leaf': 'mask' or a number}`` chooses per field (fields
+            not named refuse nulls, unless the key ``'*'`` says what every other field does). Null elements of
+            a list field are masked only when named, ``{'ids[]': 'mask'}`` (``JaggedTensor.values_valid``).
+            Struct fields arrive as dicts of their fields' tensors, times as int64 counts of their unit since the
+            epoch (``docs/types.md``).
         drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows (for BatchNorm,
             fixed-shape compiled models, and DDP). Every rank of a DDP run then gets the same number of full
             batches when the ranks read equal shares: ``make_reader(..., cur_shard='auto', shard_mode='rows',
@@ -314,20 +326,25 @@ class DataLoader(_LoaderBase):
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
-                 padding_value: Any = 0, pin_memory: bool = False, drop_last: bool = False,
+                 padding_value: Any = 0, pin_memory: bool = False, nulls: Any = None, drop_last: bool = False,
                  bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
             check_callable('DataLoader', 'collate_fn', collate_fn, optional=False)
             super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
                              bool_dtype=bool_dtype, torch_arguments=torch_arguments)
-            self._configure(shuffling_queue_capacity, variable_length, padding_value)
+            self._configure(shuffling_queue_capacity, variable_length, padding_value, nulls)
 
-    def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any) -> None:
-        if variable_length not in ('list', 'pad'):
-            raise ValueError(f"variable_length must be 'list' or 'pad', got {variable_length!r}")
+    def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any,
+                   nulls: Any) -> None:
+        if variable_length not in VARIABLE_LENGTHS:
+            raise ValueError(f"variable_length must be one of {', '.join(map(repr, VARIABLE_LENGTHS))}, got "
+                             f"{variable_length!r}")
         self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
         self.variable_length = variable_length
         self.padding_value = padding_value
+        self.nulls = nulls
+        self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls, tensors=False,
+                             bool_to_uint8=self._bool_to_uint8)
         fields = self._source.schema.fields
         self._variable_fields = frozenset(name for name, field in fields.items()
                                           if field.shape is not None and None in tuple(field.shape))
@@ -341,13 +358,13 @@ class DataLoader(_LoaderBase):
         return NumpyOps(), self._prepare, self._collate, False
 
     def _prepare(self, columns: Table) -> Table:
-        return prepare_columns(columns, self._bool_to_uint8)
+        return prepare_columns(columns, self._forms, self._bool_to_uint8)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
         if self.collate_fn is decimal_friendly_collate:
             batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
-                                    self.padding_value, self._bool_to_uint8)
+                                    self.padding_value, self._forms, self._bool_to_uint8)
         else:
             batch = self.collate_fn(rows_of(columns, as_tuple, self._bool_to_uint8))
         return pin(batch) if self._pin else batch
@@ -361,9 +378,11 @@ class BatchedDataLoader(_LoaderBase):
     CPU, numeric columns packed into one record per row, so that a random row is one memory access; on another
     ``device``, one tensor per column there). A batch is a dict ``{field: tensor}`` (a list by position for rows
     of a transform returning tuples); the last batch of a pass may be smaller (``drop_last=True`` leaves it out).
-    Dtypes as for :class:`DataLoader` (uint16 -> int32, uint32 -> int64, bool -> uint8 unless
-    ``bool_dtype=torch.bool``). Strings, Decimals, None values and arrays whose shape varies are not supported
-    (use :class:`DataLoader`); the error names the fields.
+    Ragged and nested lists come as :class:`~petastorm.pytorch.JaggedTensor` s (``variable_length``), structs as
+    dicts of tensors, times as int64 counts of their unit; nulls are refused unless ``nulls`` says what to make of
+    them. Dtypes as for :class:`DataLoader` (uint16 -> int32, uint32 -> int64, bool -> uint8 unless
+    ``bool_dtype=torch.bool``). Strings and Decimals are not supported (use :class:`DataLoader`); the error names
+    the fields.
 
     Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``, ``drop_last``; the others raise
     :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (as for :class:`DataLoader`).
@@ -377,8 +396,20 @@ class BatchedDataLoader(_LoaderBase):
             holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
             ``seed`` (the same batches with or without the compiled shuffling kernel, as for :class:`DataLoader`).
         device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
-            moved once, and slicing and shuffling happen on the device.
+            moved once, and slicing and shuffling happen on the device (list and struct columns are buffered on
+            the CPU and moved per batch).
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
+        variable_length: the form of list fields: ``'jagged'`` a :class:`~petastorm.pytorch.JaggedTensor` of the
+            column's values and int64 offsets, at any depth (wrap them in TorchRec's ``KeyedJaggedTensor`` as they
+            are); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension); ``'pad'`` a padded tensor
+            plus a ``'<field>_mask'`` of the real elements; ``'auto'`` (default) ``'jagged'``, except that a
+            one-level list field (shape ``(None,)``) is one ``(rows, length)`` tensor as in Petastorm (an error
+            names the other forms when its rows differ in length). ``transform_fn`` is applied to the other
+            columns only.
+        padding_value: the value ``'pad'`` fills in.
+        nulls: what a null becomes, as for :class:`DataLoader`: None (default) refuses them with Petastorm's
+            error, ``'mask'`` adds ``'<field>_valid'`` bool tensors, a number fills them in, a dict chooses per
+            field.
         drop_last: leave out the last batch of a pass when it is short; with equal shares of rows per DDP rank
             (``shard_mode='rows'``) every rank gets the same number of full batches (see :class:`DataLoader`).
         bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
@@ -387,6 +418,7 @@ class BatchedDataLoader(_LoaderBase):
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
                  drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
             check_callable('BatchedDataLoader', 'transform_fn', transform_fn, optional=True)
@@ -396,6 +428,11 @@ class BatchedDataLoader(_LoaderBase):
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
             _check_tensor_fields(type(self).__name__, self._source)
+            self.variable_length = _batched_variable_length(variable_length)
+            self.padding_value = padding_value
+            self.nulls = nulls
+            self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls,
+                                 tensors=True, bool_to_uint8=self._bool_to_uint8)
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
         # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
@@ -405,15 +442,55 @@ class BatchedDataLoader(_LoaderBase):
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)
-        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._bool_to_uint8)
+        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._forms,
+                               self._bool_to_uint8)
         if row_ids is not None:
             table[_ROW_IDS] = row_ids
         return table
 
     def _finish(self, batch: Table, as_tuple: bool) -> Any:
-        tensors = {name: batch_tensor(values) for name, values in batch.items() if name != _ROW_IDS}
+        tensors = finish_batch(batch, self._forms, self.device)
         out: Any = list(tensors.values()) if as_tuple else tensors
         return pin(out) if self._pin else out
+
+
+def finish_batch(batch: Table, forms: TorchForms, device: Any) -> dict[str, Any]:
+    """The tensors of a batched loader's batch: plain columns as they are, nested ones in their forms."""
+    tensors: dict[str, Any] = {}
+    for name, values in batch.items():
+        if name == _ROW_IDS:
+            continue
+        if is_nested(values):
+            forms.finish(name, values, tensors)
+            if device.type != 'cpu':
+                for key in [name, name + VALID_SUFFIX, name + MASK_SUFFIX]:
+                    if key in tensors:
+                        tensors[key] = _to_device(tensors[key], device)
+        else:
+            tensors[name] = batch_tensor(values)
+    return tensors
+
+
+def _to_device(value: Any, device: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value.to(device)
+
+
+def _batched_variable_length(variable_length: Any) -> VariableLength:
+    if variable_length not in ('auto', 'jagged', 'nested', 'pad'):
+        raise ValueError(f"variable_length must be 'auto', 'jagged', 'nested' or 'pad' in the batched loaders "
+                         f"(per-row lists are petastorm.pytorch.DataLoader's 'list'), got {variable_length!r}")
+    return variable_length  # type: ignore[no-any-return]
+
+
+def _forms(loader: str, source: ColumnSource, variable_length: Any, padding_value: Any, nulls: Any,
+           tensors: bool, bool_to_uint8: bool = True) -> TorchForms:
+    """The checked forms of a loader's columns (see :mod:`petastorm.pytorch._nested`)."""
+    forms = TorchForms(source.schema, variable_length, padding_value, NullOption.of(nulls, source.schema),
+                       bool_to_uint8)
+    check_forms(loader, forms, tensors)
+    return forms
 
 
 def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
@@ -442,16 +519,21 @@ def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
                              f'lists.')
 
 
-def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Callable | None,
-                   device: Any, bool_to_uint8: bool = True) -> Table:
+def _batch_columns(loader: str, columns: dict[str, Any], transform_fn: Callable | None,
+                   device: Any, forms: TorchForms, bool_to_uint8: bool = True) -> Table:
     """The columns of a chunk made ready for a batched loader.
 
-    Dtypes are promoted as the original loaders did and ``transform_fn`` (if any) makes a tensor of each column.
-    On the CPU the result keeps numpy arrays (the reader's, or views of the tensors ``transform_fn`` made): the
-    buffers work on them and tensors are made per batch. On another device every column becomes a tensor there.
+    Dtypes are promoted as the original loaders did, nulls, times and lists as ``forms`` say, and ``transform_fn``
+    (if any) makes a tensor of each plain column. On the CPU the result keeps numpy arrays (the reader's, or views
+    of the tensors ``transform_fn`` made): the buffers work on them and tensors are made per batch. On another
+    device every plain column becomes a tensor there; list, struct and masked columns stay numpy until a batch of
+    them is finished.
     """
     out: Table = {}
-    for name, column in prepare_columns(columns, bool_to_uint8).items():
+    for name, column in prepare_columns(columns, forms, bool_to_uint8).items():
+        if is_nested(column):
+            out[name] = column
+            continue
         if column.dtype == object:
             check_no_none(name, column)
             stacked = stack_values(list(column))

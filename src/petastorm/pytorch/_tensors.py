@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm.columns import concat_columns, is_nested, take_column
 from petastorm.errors import PetastormError
 from petastorm.shuffle import ArrayOps
 
@@ -161,12 +162,16 @@ class TensorOps(ArrayOps):
         return torch.from_numpy(index).to(like.device)
 
     def concat(self, name: str, parts: list[Any]) -> Any:
+        if any(is_nested(part) for part in parts):
+            return concat_columns(parts)  # nested columns stay numpy until their batch is finished
         _check_same_layout(name, parts)
         if isinstance(parts[0], np.ndarray):
             return np.concatenate(parts)
         return torch.cat(parts)
 
     def take(self, array: Any, index: np.ndarray) -> Any:
+        if is_nested(array):
+            return take_column(array, index)
         if isinstance(array, np.ndarray):
             return array[index]
         return array.index_select(0, self._index(index, array))
