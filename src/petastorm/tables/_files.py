@@ -90,7 +90,7 @@ def normalized_type(arrow_type: pa.DataType) -> pa.DataType:
 
 
 def read_footers(filesystem: pafs.FileSystem, paths: Sequence[str], what: str) -> dict[str, pq.FileMetaData]:
-    """The Parquet footers of ``paths`` (up to 16 read at a time).
+    """The Parquet footers of ``paths`` (up to 16 read at a time from remote storage).
 
     Raises:
         StorageNotFoundError: a file the log lists does not exist (the table was vacuumed past this version?).
