@@ -18,6 +18,8 @@ mask or what the peer gives), one pass (cut at ``--seconds``), rounds interleave
   BatchedDataLoader  ours, ``make_batch_reader`` (2 threads) + ``BatchedDataLoader(variable_length='jagged',
                    nulls='mask')``; ``+shuffle``: with a 100,000-row shuffling buffer
   DataLoader       ours, the same with ``petastorm.pytorch.DataLoader``
+  InMemBatchedDataLoader  ours, epochs from the rows it loaded into memory (the loading not timed), the match
+                   for the ``datasets`` Arrow cache below
   HF datasets      ``Dataset.from_parquet(...).with_format('torch').iter(batch_size)``; where that raises (it
                    cannot format list columns with null rows), ``with_format('arrow')`` batches made tensors as for
                    the pyarrow limit, from the Arrow cache ``from_parquet`` built (not timed), and once more with
@@ -219,6 +221,18 @@ def ours_dataloader(url: str, batch_size: int, rows: bool = False, **kwargs):
     return DataLoader(reader, batch_size=batch_size, variable_length='jagged', nulls='mask')
 
 
+def ours_inmem_epochs(url: str, batch_size: int, seconds: float) -> float:
+    """Rows per second of ``InMemBatchedDataLoader`` epochs, loading the store into memory not timed (as for the
+    ``datasets`` Arrow cache)."""
+    from petastorm import make_batch_reader
+    from petastorm.pytorch import InMemBatchedDataLoader
+
+    reader = make_batch_reader(url, reader_pool_type='thread', workers_count=2, num_epochs=1)
+    loader = InMemBatchedDataLoader(reader, batch_size=batch_size, num_epochs=100, rows_capacity=1 << 62,
+                                    variable_length='jagged', nulls='mask')
+    return _timed(loader, seconds)
+
+
 def hf_dataset(files: list[str], cache_dir: str):
     import datasets
 
@@ -276,6 +290,7 @@ def case_rec(root: str, rows: int, batch_size: int, seconds: float, rounds: int,
         'BatchedDataLoader +shuffle': lambda: _closing_rate(lambda: ours_batched(url, batch_size, 100_000,
                                                                                  shuffle_rows=True, seed=1), seconds),
         'DataLoader': lambda: _closing_rate(lambda: ours_dataloader(url, batch_size), seconds),
+        'InMemBatchedDataLoader, epochs from memory': lambda: ours_inmem_epochs(url, batch_size, seconds),
     }
     if peers:
         cache = tempfile.mkdtemp(prefix='hf_cache_')
