@@ -24,6 +24,7 @@ from petastorm.codecs import (
     codec_from_json,
     stack_or_objects,
 )
+from petastorm.columns import ListColumn, MaskedColumn, densified, row_values
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
@@ -466,7 +467,7 @@ def test_scalar_codec_argument_checks():
     with pytest.raises(SchemaError, match='ScalarCodec'):
         ScalarCodec(np.int32)
     with pytest.raises(SchemaError, match='not supported'):
-        ScalarCodec(type('MapType', (), {})())
+        ScalarCodec(type('CalendarIntervalType', (), {})())
 
 
 def test_scalar_codec_accepts_spark_like_types_without_pyspark():
@@ -546,16 +547,18 @@ def test_scalar_column_strings():
     assert list(scalar_column_to_numpy(_field('s', np.str_, ()), dictionary)) == ['x', 'y', 'x']
 
 
-def test_scalar_column_with_nulls():
+def test_scalar_column_with_nulls_is_values_and_validity():
     result = scalar_column_to_numpy(_field('i', np.int32, (), None, True), pa.array([1, None, 3]))
-    assert result.dtype == object
-    assert result[1] is None
-    assert result[0] == 1
-    assert type(result[0]) is np.int32
+    assert isinstance(result, MaskedColumn)
+    assert result.values.dtype == np.int32
+    assert result.values.tolist() == [1, 0, 3]
+    assert result.valid.tolist() == [True, False, True]
+    assert list(row_values(result)) == [1, None, 3]
     text = scalar_column_to_numpy(_field('s', np.str_, (), None, True), pa.array(['a', None]))
-    assert text.dtype == object
-    assert text[1] is None
-    assert type(text[0]) is np.str_
+    assert isinstance(text, MaskedColumn)
+    assert text.values.dtype.kind == 'U'
+    assert list(row_values(text)) == ['a', None]
+    assert type(next(row_values(text))) is np.str_
 
 
 def test_scalar_column_casts_to_the_field_type():
@@ -564,25 +567,35 @@ def test_scalar_column_casts_to_the_field_type():
     assert list(result) == [1, 2]
 
 
-def test_scalar_column_equal_length_lists_are_2d():
+def test_scalar_column_lists_are_values_and_offsets():
     result = scalar_column_to_numpy(_field('l', np.int32, (None,)), pa.array([[1, 2], [3, 4], [5, 6]]))
-    assert result.dtype == np.int32
-    assert result.shape == (3, 2)
-    assert result.tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert isinstance(result, ListColumn)
+    assert result.values.dtype == np.int32
+    assert result.offsets.tolist() == [0, 2, 4, 6]
+    assert densified(result).tolist() == [[1, 2], [3, 4], [5, 6]]
+    fixed = scalar_column_to_numpy(_field('f', np.int32, (2,)), pa.array([[1, 2], [3, 4]]))
+    assert fixed.shape == (2, 2)
     reshaped = scalar_column_to_numpy(_field('m', np.float64, (2, 2)), pa.array([[1.0, 2.0, 3.0, 4.0]]))
     assert reshaped.shape == (1, 2, 2)
 
 
-def test_scalar_column_ragged_lists_are_objects():
+def test_scalar_column_ragged_lists_keep_their_offsets_and_null_rows():
     result = scalar_column_to_numpy(_field('l', np.int32, (None,), None, True),
                                     pa.array([[1, 2], [3], None, []]))
-    assert result.dtype == object
-    assert result.shape == (4,)
-    assert result[0].tolist() == [1, 2]
-    assert result[0].dtype == np.int32
-    assert result[1].tolist() == [3]
-    assert result[2] is None
-    assert result[3].shape == (0,)
+    assert isinstance(result, ListColumn)
+    assert result.values.tolist() == [1, 2, 3]
+    assert result.values.dtype == np.int32
+    assert result.offsets.tolist() == [0, 2, 3, 3, 3]
+    assert result.valid.tolist() == [True, True, False, True]
+    rows = list(row_values(result))
+    assert rows[0].tolist() == [1, 2]
+    assert rows[2] is None
+    assert rows[3].shape == (0,)
+
+
+def test_scalar_column_refuses_lists_of_another_length_than_the_shape_fixes():
+    with pytest.raises(CodecError, match='field f: stored lists hold'):
+        scalar_column_to_numpy(_field('f', np.int32, (None, 3)), pa.array([[[1, 2, 3]], [[1, 2]]]))
 
 
 def test_numpy_times_are_utc_and_decimals_are_range_checked():

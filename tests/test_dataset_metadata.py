@@ -138,22 +138,22 @@ def _partitioned_store(root, partition_values, values_name='k'):
 def test_infer_from_plain_parquet_with_int_partitions(tmp_path):
     root = tmp_path / 'plain'
     _partitioned_store(root, ['1', '20'])
-    with pytest.warns(UserWarning, match="'nested'"):
-        schema = infer_or_load_unischema(path_to_url(str(root)))
-    assert list(schema.fields) == ['k', 'x', 'name', 'scores', 'flags']  # partition first, unsupported skipped
+    schema = infer_or_load_unischema(path_to_url(str(root)))
+    assert list(schema.fields) == ['k', 'x', 'name', 'scores', 'nested', 'flags']  # partition first
     assert schema.fields['k'] == UnischemaField('k', np.int64, (), None, False)
     assert schema.fields['x'].numpy_dtype is np.int32
     assert schema.fields['name'].numpy_dtype is np.str_
     assert schema.fields['scores'] == UnischemaField('scores', np.float64, (None,), None, True)
     assert schema.fields['flags'].numpy_dtype is np.bool_
-    assert all(f.codec is None for f in schema.fields.values())
+    assert all(f.codec is None for name, f in schema.fields.items() if name != 'nested')
+    assert schema.fields['nested'].numpy_dtype is dict  # a struct: a dict per row, its Arrow type in the codec
+    assert schema.fields['nested'].codec.arrow_type() == pa.struct([('q', pa.int64())])
 
 
 def test_infer_string_partitions(tmp_path):
     root = tmp_path / 'plain'
     _partitioned_store(root, ['1', 'p_2'])
-    with pytest.warns(UserWarning, match='nested'):
-        schema = infer_or_load_unischema(path_to_url(str(root)))
+    schema = infer_or_load_unischema(path_to_url(str(root)))
     assert schema.fields['k'].numpy_dtype is np.str_
 
 

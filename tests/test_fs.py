@@ -143,8 +143,7 @@ def test_memory_url_round_trip_through_both_readers(memory_dataset):
     with make_reader(memory_dataset, reader_pool_type='thread', workers_count=3) as reader:
         rows = sorted((row.id, row.vector[0]) for row in reader)
     assert rows == [(i, float(i)) for i in range(200)]
-    with pytest.warns(UserWarning, match='Please use make_reader'), \
-            make_batch_reader(memory_dataset, schema_fields=['id'], reader_pool_type='dummy') as reader:
+    with make_batch_reader(memory_dataset, schema_fields=['id'], reader_pool_type='dummy') as reader:
         ids = np.concatenate([batch.id for batch in reader])
     assert sorted(ids.tolist()) == list(range(200))
 

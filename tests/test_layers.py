@@ -17,21 +17,22 @@ SOURCE = pathlib.Path(__file__).resolve().parent.parent / 'src'
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ('foundation', ('petastorm.errors', 'petastorm._optional', 'petastorm._describe', 'petastorm._progress',
-                    'petastorm.stage_timing')),
-    ('model', ('petastorm.unischema', 'petastorm.codecs', 'petastorm.scalars', 'petastorm.spark_types',
-               'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates', 'petastorm.selectors',
-               'petastorm.ngram', 'petastorm.utils', 'petastorm.generator')),
+                    'petastorm._warnings', 'petastorm.stage_timing')),
+    ('model', ('petastorm.columns', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.scalars',
+               'petastorm.spark_types', 'petastorm.schema_inference', 'petastorm.transform', 'petastorm.predicates',
+               'petastorm.selectors', 'petastorm.ngram', 'petastorm.generator', 'petastorm.hf_features')),
     ('storage', ('petastorm.fs', 'petastorm.fs_utils', 'petastorm.hdfs', 'petastorm.metadata', 'petastorm.writer',
                  'petastorm.cache', 'petastorm.local_disk_cache', 'petastorm.tables')),
     ('plan', ('petastorm.plan', 'petastorm.distributed')),
     ('execution', ('petastorm.read', 'petastorm.batch', 'petastorm.column_transform', 'petastorm.pools',
-                   'petastorm.shuffle')),
+                   'petastorm.shuffle', 'petastorm.workers_pool', 'petastorm.reader_impl')),
     ('api', ('petastorm', 'petastorm.options', 'petastorm.reader', 'petastorm.reader_inputs',
-             'petastorm.reader_setup', 'petastorm.reader_position', 'petastorm.delivery', 'petastorm.source',
-             'petastorm.weighted_sampling_reader', 'petastorm.batch_stream')),
+             'petastorm.reader_setup', 'petastorm.reader_position', 'petastorm.reader_legacy', 'petastorm.delivery',
+             'petastorm.source', 'petastorm.weighted_sampling_reader', 'petastorm.batch_stream', 'petastorm.utils')),
     ('adapters', ('petastorm.pytorch', 'petastorm.tf_utils', 'petastorm.spark', 'petastorm.spark_utils',
                   'petastorm.ray', 'petastorm.etl', 'petastorm.tools', 'petastorm.benchmark',
-                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax')),
+                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax',
+                  'petastorm.reader_impl.pytorch_shuffling_buffer')),
 )
 
 #: Upward imports that are allowed, each for a stated reason: (importer, imported).

@@ -14,8 +14,10 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from nested_tables import every_type_table
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
 from petastorm.predicates import in_lambda
@@ -202,6 +204,17 @@ def test_plain_parquet_reads_as_make_batch_reader_reads_it(ray_cluster):
     expected_ids = sorted(int(i) for batch in batches for i in batch.id)
     assert columns['id'].tolist() == expected_ids
     assert columns['list_col'].shape == (len(expected_ids), 3)
+
+
+def test_nested_ragged_and_null_columns_come_back_as_pyarrow_wrote_them(ray_cluster, tmp_path):
+    table = every_type_table(40, seed=5)
+    pq.write_table(table, tmp_path / 'data.parquet', row_group_size=10)
+    names = ['id', 'nint', 'text', 'ids', 'nested', 'boxes', 'holes', 'point', 'objects', 'attrs', 'when', 'price']
+    ds = read_petastorm(tmp_path.as_uri(), schema_fields=names)
+    blocks = pa.concat_tables(ray.get(ds.to_arrow_refs())).sort_by('id')
+    expected = table.select(names)
+    for name in names:
+        assert blocks.column(name).to_pylist() == expected.column(name).to_pylist(), name
 
 
 def test_ray_pushes_column_selection_and_scalar_filters_into_the_read(ray_cluster, shapes_url):

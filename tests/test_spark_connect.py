@@ -162,6 +162,38 @@ def test_converter_and_its_loaders(connect, cache_url, caplog):
     rewritten.delete()
 
 
+@pytest.mark.torch
+def test_a_nested_dataframe_reaches_the_torch_loaders(connect, cache_url):
+    import functools
+
+    from petastorm.pytorch import BatchedDataLoader
+
+    frame = connect.range(0, 50, 1, 2).selectExpr(
+        'id', 'IF(id % 5 = 0, NULL, CAST(id AS INT)) AS n', 'slice(sequence(CAST(0 AS BIGINT), id % 4), 1, '
+        'CAST(id % 4 AS INT)) AS ids', "named_struct('a', id, 'b', array(id, id)) AS st",
+        'IF(id % 6 = 0, NULL, map(id % 3, id)) AS m')
+    converter = make_spark_converter(frame)
+    loader_fn = functools.partial(BatchedDataLoader, variable_length='jagged', nulls='mask')
+    try:
+        with converter.make_torch_dataloader(batch_size=16, num_epochs=1, data_loader_fn=loader_fn) as loader:
+            batches = list(loader)
+    finally:
+        converter.delete()
+    seen = {}
+    for batch in batches:
+        ids = batch['ids']
+        for k, key in enumerate(batch['id'].tolist()):
+            seen[key] = (batch['n_valid'][k].item() and batch['n'][k].item(),
+                         ids.values[ids.offsets[k]:ids.offsets[k + 1]].tolist(), batch['st']['a'][k].item(),
+                         batch['m_valid'][k].item())
+    assert sorted(seen) == list(range(50))
+    for key, (n, ids, a, has_map) in seen.items():
+        assert n == (False if key % 5 == 0 else key)
+        assert ids == list(range(key % 4))
+        assert a == key
+        assert has_map == (key % 6 != 0)
+
+
 def test_materialize_dataset_honours_the_row_group_size(connect, tmp_path):
     url = f'file://{tmp_path}/readings'
     _write_readings(connect, url, 4000, {'row_group_size_mb': 0.25, 'use_summary_metadata': True})

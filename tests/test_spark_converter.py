@@ -437,6 +437,16 @@ def test_torch_dataloader_defaults_and_reader_kwargs(tmp_path):
         pass
 
 
+def test_torch_dataloader_passes_drop_last_and_bool_dtype_to_the_loader(tmp_path):
+    converter = make_spark_converter(_write_plain_dataset(tmp_path / 'plain'))
+    with converter.make_torch_dataloader(batch_size=7, num_epochs=1, drop_last=True, bool_dtype=torch.bool,
+                                         cur_shard=0, shard_count=2, shard_mode='rows', seed=1) as loader:
+        assert (loader.drop_last, loader.bool_dtype) == (True, torch.bool)
+        sizes = [len(batch['id']) for batch in loader]
+    assert sizes == [7, 7]  # 20 rows of this rank's share: the short batch of 6 is left out
+    assert len(loader) == 2
+
+
 def _fs_and_path(converter):
     from petastorm.fs import resolve_url
 

@@ -163,10 +163,8 @@ def test_batch_reader_decodes_both_stores_alike(both_urls):
         return {name: np.concatenate([getattr(b, name) for b in batches])[order]
                 for name in ('id', 'int32', 'string', 'ndarray_float32')}
 
-    with pytest.warns(UserWarning, match='make_reader'):
-        spark_columns = columns(both_urls[0])
-    with pytest.warns(UserWarning, match='make_reader'):
-        local_columns = columns(both_urls[1])
+    spark_columns = columns(both_urls[0])
+    local_columns = columns(both_urls[1])
     for name, values in spark_columns.items():
         np.testing.assert_array_equal(values, local_columns[name], err_msg=name)
 

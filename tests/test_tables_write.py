@@ -150,8 +150,9 @@ def test_inspect_shows_the_version_files_and_deletes(tmp_path, capsys):
     assert 'delta version 3' in report
     assert 'deletionVectors' in report
     assert '2 rows deleted, 8 live' in report
-    assert '10 rows (2 deleted)' in report
     assert 'metadata: json (' in report
+    main([f'file://{root}', '--files'])
+    assert '10 rows (2 deleted)' in capsys.readouterr().out
     main([f'file://{root}', '--table-version', '1', '--json'])
     import json
 

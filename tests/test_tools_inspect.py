@@ -71,6 +71,62 @@ def test_text_report(dataset_url):
     assert 'by_color: SingleFieldIndexer on color' in completed.stdout
 
 
+def test_the_report_sums_up_by_default_and_lists_row_groups_on_request(dataset_url):
+    described = json.loads(_cli(dataset_url, '--json').stdout)
+    groups = [g['rows'] for f in described['files'] for g in f['row_groups']]
+    assert described['row_group_rows'] == {'min': min(groups), 'median': sorted(groups)[len(groups) // 2],
+                                           'max': max(groups)}
+    summary = _cli(dataset_url).stdout
+    assert f"row groups: {min(groups)} / {sorted(groups)[len(groups) // 2]} / {max(groups)} rows" in summary
+    assert 'row group 0:' not in summary
+    assert '--files lists each file and row group' in summary
+    detailed = _cli(dataset_url, '--files').stdout
+    listed = [line for line in detailed.splitlines() if line.strip().startswith('row group ')]
+    assert len(listed) == len(groups)
+    assert listed[0].strip().startswith(f'row group 0: {groups[0]} rows')
+
+
+def test_head_prints_the_first_rows_decoded(dataset_url):
+    completed = _cli(dataset_url, '--head', '3')
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = lines.index('first 3 rows:')
+    assert lines[start + 1].split() == ['id', 'color', 'matrix']
+    assert [line.split()[:3] for line in lines[start + 2:start + 5]] == [
+        ['0', 'red', 'float32[2,'], ['1', 'blue', 'float32[2,'], ['2', 'red', 'float32[2,']]
+    head = json.loads(_cli(dataset_url, '--head', '2', '--json').stdout)['head']
+    assert head == [{'id': '0', 'color': 'red', 'matrix': 'float32[2, 3] array'},
+                    {'id': '1', 'color': 'blue', 'matrix': 'float32[2, 3] array'}]
+
+
+def test_a_glob_url_inspects_the_files_it_matches(dataset_url):
+    first = sorted(Path(dataset_url[len('file://'):]).glob('*.parquet'))[0]
+    described = json.loads(_cli(f'{dataset_url}/{first.name[:-len(".parquet")]}*.parquet', '--json').stdout)
+    assert described['metadata'] == 'json'
+    assert described['total_rows'] == pq.ParquetFile(first).metadata.num_rows
+    nothing = _cli(f'{dataset_url}/nothing-*.parquet')
+    assert nothing.returncode == 2
+    assert 'no data file matches' in nothing.stderr
+
+
+def test_head_must_not_be_negative(dataset_url):
+    completed = _cli(dataset_url, '--head', '-1')
+    assert completed.returncode == 2
+    assert '--head must be >= 0' in completed.stderr
+
+
+@pytest.mark.parametrize('module', ['petastorm.tools.inspect', 'petastorm.tools.copy_dataset',
+                                    'petastorm.tools.tensor_columns', 'petastorm.benchmark.cli',
+                                    'petastorm.etl.petastorm_generate_metadata'])
+def test_every_tool_calls_a_dataset_url_a_url(module):
+    completed = subprocess.run([sys.executable, '-m', module, '--help'], capture_output=True, text=True, timeout=60,
+                               check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert 'Path to' not in completed.stdout
+    assert 'dataset_path' not in completed.stdout
+    assert 'URL of the' in completed.stdout or 'URL' in completed.stdout.split('positional arguments:')[-1]
+
+
 @pytest.mark.parametrize(('name', 'kind'), [('all_types', 'legacy-pickle'), ('plain_parquet', 'none')])
 def test_legacy_and_plain_stores(name, kind):
     completed = _cli(LEGACY.joinpath(name).as_uri(), '--json')

@@ -146,7 +146,7 @@ def test_equal_views_share_one_namedtuple_class(schema):
     view_a = schema.create_schema_view([schema.id, schema.label])
     view_b = schema.create_schema_view(['id$', 'label'])
     assert view_a._get_namedtuple() is view_b._get_namedtuple()
-    assert view_a._get_namedtuple().__name__ == 'TestSchema_view_view'
+    assert view_a._get_namedtuple().__name__ == 'TestSchema_view'  # one suffix, not one per view
     other = schema.create_schema_view([schema.label, schema.id])
     assert other._get_namedtuple() is not view_a._get_namedtuple()
     row = view_a.make_namedtuple(id=1, label='x')
@@ -159,9 +159,17 @@ def test_equal_views_share_one_namedtuple_class(schema):
 
 def test_match_fields_requires_a_full_match_and_warns_about_the_change(schema):
     with pytest.warns(UserWarning, match='schema_fields behavior has changed') as record:
-        matched = match_unischema_fields(schema, ['id'])
-    assert matched == [schema.id]
-    assert 'id2' in str(record[0].message)
+        matched = match_unischema_fields(schema, ['i', 'label'])
+    assert matched == [schema.label]
+    assert 'id, id2' in str(record[0].message)
+    assert record[0].filename == __file__  # the caller's line, not the package's
+
+
+def test_a_pattern_naming_a_field_exactly_does_not_warn(schema):
+    # 'id' beside 'id2' was a prefix of both under the old rule, but it names the field 'id': nothing changed.
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert match_unischema_fields(schema, ['id']) == [schema.id]
 
 
 def test_match_fields_no_warning_when_both_rules_agree(schema):

@@ -5,7 +5,6 @@ without), then run ``python examples/hello_world/python_hello_world.py [DATASET_
 """
 
 import argparse
-import warnings
 
 from petastorm import make_batch_reader, make_reader
 
@@ -16,13 +15,11 @@ def python_hello_world(dataset_url='file:///tmp/hello_world_dataset'):
         for row in reader:
             print(row.id, row.image1.shape, row.array_4d.shape)
 
-    # make_batch_reader yields one namedtuple of column arrays per row group. It is meant for plain Parquet
-    # stores and warns that make_reader suits a Petastorm dataset better; here we read only the scalar column.
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='Please use make_reader', category=UserWarning)
-        with make_batch_reader(dataset_url, schema_fields=['id']) as reader:
-            for batch in reader:
-                print(batch.id)
+    # make_batch_reader yields one namedtuple of column arrays per row group (images and arrays decoded too);
+    # here only the scalar column is read.
+    with make_batch_reader(dataset_url, schema_fields=['id']) as reader:
+        for batch in reader:
+            print(batch.id)
 
 
 if __name__ == '__main__':

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petastorm.columns import Column, flatten_columns, unflatten_columns
 from petastorm.plan import WorkItem
 
 
@@ -22,9 +23,10 @@ class ColumnBatch:
     """Decoded columns of the rows one work item delivered (all columns have ``num_rows`` rows).
 
     Attributes:
-        columns: ``{field name: numpy column}``, rows first; when a ``make_reader`` transform returns tuples
-            (``rows_are_tuples``), the columns are named ``'0'``, ``'1'``, ... by position. Arrays may be
-            read-only views of Arrow or shared memory: copy before writing to them.
+        columns: ``{field name: column}``, rows first: numpy arrays, or the masked, list and struct columns of
+            :mod:`petastorm.columns`; when a ``make_reader`` transform returns tuples (``rows_are_tuples``), the
+            columns are named ``'0'``, ``'1'``, ... by position. Arrays may be read-only views of Arrow or shared
+            memory: copy before writing to them.
         num_rows: rows of the batch (with an NGram: windows).
         rows_are_tuples: rows are plain tuples (a row transform returned tuples), not namedtuples of the schema.
         item: the row range the batch was read from.
@@ -35,9 +37,11 @@ class ColumnBatch:
         stage_seconds: seconds per worker stage, when the reader was asked to time them.
         row_ids: numbers naming each row across epochs (see :func:`petastorm.plan.encode_rows`), stamped by the
             reader when the batch is delivered; None when untracked or not delivered by a reader.
+        flat: ``columns`` holds the flat arrays of nested columns (see :func:`petastorm.columns.flatten_columns`),
+            as a process pool carries them; set only between the worker and the reader.
     """
 
-    columns: Mapping[str, np.ndarray]
+    columns: Mapping[str, Column]
     num_rows: int
     rows_are_tuples: bool = False
     item: WorkItem | None = None
@@ -46,20 +50,27 @@ class ColumnBatch:
     ngram_starts: np.ndarray | None = None
     stage_seconds: Mapping[str, float] | None = None
     row_ids: np.ndarray | None = None
+    flat: bool = False
 
     @classmethod
     def empty(cls, item: WorkItem | None = None) -> ColumnBatch:
         """A batch without rows (a predicate or filter kept none)."""
         return cls({}, 0, item=item)
 
-    # The pools' ArrayCarrier protocol: the columns are what a process pool moves through shared memory.
+    # The pools' ArrayCarrier protocol: the columns' arrays are what a process pool moves through shared memory.
     def carried_arrays(self) -> Mapping[str, np.ndarray]:
-        """The columns (what a process pool moves without pickling)."""
-        return self.columns
+        """Every array of the columns, under flat keys (what a process pool moves without pickling)."""
+        return self.columns if self.flat else flatten_columns(self.columns)  # type: ignore[return-value]
 
     def with_carried_arrays(self, arrays: Mapping[str, np.ndarray]) -> ColumnBatch:
-        """A copy holding ``arrays`` as its columns."""
-        return dataclasses.replace(self, columns=dict(arrays))
+        """A copy whose columns' arrays are ``arrays``.
+
+        The worker side of a process pool keeps part of the arrays (the rest travel in shared memory): that copy
+        holds them flat. The reader's side then hands in every array, and the columns are rebuilt from them.
+        """
+        if self.flat:
+            return dataclasses.replace(self, columns=unflatten_columns(arrays), flat=False)
+        return dataclasses.replace(self, columns=dict(arrays), flat=True)
 
     def to_dict(self) -> dict[str, object]:
         """The columns plus a ``'.meta'`` entry, the form :meth:`petastorm.reader.Reader.iter_column_batches` gives."""

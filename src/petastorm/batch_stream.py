@@ -78,15 +78,17 @@ class BatchStream:
         prepare: turns each batch of columns from the source (``{name: array}``) into the buffered table.
         finish: turns a table of ``batch_size`` rows (and whether rows are tuples) into what is handed out.
         packed: let the shuffling buffer keep numeric numpy columns as packed records.
+        drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows.
         name: how errors call the consumer (``'Petastorm DataLoader'``).
     """
 
     def __init__(self, source: ColumnSource, batch_size: int, shuffling_queue_capacity: int = 0, *,
                  ops: ArrayOps | None = None, prepare: Callable[[Table], Table] | None = None,
                  finish: Callable[[Table, bool], Any] | None = None, packed: bool = False,
-                 name: str = 'loader') -> None:
+                 drop_last: bool = False, name: str = 'loader') -> None:
         self.source = source
         self.batch_size = batch_size
+        self.drop_last = drop_last
         self.shuffling_queue_capacity = shuffling_queue_capacity
         self._ops = ops if ops is not None else NumpyOps()
         self._prepare = prepare if prepare is not None else _identity
@@ -126,7 +128,15 @@ class BatchStream:
     def num_batches(self) -> int | None:
         """Batches of a whole pass, or None when the source does not know its row count in advance."""
         rows = self.rows_per_pass
-        return None if rows is None else math.ceil(rows / self.batch_size)
+        if rows is None:
+            return None
+        return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
+
+    def _rows_delivered_by(self, rows: int | None) -> int | None:
+        """The rows a pass over ``rows`` source rows delivers (``drop_last`` leaves the short tail out)."""
+        if rows is None or not self.drop_last:
+            return rows
+        return rows - rows % self.batch_size
 
     # -- iteration ----------------------------------------------------------------------------------------------
 
@@ -162,7 +172,7 @@ class BatchStream:
             source.reset()
         self._restored = False
         self._needs_new_pass = False
-        self._pass = _Pass(self._stream(self._passes_done), source.num_rows_this_pass)
+        self._pass = _Pass(self._stream(self._passes_done), self._rows_delivered_by(source.num_rows_this_pass))
 
     def _close_pass(self) -> None:
         if self._pass is not None:
@@ -177,7 +187,8 @@ class BatchStream:
         if state is not None:
             self.source.restart(state['reader'])
             self._restored = True
-        self._pass = _Pass(self._stream(self._passes_done), self.source.num_rows_this_pass)
+        self._pass = _Pass(self._stream(self._passes_done),
+                           self._rows_delivered_by(self.source.num_rows_this_pass))
 
     def _serve(self, token: int) -> Iterator[Any]:
         current = None
@@ -237,8 +248,9 @@ class BatchStream:
             batcher.put(piece)
         for out in batcher.batches():
             yield num_rows(out), self._finish(out, as_tuple)
-        for out in batcher.flush():
-            yield num_rows(out), self._finish(out, as_tuple)
+        if not self.drop_last:  # else the pass's rows beyond its last full batch are left out
+            for out in batcher.flush():
+                yield num_rows(out), self._finish(out, as_tuple)
 
     def _rng(self, pass_index: int) -> np.random.Generator:
         seed = self.source.seed

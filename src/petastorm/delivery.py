@@ -11,6 +11,7 @@ from collections.abc import Generator, Iterable
 from typing import Any
 
 from petastorm.batch import ColumnBatch
+from petastorm.columns import batch_column, is_nested, row_values, take_column
 from petastorm.ngram import NGram
 from petastorm.unischema import Unischema
 
@@ -28,7 +29,7 @@ def deliver(schema: Unischema, ngram: NGram | None, batched: bool,
 def _batches(schema: Unischema, batches: Iterable[ColumnBatch]) -> Generator[Any, None, None]:
     make = schema._get_namedtuple()
     for batch in batches:
-        yield make(**{name: batch.columns[name] for name in schema.fields})
+        yield make(**{name: batch_column(batch.columns[name]) for name in schema.fields})
 
 
 def _rows(schema: Unischema, batches: Iterable[ColumnBatch]) -> Generator[Any, None, None]:
@@ -36,9 +37,14 @@ def _rows(schema: Unischema, batches: Iterable[ColumnBatch]) -> Generator[Any, N
     names = list(schema.fields)
     for batch in batches:
         if batch.rows_are_tuples:
-            yield from zip(*(batch.columns[str(i)] for i in range(len(batch.columns))), strict=True)
+            yield from zip(*(_rows_of(batch.columns[str(i)]) for i in range(len(batch.columns))), strict=True)
         elif names:
-            yield from map(make, zip(*(batch.columns[name] for name in names), strict=True))
+            yield from map(make, zip(*(_rows_of(batch.columns[name]) for name in names), strict=True))
+
+
+def _rows_of(column: Any) -> Any:
+    """The values of a column's rows: the array itself, or each row's value of a nested column."""
+    return row_values(column) if is_nested(column) else column
 
 
 def _windows(schema: Unischema, ngram: NGram, batched: bool,
@@ -53,10 +59,11 @@ def _windows(schema: Unischema, ngram: NGram, batched: bool,
         assert starts is not None, 'an NGram batch carries its window starts'
         columns = batch.columns
         if batched:
-            yield {offset: view.make_namedtuple(**{name: columns[name][starts + offset - base]
-                                                   for name in view.fields})
-                   for offset, view in views.items()}
+            yield {offset: view.make_namedtuple(**{
+                name: batch_column(take_column(columns[name], starts + offset - base)) for name in view.fields})
+                for offset, view in views.items()}
             continue
+        rows = {name: list(_rows_of(column)) if is_nested(column) else column for name, column in columns.items()}
         for start in starts.tolist():
-            yield {offset: make([columns[name][start + offset - base] for name in names])
+            yield {offset: make([rows[name][start + offset - base] for name in names])
                    for offset, (make, names) in makers.items()}

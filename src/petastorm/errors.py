@@ -20,6 +20,10 @@ class SchemaError(PetastormError, ValueError):
     """A Unischema, a field definition or a value does not match what the schema says."""
 
 
+class NoMatchingFieldsError(PetastormError, RuntimeError, ValueError):
+    """``schema_fields`` selects no field of the dataset: a ``RuntimeError`` (Petastorm's type) and a ``ValueError``."""
+
+
 class CodecError(PetastormError, ValueError):
     """A codec could not encode or decode a value (the message names the field and what was expected)."""
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from petastorm._warnings import warn_user
 from petastorm.cache import LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE, NULL_CACHE, CacheType, check_cache_arguments
 from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
 from petastorm.pools import POOL_KINDS
@@ -82,6 +82,7 @@ class ReaderOptions:
     table_version: Any = None
     table_format: TableFormat = 'auto'
     table_version_change: TableVersionChange = 'refuse'
+    count_rows: bool = False
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
     shard_source: str | None = field(default=None, metadata=_DERIVED)
 
@@ -147,6 +148,8 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
     _check_row_hooks(raw)
     if raw.hdfs_driver not in ('libhdfs3', 'libhdfs'):
         raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
+    if not isinstance(raw.count_rows, bool):
+        raise ValueError(f'count_rows must be True or False, got {raw.count_rows!r}')
     if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
         raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
     _check_table_options(raw)
@@ -216,20 +219,16 @@ def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | Non
     return cur_shard, shard_count, shard_source
 
 
-# Frames between the user's make_reader/make_batch_reader call and warnings.warn in _warn_about_deprecated.
-_USER_FRAME = 5
-
-
 def _warn_about_deprecated(raw: ReaderOptions) -> None:
     if raw.shard_seed:
-        warnings.warn('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
-                      'randomization effects on sharding row groups.', UserWarning, stacklevel=_USER_FRAME)
+        warn_user('shard_seed was deprecated and will be removed in future versions. Use seed to apply '
+                  'randomization effects on sharding row groups.')
     if raw.pyarrow_serialize:
-        warnings.warn('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
-                      'longer has any effect.', DeprecationWarning, stacklevel=_USER_FRAME)
+        warn_user('pyarrow_serializer was deprecated and will be removed in future versions. The argument no '
+                  'longer has any effect.', DeprecationWarning)
     if raw.zmq_copy_buffers is not True:
-        warnings.warn('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
-                      'shared memory.', DeprecationWarning, stacklevel=_USER_FRAME)
+        warn_user('zmq_copy_buffers no longer has any effect: the process pool moves column buffers through '
+                  'shared memory.', DeprecationWarning)
 
 
 def _check_row_hooks(raw: ReaderOptions) -> None:

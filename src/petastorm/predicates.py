@@ -19,6 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.errors import PetastormError
+
+
+class PredicateError(PetastormError, ValueError):
+    """A predicate could not be evaluated as the reader calls it (the message names the predicate and the fix)."""
+
 
 class PredicateBase(ABC):
     """Base class of predicates."""
@@ -103,7 +109,14 @@ class in_intersection(PredicateBase):  # noqa: N801
 
 
 class in_lambda(PredicateBase):  # noqa: N801
-    """Rows for which ``predicate_func(*field values[, state_arg])`` is true."""
+    """Rows for which ``predicate_func(*field values[, state_arg])`` is true.
+
+    ``make_reader`` calls ``predicate_func`` once per row with the row's values. ``make_batch_reader`` calls it
+    once per row group with a pandas Series per field (Petastorm's contract), so the function must work element
+    by element and return a boolean Series: ``lambda x: (x > 5) & (x < 10)`` or ``lambda x: x.isin(values)``,
+    not ``5 < x < 10``, ``x in values`` or ``if x ...``, which ask a whole Series for one truth value (pandas'
+    "truth value of a Series is ambiguous"; the reader's error then names the predicate and this rule).
+    """
 
     def __init__(self, predicate_fields: list[str], predicate_func: Callable[..., Any], state_arg: Any = None) -> None:
         if not isinstance(predicate_fields, list):
@@ -122,6 +135,12 @@ class in_lambda(PredicateBase):  # noqa: N801
         if self._state_arg is not None:
             args.append(self._state_arg)
         return self._predicate_func(*args)
+
+    def __repr__(self) -> str:
+        from petastorm.transform import describe_function
+
+        state = '' if self._state_arg is None else f', state_arg={self._state_arg!r}'
+        return f'in_lambda({self._predicate_fields!r}, {describe_function(self._predicate_func)}{state})'
 
 
 class in_negate(PredicateBase):  # noqa: N801

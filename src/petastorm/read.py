@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,16 @@ import pyarrow.parquet as pq
 
 from petastorm.batch import ColumnBatch
 from petastorm.cache import RowGroupCache, cached_decoded_values
+from petastorm.codecs import HFImageCodec
 from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
+from petastorm.columns import Column, is_nested, row_values
+from petastorm.columns import num_rows as column_rows
 from petastorm.errors import (
+    CodecError,
     CorruptDataError,
     DataFileChangedError,
     DecodeFieldError,
+    MissingDependencyError,
     PetastormError,
     StorageError,
     StorageNotFoundError,
@@ -34,9 +40,10 @@ from petastorm.errors import (
 from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata.store import RowGroupPiece
+from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
-from petastorm.predicates import PredicateBase
+from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.scalars import scalar_column_to_numpy
 from petastorm.stage_timing import StageClock, lap
 from petastorm.tables.read import constant_column, logical_table, stored_columns
@@ -68,6 +75,11 @@ class ReadContext:
         file_sizes: the size of each data file when the reader listed it, by path: a file found with another size
             when read changed since (:class:`~petastorm.errors.DataFileChangedError`). Files not in it are not
             checked.
+        column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
+            of struct fields (reading them reads only the struct fields the schema holds).
+        file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
+            schema (:mod:`petastorm.metadata.unify`); their tables are made to fit ``unified_types``.
+        unified_types: ``(column, Arrow type)`` of the columns read, in the unified schema.
     """
 
     filesystem: pafs.FileSystem
@@ -85,6 +97,9 @@ class ReadContext:
     cache: RowGroupCache | None = None
     time_stages: bool = False
     file_sizes: dict[str, int] | None = None
+    column_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    file_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    unified_types: tuple[tuple[str, pa.DataType], ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Predicates and transforms are often lambdas or closures: ship the context with cloudpickle.
@@ -113,12 +128,24 @@ def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int)
     return pa.array([value] * num_rows, type=pa.string())
 
 
+def _stored_paths(row_group: Any, paths: list[str]) -> list[str]:
+    """A table file's stored Parquet paths of logical column paths (a struct's leaves keep their names)."""
+    out: list[str] = []
+    for path in paths:
+        top, dot, rest = path.partition('.')
+        out.extend(name + dot + rest for name in stored_columns(row_group, [top]))
+    return out
+
+
 def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_start: int,
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
-    file_columns = [n for n in names if n not in ctx.partition_names]
+    paths = dict(ctx.column_paths)
+    wanted = [n for n in names if n not in ctx.partition_names]
+    present = dict(ctx.file_columns).get(piece.path)  # the file differs from the unified schema: read what it has
+    file_columns = [path for n in wanted if present is None or n in present for path in paths.get(n, (n,))]
     # A table's row group: its file stores the logical columns under its own names (or not at all).
-    stored = file_columns if piece.table is None else stored_columns(piece.table, file_columns)
+    stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
 
     def attempt() -> pa.Table:
         with _open_data_file(ctx.filesystem, piece.path) as handle:
@@ -151,14 +178,65 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
+    if present is not None:
+        types = dict(ctx.unified_types)
+        table = conform_table(table, pa.schema([pa.field(n, types[n]) for n in wanted if n in types]), piece.path)
     if piece.table is not None:  # the version's rows (deletes applied as one mask) of the logical columns
-        table = logical_table(piece.table, table, file_columns)
+        table = logical_table(piece.table, table, wanted)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
     partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),
                              UnischemaField(name, np.str_, (), None, False))
                         for name in names if name in ctx.partition_names]
-    return append_partition_columns(table, piece, partition_fields)
+    return resolve_image_paths(ctx, piece, append_partition_columns(table, piece, partition_fields))
+
+
+def resolve_image_paths(ctx: ReadContext, piece: RowGroupPiece, table: pa.Table) -> pa.Table:
+    """``table`` with the images of Hugging Face image columns stored as a path only read from that path.
+
+    ``datasets`` may store an image as its file's path instead of its bytes. A relative path is taken relative to
+    the data file's directory, then its file name alone there; an absolute path as it is.
+
+    Raises:
+        CodecError: no file is found for a path (naming the field, the data file, the row group, the row and the
+            places looked at).
+    """
+    for field in ctx.fields:
+        if not isinstance(field.codec, HFImageCodec) or field.name not in table.column_names:
+            continue
+        column = table.column(field.name).combine_chunks()
+        if not pa.types.is_struct(column.type) or column.type.get_field_index('path') < 0:
+            continue
+        payloads = column.field('bytes')
+        if not payloads.null_count:
+            continue
+        paths = column.field('path').to_pylist()
+        row_valid = column.is_valid().to_pylist()
+        filled = payloads.to_pylist()
+        for row, payload in enumerate(filled):
+            if payload is None and row_valid[row] and paths[row] is not None:
+                filled[row] = _read_image_file(ctx.filesystem, piece, field.name, row, paths[row])
+        resolved = pa.StructArray.from_arrays(
+            [pa.array(filled, type=pa.binary()), column.field('path')], names=['bytes', 'path'],
+            mask=pa.array([not ok for ok in row_valid]) if column.null_count else None)
+        table = table.set_column(table.column_names.index(field.name), field.name, resolved)
+    return table
+
+
+def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: str, row: int, path: str) -> bytes:
+    directory = posixpath.dirname(piece.path)
+    candidates = [path] if path.startswith('/') else []
+    candidates += [posixpath.join(directory, path), posixpath.join(directory, posixpath.basename(path))]
+    for candidate in dict.fromkeys(candidates):
+        try:
+            with filesystem.open_input_file(candidate) as handle:
+                return bytes(handle.read())
+        except (FileNotFoundError, OSError):
+            continue
+    raise CodecError(f'field {name!r}, row {row} of row group {piece.row_group} of {piece.path}: the image is stored '
+                     f'as the path {path!r} only, and no file is at {", ".join(dict.fromkeys(candidates))}; keep the '
+                     f'image files next to the data file (paths are taken relative to it), or write the dataset with '
+                     f'the images embedded (datasets embeds them when the images are loaded before to_parquet)')
 
 
 def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
@@ -205,9 +283,9 @@ def _is_access_error(err: OSError) -> bool:
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
-                   where: str) -> dict[str, np.ndarray]:
-    """Decode every field's column of ``table`` into numpy (codecs decode whole columns at once)."""
-    columns = {}
+                   where: str) -> dict[str, Column]:
+    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`)."""
+    columns: dict[str, Column] = {}
     for field in fields:
         column = table.column(field.name)
         try:
@@ -219,6 +297,8 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 columns[field.name] = field.codec.decode_column(field, column)
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
+        except MissingDependencyError:
+            raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
             raise DecodeFieldError(f'Decoding field "{field.name}" failed in {where}: {err}') from err
     return columns
@@ -229,6 +309,27 @@ def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
 
     mask = ds.dataset(table).to_table(columns={'mask': expression}).column('mask')
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def row_group_matches(ctx: ReadContext, piece_index: int) -> np.ndarray:
+    """Which rows of a whole row group the filters and the predicate keep (a bool mask), reading only their columns.
+
+    The same tests as :func:`read_item`, on the row group's rows in file order; a reader counts the rows it will
+    deliver with it (``count_rows=True``).
+    """
+    piece = ctx.pieces[piece_index]
+    where = f'{piece.path} (row group {piece.row_group})'
+    predicate_names = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else []
+    table = _read_columns(ctx, piece, list(dict.fromkeys(predicate_names + list(ctx.filter_columns))), 0,
+                          piece.num_rows)
+    keep = np.ones(piece.num_rows, dtype=bool)
+    if ctx.filter_expression is not None:
+        keep &= _expression_mask(table, ctx.filter_expression)
+    if ctx.predicate is not None:
+        candidates = np.flatnonzero(keep)
+        values = decode_columns(ctx.predicate_fields, table.select(predicate_names).take(pa.array(candidates)), where)
+        keep[candidates[~_evaluate_predicate(ctx, values, len(candidates))]] = False
+    return keep
 
 
 def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
@@ -327,28 +428,47 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     return batch if positions is None else dataclasses.replace(batch, positions=positions)
 
 
-def _form_windows(ngram: NGram, shuffle: bool, columns: dict[str, np.ndarray], selection: np.ndarray | None,
+def _objects_of_rows(column: Column) -> np.ndarray:
+    out = np.empty(column_rows(column), dtype=object)
+    for i, value in enumerate(row_values(column)):
+        out[i] = value
+    return out
+
+
+def _form_windows(ngram: NGram, shuffle: bool, columns: dict[str, Column], selection: np.ndarray | None,
                   scheduled: ScheduledItem, num_rows: int) -> ColumnBatch:
     """Find the NGram windows that start in this item's own rows; the reader cuts them out of the columns."""
     positions = np.arange(num_rows) if selection is None else selection
     start_limit = int(np.searchsorted(positions, scheduled.item.num_rows))
-    starts = ngram.window_starts(columns[ngram.timestamp_field[0]], start_limit)
+    starts = ngram.window_starts(columns[ngram.timestamp_field[0]], start_limit)  # type: ignore[arg-type]
     if shuffle and len(starts) > 1:
         starts = starts[row_permutation(len(starts), scheduled.shuffle_seed)]
     return ColumnBatch(columns, len(starts), item=scheduled.item, ngram_starts=starts)
 
 
-def _evaluate_predicate(ctx: ReadContext, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
+def _evaluate_predicate(ctx: ReadContext, decoded: dict[str, Column], num_rows: int) -> np.ndarray:
     predicate = ctx.predicate
     assert predicate is not None
+    fields = {field.name: field for field in ctx.predicate_fields}
     if ctx.batched_output and not predicate.vectorized:
         import pandas as pd
 
-        frame = pd.DataFrame({name: pandas_column(values) for name, values in columns.items()})
-        result = predicate.do_include(frame)
+        frame = pd.DataFrame({name: pandas_column(values, fields.get(name)) for name, values in decoded.items()})
+        try:
+            result = predicate.do_include(frame)
+        except ValueError as err:
+            if 'truth value of a Series is ambiguous' not in str(err):
+                raise
+            raise PredicateError(f'predicate {predicate!r} asked a pandas Series for one truth value ({err}): '
+                                 f'make_batch_reader evaluates a predicate once per row group, with a Series per '
+                                 f"field, not once per row. Write it element-wise (in_lambda(['x'], lambda x: "
+                                 f'(x > 5) & (x < 10)), x.isin(values)) or read with make_reader, which calls '
+                                 f'it with one row at a time') from err
         mask = np.asarray(result, dtype=bool)
     else:
-        mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)
+        # Predicates see each row's value as a row reader gives it: None for a null, a dict for a struct.
+        columns = {name: _objects_of_rows(values) if is_nested(values) else values for name, values in decoded.items()}
+        mask = np.asarray(predicate.evaluate(columns, num_rows), dtype=bool)  # type: ignore[arg-type]
     if mask.shape != (num_rows,):
         raise ValueError(f'predicate {predicate!r} returned a mask of shape {mask.shape}; expected ({num_rows},)')
     return mask

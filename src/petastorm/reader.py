@@ -34,7 +34,7 @@ from petastorm.options import (
     TableVersionChange,
     validate_options,
 )
-from petastorm.plan import Remainder, ShardMode, WorkItem
+from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
 from petastorm.pools import default_max_bytes_in_flight, make_pool
 from petastorm.predicates import PredicateBase
 from petastorm.read import read_item
@@ -81,7 +81,8 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 filesystem: Any = None, convert_early_to_numpy: bool = False,
                 shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                 table_version: Any = None, table_format: TableFormat = 'auto',
-                table_version_change: TableVersionChange = 'refuse') -> Reader:
+                table_version_change: TableVersionChange = 'refuse',
+                count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -140,6 +141,14 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         table_version_change: what :meth:`Reader.load_state_dict` does with a position saved on another version
             of the table: ``'refuse'`` (default) raises, naming both versions; ``'restart_epoch'`` reads the
             saved epoch again from its start, on this reader's version.
+        count_rows: with a ``predicate`` or ``filters`` on stored columns, count the rows they keep when the reader
+            is made, by reading only the columns they need (one pass over them, in threads), so that ``len()`` of
+            the reader and of the torch loaders is known (progress bars, learning-rate schedules). Without it the
+            count is known only when the footers' statistics decide every row group (``filters`` that keep or
+            drop whole row groups) or the filters are on partition columns. Predicates must judge each row on
+            its own (as the built-in ones do). Only this shard's row groups are counted, and the reader keeps one
+            byte per row of those a filter cuts. Not for NGrams or ``make_batch_reader`` transform functions,
+            whose output rows only reading tells.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -164,13 +173,16 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       filesystem: Any = None, convert_early_to_numpy: bool = False,
                       shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                       table_version: Any = None, table_format: TableFormat = 'auto',
-                      table_version_change: TableVersionChange = 'refuse') -> Reader:
+                      table_version_change: TableVersionChange = 'refuse',
+                      count_rows: bool = False) -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
     inferred from the Parquet schema), a directory or a list of file URLs. The arguments are those of
     :func:`make_reader`, except that a ``TransformSpec`` function receives and returns a pandas DataFrame, and a
-    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series.
+    predicate without a vectorized ``evaluate`` receives a DataFrame and returns a boolean Series: an ``in_lambda``
+    function gets one pandas Series per field, so it must work element by element (``(x > 5) & (x < 10)``, not
+    ``5 < x < 10``).
     """
     arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
     url = normalize_dataset_url_or_urls(arguments.pop('dataset_url_or_urls'))
@@ -182,6 +194,11 @@ class Reader:
 
     Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
     :class:`~petastorm.source.ColumnSource` the loaders read.
+
+    Made by the factories from checked :class:`~petastorm.options.ReaderOptions`. Petastorm's direct construction
+    works too, with its arguments: ``Reader(filesystem, dataset_path, schema_fields=..., reader_pool=ThreadPool(5),
+    ...)`` (a pool of :mod:`petastorm.workers_pool` picks the pool kind and worker count; see
+    :func:`petastorm.reader_legacy.legacy_reader_options`).
 
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
@@ -195,7 +212,15 @@ class Reader:
             items with :func:`petastorm.read.read_item` and it.
     """
 
-    def __init__(self, options: ReaderOptions, *, time_stages: bool = False) -> None:
+    def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
+                 **legacy_kwargs: Any) -> None:
+        if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
+            from petastorm.reader_legacy import legacy_reader_options
+
+            options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
+        elif legacy_args or legacy_kwargs:
+            raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
+                            f'and {sorted(legacy_kwargs)}')
         self._options = options
         self.is_batched_reader = options.batched_output
         self.num_epochs = options.num_epochs
@@ -208,6 +233,7 @@ class Reader:
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
         self._rows_known = setup.rows_known
+        self._row_matches = setup.row_matches
         self._position = ReaderPosition(setup.layout, options.num_epochs)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
@@ -318,25 +344,37 @@ class Reader:
 
     @property
     def num_rows_per_epoch(self) -> int | None:
-        """Rows this reader (this shard) delivers per epoch, from metadata alone; None when only reading can tell.
+        """Rows this reader (this shard) delivers per epoch, known before reading; None when only reading can tell.
 
         Exact after sharding (with ``shard_mode='rows'`` the same for every shard), row-group selectors and
-        predicates or ``filters`` on partition columns only (they keep or drop whole row groups). None with any
-        other predicate or filter (which rows of a row group match is known only by reading it), an NGram, or a
-        ``make_batch_reader`` transform function (which may drop rows).
+        predicates or ``filters`` on partition columns (they keep or drop whole row groups), ``filters`` whose
+        footer statistics keep or drop every row group whole, and any predicate or filter with
+        ``count_rows=True``. None otherwise (which rows of a row group match is known only by reading it), with an
+        NGram, a ``make_batch_reader`` transform function (which may drop rows), and with counted rows under
+        ``shard_mode='rows'`` and several shards (each epoch's share then keeps another number of rows:
+        :attr:`num_rows_per_pass` and ``len()`` stay exact).
         """
-        return self._position.layout.rows_per_epoch if self._rows_known else None
+        if not self._rows_known:
+            return None
+        layout = self._position.layout
+        if self._row_matches is None:
+            return layout.rows_per_epoch
+        if layout.splits[0] > 1:
+            return None
+        return sum(kept_rows(unit, layout.shuffle_rows, self._row_matches) for unit in layout.ordered(0))
 
     @property
     def num_rows_per_pass(self) -> int | None:
         """Rows one pass delivers (all ``num_epochs`` epochs), or None when only reading can tell.
 
-        It is :attr:`num_rows_per_epoch` times ``num_epochs``; None with ``num_epochs=None`` or when the rows per
-        epoch are unknown.
+        It is :attr:`num_rows_per_epoch` times ``num_epochs`` (counted epoch by epoch when the filters' counts
+        differ between epochs); None with ``num_epochs=None`` or when the rows per epoch are unknown.
         """
-        per_epoch = self.num_rows_per_epoch
-        if self.num_epochs is None or per_epoch is None:
+        if self.num_epochs is None or not self._rows_known:
             return None
+        per_epoch = self.num_rows_per_epoch
+        if per_epoch is None:
+            return self._position.rows_this_pass(self._row_matches, whole=True)
         return per_epoch * self.num_epochs
 
     @property
@@ -349,7 +387,7 @@ class Reader:
         rows = self.num_rows_per_pass
         if rows is None or not self._position.restarted:
             return rows
-        return self._position.rows_this_pass()
+        return self._position.rows_this_pass(self._row_matches)
 
     def __len__(self) -> int:
         """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
@@ -359,10 +397,10 @@ class Reader:
         """
         rows = self.num_rows_this_pass
         if rows is None:
-            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, a predicate or filters '
-                            'on non-partition columns, an NGram or a batch transform function); see '
-                            'Reader.num_rows_per_epoch')
-        return self._position.units_this_pass() if self.is_batched_reader else rows
+            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, an NGram, a batch '
+                            'transform function, or a predicate or filters on stored columns: make the reader '
+                            'with count_rows=True to count the rows they keep); see Reader.num_rows_per_epoch')
+        return self._position.units_this_pass(self._row_matches) if self.is_batched_reader else rows
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0

@@ -1,20 +1,20 @@
 """What a reader is given, checked before planning: the schema to read and the fields selected.
 
 Each check raises as early as possible with a message naming what was passed and what was expected; the
-warnings' ``stacklevel`` points at the user's ``make_reader``/``make_batch_reader`` call.
+warnings name the user's line that led to them (:func:`petastorm._warnings.warn_user`).
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any
 
-from petastorm.errors import PetastormMetadataError
+from petastorm._warnings import warn_user
+from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
 from petastorm.metadata.store import ParquetStore, data_file_schema, inferred_schema, stored_schema
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
-from petastorm.unischema import Unischema, UnischemaField
+from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
 __all__ = ['check_columns_exist', 'check_ngram_options', 'load_schema', 'select_fields']
 
@@ -32,15 +32,9 @@ def load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
                                                    for k in store.metadata_kv):
             raise  # the metadata is there but unreadable or refused: never silently fall back
         if not batched_output:
-            warnings.warn('Currently make_reader supports reading only Petastorm datasets. To read from a '
-                          'non-Petastorm Parquet store use make_batch_reader', UserWarning, stacklevel=5)
+            warn_user('Currently make_reader supports reading only Petastorm datasets. To read from a '
+                      'non-Petastorm Parquet store use make_batch_reader')
         return inferred_schema(store)
-    if batched_output:
-        # The opening words are the original's (code filters the warning on them); the rest is what we do.
-        warnings.warn('Please use make_reader (instead of make_batch_reader) to read this Petastorm dataset one row '
-                      'at a time. make_batch_reader reads it too: it decodes the codec fields and yields one '
-                      'namedtuple of column arrays per row group (its TransformSpec function receives a pandas '
-                      'DataFrame).', UserWarning, stacklevel=5)
     return schema
 
 
@@ -49,7 +43,7 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
 
     Raises:
         ValueError: ``schema_fields`` is not a collection of fields or an NGram.
-        RuntimeError: nothing matches (Petastorm's error type).
+        NoMatchingFieldsError: nothing matches (a ``RuntimeError``, Petastorm's type, and a ``ValueError``).
     """
     if schema_fields is None:
         return schema
@@ -62,17 +56,51 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
         raise ValueError(f'Fields must be either None, an iterable collection of Unischema fields or an NGram '
                          f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
     schema_fields = list(schema_fields)
+    leaves, schema_fields = _struct_leaves(schema, schema_fields)
     view = schema.create_schema_view(schema_fields)
+    if leaves:
+        view = _with_struct_leaves(schema, view, leaves)
     if not view.fields:
-        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset {url}. "
-                           f"The dataset's fields: {', '.join(schema.fields)}")
+        raise NoMatchingFieldsError(f"No fields matching the criteria '{schema_fields}' were found in the dataset "
+                                    f"{url}. The dataset's fields: {', '.join(schema.fields)}")
     unmatched = [item for item in schema_fields
                  if isinstance(item, str) and not any(re.fullmatch(item, name) for name in schema.fields)]
     if unmatched:
-        warnings.warn(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
-                      f"regular expressions must match a whole field name). The dataset's fields: "
-                      f'{", ".join(schema.fields)}', UserWarning, stacklevel=5)
+        warn_user(f'schema_fields {unmatched} match no field of the dataset {url} and are ignored (names and '
+                  f"regular expressions must match a whole field name). The dataset's fields: "
+                  f'{", ".join(schema.fields)}')
     return view
+
+
+def _struct_leaves(schema: Unischema, schema_fields: list[Any]) -> tuple[dict[str, list[list[str]]], list[Any]]:
+    """The items of ``schema_fields`` that name leaves of struct fields (``'st.a'``), and the other items.
+
+    An item is a leaf path when it names no field (as a name or a regular expression) and starts with the name of
+    a struct field followed by a dot.
+
+    Raises:
+        ValueError: the path starts with a struct field but names nothing that struct holds.
+    """
+    leaves: dict[str, list[list[str]]] = {}
+    rest = []
+    for item in schema_fields:
+        if isinstance(item, str) and '.' in item and not any(re.fullmatch(item, name) for name in schema.fields):
+            found = struct_leaf_field(schema, item)
+            if found is not None:
+                leaves.setdefault(found[0].name, []).append(found[1])
+                continue
+        rest.append(item)
+    return leaves, rest
+
+
+def _with_struct_leaves(schema: Unischema, view: Unischema, leaves: dict[str, list[list[str]]]) -> Unischema:
+    """``view`` plus the struct fields of ``leaves``, each holding only its leaves (a whole struct asked for wins)."""
+    chosen = dict(view.fields)
+    for name, paths in leaves.items():
+        if name not in chosen:
+            chosen[name] = prune_struct_field(schema.fields[name], paths)
+    order = [name for name in schema.fields if name in chosen and name not in view.fields]
+    return Unischema(view._name, [*view.fields.values(), *(chosen[name] for name in order)])
 
 
 def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> None:
@@ -84,8 +112,11 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     if not store.files:
         return
     table_schema = store.table_schema()  # a table's columns are those of its schema, not of one of its files
+    unified = store.memo.get('unified')  # a schema inferred from every file: its columns are theirs
     if table_schema is not None:
         file_columns = set(table_schema.names)
+    elif unified is not None:
+        file_columns = set(unified.schema.names)
     else:
         file_columns = set(data_file_schema(store, store.files[0]).names)
     partitions = set(store.partition_names)

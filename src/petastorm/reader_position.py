@@ -19,12 +19,14 @@ import numpy as np
 from petastorm.batch import ColumnBatch
 from petastorm.plan import (
     Cursor,
+    RowMatches,
     ScheduledItem,
     ShardLayout,
     Stage,
     check_state,
     cursor_row_ids,
     cursor_stage,
+    kept_rows,
     pass_stages,
     position_state,
     restored_stage,
@@ -97,13 +99,28 @@ class ReaderPosition:
         assert self._cursor is not None, 'row_ids() before begin()'
         return cursor_row_ids(self._cursor)
 
-    def rows_this_pass(self) -> int:
-        """Rows the pass delivers from its start, before filters (walks the stages)."""
-        return sum(unit.num_rows for stage in self.stages() for unit in self._layout.units(stage)[0])
+    def rows_this_pass(self, matches: RowMatches | None = None, whole: bool = False) -> int:
+        """Rows the pass delivers from where it starts (walks the stages).
 
-    def units_this_pass(self) -> int:
-        """Scheduled items (batches of a batch reader) the pass reads (walks the stages)."""
-        return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+        Args:
+            matches: the rows each row group keeps through the filters (None: before filters).
+            whole: count the pass from the start of its first epoch, even when it was restored in the middle.
+        """
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(kept_rows(unit, shuffle_rows, matches) for unit in self._units(whole))
+
+    def units_this_pass(self, matches: RowMatches | None = None) -> int:
+        """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
+        if matches is None:
+            return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
+
+    def _units(self, whole: bool) -> Iterator[ScheduledItem]:
+        stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
+            else self.stages()
+        for stage in stages:
+            yield from self._layout.units(stage)[0]
 
     @property
     def restarted(self) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 
 from petastorm.batch import ColumnBatch
 from petastorm.column_transform import column_from_values
+from petastorm.columns import from_batch_column, num_rows
 from petastorm.ngram import NGram
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema
@@ -233,8 +234,9 @@ class ItemSource:
         """The items of the object's next pass as batches of columns."""
         if self.batched_output:
             for item in self._reader:
-                columns = {name: np.asarray(values) for name, values in item._asdict().items()}
-                yield ColumnBatch(columns, len(next(iter(columns.values()))) if columns else 0)
+                # A batch reader's masked arrays, list and struct columns are the reader's columns again.
+                columns = {name: from_batch_column(values) for name, values in item._asdict().items()}
+                yield ColumnBatch(columns, num_rows(next(iter(columns.values()))) if columns else 0)
             return
         rows: list[Any] = []
         for row in self._reader:

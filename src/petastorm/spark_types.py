@@ -44,8 +44,18 @@ def arrow_type_from_spark(spark_type: Any) -> pa.DataType:
         return pa.decimal128(int(spark_type.precision), int(spark_type.scale))
     if name in _SPARK_NAME_TO_ARROW:
         return _SPARK_NAME_TO_ARROW[name]
-    raise SchemaError(f'Spark type {spark_type!r} is not supported as a scalar column type; supported: '
-                      f'{", ".join(sorted(_SPARK_NAME_TO_ARROW))}, DecimalType')
+    if name == 'ArrayType':
+        return pa.list_(pa.field('element', arrow_type_from_spark(spark_type.elementType),
+                                 nullable=bool(spark_type.containsNull)))
+    if name == 'StructType':
+        return pa.struct([pa.field(f.name, arrow_type_from_spark(f.dataType), nullable=bool(f.nullable))
+                          for f in spark_type.fields])
+    if name == 'MapType':
+        return pa.map_(arrow_type_from_spark(spark_type.keyType),
+                       pa.field('value', arrow_type_from_spark(spark_type.valueType),
+                                nullable=bool(spark_type.valueContainsNull)))
+    raise SchemaError(f'Spark type {spark_type!r} is not supported as a column type; supported: '
+                      f'{", ".join(sorted(_SPARK_NAME_TO_ARROW))}, DecimalType, ArrayType, StructType, MapType')
 
 
 def spark_type_from_arrow(arrow_type: pa.DataType, types: ModuleType) -> Any:
@@ -54,8 +64,20 @@ def spark_type_from_arrow(arrow_type: pa.DataType, types: ModuleType) -> Any:
         return types.DecimalType(arrow_type.precision, arrow_type.scale)
     if pa.types.is_timestamp(arrow_type):
         return types.TimestampType() if arrow_type.tz else types.TimestampNTZType()
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return types.ArrayType(spark_type_from_arrow(arrow_type.value_type, types))
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return types.ArrayType(spark_type_from_arrow(arrow_type.value_type, types), arrow_type.value_field.nullable)
+    if pa.types.is_struct(arrow_type):
+        return types.StructType([types.StructField(arrow_type.field(i).name,
+                                                   spark_type_from_arrow(arrow_type.field(i).type, types),
+                                                   arrow_type.field(i).nullable)
+                                 for i in range(arrow_type.num_fields)])
+    if pa.types.is_map(arrow_type):
+        return types.MapType(spark_type_from_arrow(arrow_type.key_type, types),
+                             spark_type_from_arrow(arrow_type.item_type, types), arrow_type.item_field.nullable)
+    if isinstance(arrow_type, pa.DictionaryType):
+        return spark_type_from_arrow(arrow_type.value_type, types)
+    if pa.types.is_date64(arrow_type):
+        return types.DateType()
     for name, candidate in _SPARK_NAME_TO_ARROW.items():
         if candidate == arrow_type and not name.startswith('Timestamp'):
             return getattr(types, name)()

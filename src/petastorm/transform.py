@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import decimal
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from petastorm._warnings import warn_user
 from petastorm.errors import SchemaError
 from petastorm.unischema import Unischema, UnischemaField
 
@@ -76,8 +76,8 @@ def transform_schema(schema: Unischema, transform_spec: TransformSpec | None) ->
     removed = set(transform_spec.removed_fields)
     unknown_removed = removed - set(schema.fields)
     if unknown_removed:
-        warnings.warn(f'remove_fields specified some field names that are not part of the schema. These field names '
-                      f'will be ignored "{", ".join(sorted(unknown_removed))}". ', UserWarning, stacklevel=2)
+        warn_user(f'remove_fields specified some field names that are not part of the schema. These field names '
+                  f'will be ignored "{", ".join(sorted(unknown_removed))}". ')
     edits = [_edit_to_field(e) for e in transform_spec.edit_fields]
     edited = {f.name for f in edits}
     fields = [f for name, f in schema.fields.items() if name not in removed and name not in edited]
@@ -86,8 +86,8 @@ def transform_schema(schema: Unischema, transform_spec: TransformSpec | None) ->
         by_name = {f.name: f for f in fields}
         unknown = [n for n in transform_spec.selected_fields if n not in by_name]
         if unknown:
-            warnings.warn(f'selected_fields specified some field names that are not part of the schema. These field '
-                          f'names will be ignored "{", ".join(unknown)}". ', UserWarning, stacklevel=2)
+            warn_user(f'selected_fields specified some field names that are not part of the schema. These field '
+                      f'names will be ignored "{", ".join(unknown)}". ')
         fields = [by_name[n] for n in transform_spec.selected_fields if n in by_name]
     return Unischema(f'{schema._name}_transformed', fields)
 
@@ -215,7 +215,8 @@ def check_row_result(spec: TransformSpec, names: Sequence[str], result: Any, whe
         where: the work item, for the message.
         schema: the transformed schema, to check the values' types (not checked when None).
 
-    A tuple (its positions become the row) is not checked further.
+    A tuple (its positions become the row) is not checked further. With ``selected_fields``, fields the function
+    returned beyond them are dropped, as the spec asks (a function may return the whole row).
 
     Raises:
         TransformResultError: the result is not a dict (or tuple), lacks fields, has undeclared ones, or a value
@@ -231,12 +232,13 @@ def check_row_result(spec: TransformSpec, names: Sequence[str], result: Any, whe
             f'and returns the (changed) dict')
     missing = [name for name in names if name not in result]
     if missing:
+        fix = ('return every field of selected_fields' if spec.selected_fields is not None else
+               'return every field, or list the fields it drops in removed_fields')
         raise TransformResultError(
             f'the TransformSpec function {function} returned rows without field {missing[0]!r} (missing: '
-            f'{missing}; expected {list(names)}) in {where}; return every field, or list the fields it drops in '
-            f'removed_fields')
+            f'{missing}; expected {list(names)}) in {where}; {fix}')
     unexpected = sorted(set(result) - set(names) - set(spec.removed_fields))
-    if unexpected:
+    if unexpected and spec.selected_fields is None:
         raise TransformResultError(
             f'the TransformSpec function {function} returned fields {unexpected} that the transformed schema does '
             f'not declare; add them to edit_fields (in {where})')

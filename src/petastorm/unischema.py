@@ -27,9 +27,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from petastorm._warnings import warn_user
 from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
 from petastorm.errors import SchemaError
-from petastorm.scalars import native_arrow_type, numpy_type_of_arrow
+from petastorm.hf_features import field_type_of_feature, hf_features
+from petastorm.scalars import field_type_of_arrow, native_arrow_type
 
 # 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
 _UNISCHEMA_FIELD_ORDER = 'preserve_input_order'
@@ -77,6 +79,11 @@ def _namedtuple_class(type_name: str, field_names: tuple[str, ...]) -> type:
     return namedtuple(type_name, field_names)
 
 
+def _view_name(name: str) -> str:
+    """``'<name>_view'``, without piling up suffixes: views of views, and their rows, stay ``'<name>_view'``."""
+    return name if name.endswith('_view') else f'{name}_view'
+
+
 class Unischema:
     """An ordered, named set of :class:`UnischemaField` s.
 
@@ -84,7 +91,8 @@ class Unischema:
     own name is ``schema._name`` (as in Petastorm, so that a field may be called ``name``).
 
     Args:
-        name: schema name; namedtuples made from the schema are called ``'<name>_view'``.
+        name: schema name; namedtuples made from the schema are called ``'<name>_view'`` (one ``_view`` suffix: a
+            schema whose name already ends with it names its namedtuples after itself).
         fields: the fields, in order.
     """
 
@@ -153,8 +161,8 @@ class Unischema:
                 must match a whole field name.
 
         Returns:
-            ``Unischema('<name>_view', ...)``: the given fields in the given order, then the regex matches in
-            schema order.
+            ``Unischema('<name>_view', ...)`` (a view of a view keeps the one suffix): the given fields in the given
+            order, then the regex matches in schema order.
         """
         patterns: list[str] = []
         exact: list[UnischemaField] = []
@@ -175,10 +183,10 @@ class Unischema:
             chosen[stored.name] = stored
         for field in match_unischema_fields(self, patterns):
             chosen.setdefault(field.name, field)
-        return Unischema(f'{self._name}_view', chosen.values())
+        return Unischema(_view_name(self._name), chosen.values())
 
     def _get_namedtuple(self) -> type:
-        return _namedtuple_class(f'{self._name}_view', tuple(self._fields))
+        return _namedtuple_class(_view_name(self._name), tuple(self._fields))
 
     def make_namedtuple(self, **kwargs: Any) -> tuple:
         """An instance of the schema's namedtuple class with the given field values."""
@@ -202,8 +210,8 @@ class Unischema:
         return schema_tf_dtypes(self)
 
     def as_numpy_dtypes(self) -> dict[str, np.dtype | Any]:
-        """``{field name: numpy dtype}`` (``object`` for ``Decimal``)."""
-        return {name: np.dtype(object) if f.numpy_dtype is decimal.Decimal else np.dtype(f.numpy_dtype)
+        """``{field name: numpy dtype}`` (``object`` for ``Decimal`` and for struct and map fields, of type dict)."""
+        return {name: np.dtype(object) if f.numpy_dtype in (decimal.Decimal, dict) else np.dtype(f.numpy_dtype)
                 for name, f in self._fields.items()}
 
     def as_spark_schema(self) -> Any:
@@ -309,8 +317,11 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
                     name: str = 'inferred_schema') -> Unischema:
     """A Unischema for a plain Parquet store: the partition columns first, then the file columns in file order.
 
-    Fields get no codec, except Arrow tensor extension columns of numbers (``arrow.fixed_shape_tensor``,
-    ``arrow.variable_shape_tensor``), which become n-d fields decoded by ``ArrowTensorCodec``.
+    Fields of scalars and one-level lists get no codec; Arrow tensor extension columns of numbers
+    (``arrow.fixed_shape_tensor``, ``arrow.variable_shape_tensor``) become n-d fields decoded by
+    ``ArrowTensorCodec``; nested lists, structs, maps, times and decimals carry their Arrow type in a
+    ``ScalarCodec`` (see :func:`petastorm.scalars.field_type_of_arrow`). Files written by Hugging Face ``datasets``
+    have their features read (:mod:`petastorm.hf_features`): images, class labels, n-d arrays.
 
     Args:
         source: a ``pyarrow.Schema``, or anything with a ``schema`` attribute holding one (a
@@ -328,8 +339,13 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
     for column, values in partitions.items():
         is_int = all(_parses_as_int(v) for v in values)
         fields.append(UnischemaField(column, np.int64 if is_int else np.str_, (), None, False))
+    features = hf_features(schema)
     for arrow_field in schema:
         if arrow_field.name in partitions:
+            continue
+        described = field_type_of_feature(features.get(arrow_field.name), arrow_field.type)
+        if described is not None:
+            fields.append(UnischemaField(arrow_field.name, *described, arrow_field.nullable))
             continue
         field = _inferred_field(arrow_field, omit_unsupported_fields)
         if field is not None:
@@ -341,25 +357,103 @@ def _inferred_field(arrow_field: pa.Field, omit_unsupported: bool) -> UnischemaF
     tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type)
     if tensor is not None:
         return UnischemaField(arrow_field.name, tensor[0], tensor[1], ArrowTensorCodec(), arrow_field.nullable)
-    arrow_type = arrow_field.type
-    shape: tuple[int | None, ...] = ()
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
-        value_type = arrow_type.value_type
-        if pa.types.is_nested(value_type):
-            warnings.warn(f'[ARROW-1644] Ignoring unsupported structure {arrow_type!r} for field '
-                          f'{arrow_field.name!r}', UserWarning, stacklevel=4)
-            return None
-        shape = (arrow_type.list_size,) if pa.types.is_fixed_size_list(arrow_type) else (None,)
-        arrow_type = value_type
-    numpy_type = numpy_type_of_arrow(arrow_type)
-    if numpy_type is None:
+    described = field_type_of_arrow(arrow_field.type)
+    if described is None:
         if not omit_unsupported:
             raise ValueError(f'Cannot auto-create unischema due to unsupported column type {arrow_field.type} '
                              f'of column {arrow_field.name!r}')
         warnings.warn(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
                       UserWarning, stacklevel=4)
         return None
-    return UnischemaField(arrow_field.name, numpy_type, shape, None, arrow_field.nullable)
+    numpy_type, shape, needs_codec = described
+    codec = ScalarCodec(_plain_type(arrow_field.type)) if needs_codec else None
+    return UnischemaField(arrow_field.name, numpy_type, shape, codec, arrow_field.nullable)
+
+
+def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The type a reader decodes a column of ``arrow_type`` as: extension types as their storage."""
+    return arrow_type.storage_type if isinstance(arrow_type, pa.BaseExtensionType) else arrow_type
+
+
+def struct_type_of_field(field: UnischemaField) -> pa.StructType | None:
+    """The Arrow struct type of a struct field (its ``ScalarCodec``'s type), or None for any other field."""
+    if isinstance(field.codec, ScalarCodec) and pa.types.is_struct(field.codec.arrow_type()):
+        return field.codec.arrow_type()
+    return None
+
+
+def struct_leaf_paths(field: UnischemaField) -> list[str]:
+    """The dotted Parquet paths of a struct field's leaves (``['st.a', 'st.b.c']``); ``[name]`` for other fields.
+
+    Reading these paths reads exactly the struct's fields its type names, which is how a field selecting some
+    leaves of a stored struct reads only them.
+    """
+    struct = struct_type_of_field(field)
+    if struct is None:
+        return [field.name]
+    paths: list[str] = []
+
+    def walk(prefix: str, arrow_type: pa.StructType) -> None:
+        for i in range(arrow_type.num_fields):
+            child = arrow_type.field(i)
+            if pa.types.is_struct(child.type) and child.type.num_fields:
+                walk(f'{prefix}.{child.name}', child.type)
+            else:
+                paths.append(f'{prefix}.{child.name}')
+
+    walk(field.name, struct)
+    return paths or [field.name]
+
+
+def struct_leaf_field(schema: Unischema, path: str) -> tuple[UnischemaField, list[str]] | None:
+    """The struct field of ``schema`` that a dotted leaf path such as ``'st.a'`` starts with, and the path below it.
+
+    Returns None when no struct field's name starts the path.
+
+    Raises:
+        ValueError: the path names a struct field and then something the struct does not hold (the message lists
+            what it holds).
+    """
+    parts = path.split('.')
+    for cut in range(len(parts) - 1, 0, -1):
+        field = schema.fields.get('.'.join(parts[:cut]))
+        struct = struct_type_of_field(field) if field is not None else None
+        if field is None or struct is None:
+            continue
+        below = parts[cut:]
+        arrow_type: pa.DataType = struct
+        for depth, name in enumerate(below):
+            names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)] \
+                if pa.types.is_struct(arrow_type) else []
+            if name not in names:
+                where = '.'.join([field.name, *below[:depth]])
+                held = f'its fields: {", ".join(names)}' if names else f'it is a {arrow_type}, not a struct'
+                raise ValueError(f'schema_fields names the struct leaf {path!r}, but {where!r} has no field '
+                                 f'{name!r} ({held})')
+            arrow_type = arrow_type.field(name).type
+        return field, below
+    return None
+
+
+def prune_struct_field(field: UnischemaField, leaves: list[list[str]]) -> UnischemaField:
+    """``field`` (a struct field) holding only the given leaves (paths below it), in the struct's own order."""
+    struct = struct_type_of_field(field)
+    assert struct is not None, 'prune_struct_field takes a struct field'
+
+    def prune(arrow_type: pa.StructType, paths: list[list[str]]) -> pa.StructType:
+        kept = []
+        for i in range(arrow_type.num_fields):
+            child = arrow_type.field(i)
+            below = [p[1:] for p in paths if p[0] == child.name]
+            if not below:
+                continue
+            if any(not p for p in below) or not pa.types.is_struct(child.type):
+                kept.append(child)
+            else:
+                kept.append(child.with_type(prune(child.type, below)))
+        return pa.struct(kept)
+
+    return field._replace(codec=ScalarCodec(prune(struct, leaves)))
 
 
 def _parses_as_int(value: str) -> bool:
@@ -373,7 +467,9 @@ def _parses_as_int(value: str) -> bool:
 def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None) -> list[UnischemaField]:
     """Fields of ``schema`` whose whole name matches any of the regular expressions, in schema order.
 
-    Warns when the old prefix-match rule of early Petastorm releases would have picked a different set.
+    Warns when the old prefix-match rule of early Petastorm releases would have picked a different set, except
+    for a pattern that is exactly the name of a field (``'ts'`` beside a ``ts_tz`` field picks ``ts``, as it was
+    meant to). The warning names the user's line that led here.
     """
     if not field_regex:
         return []
@@ -385,12 +481,13 @@ def match_unischema_fields(schema: Unischema, field_regex: Iterable[str] | None)
         except re.error as err:
             raise ValueError(f'schema field pattern {pattern!r} is not a valid regular expression: {err}') from err
     full = [f for f in schema.fields.values() if any(p.fullmatch(f.name) for p in compiled)]
-    prefix = [f for f in schema.fields.values() if any(p.match(f.name) for p in compiled)]
-    if set(full) != set(prefix):
-        changed = sorted({f.name for f in set(full) ^ set(prefix)})
-        warnings.warn('schema_fields behavior has changed. Now, regular expression pattern must match the entire '
-                      f'field name. The change in the behavior affects the following fields: {", ".join(changed)}',
-                      UserWarning, stacklevel=2)
+    # A pattern naming a field exactly was meant as that name; only the other patterns changed meaning.
+    patterns_changed = [p for p in compiled if p.pattern not in schema.fields]
+    prefix = [f for f in schema.fields.values() if any(p.match(f.name) for p in patterns_changed)]
+    if not set(prefix) <= set(full):
+        changed = sorted({f.name for f in set(prefix) - set(full)})
+        warn_user('schema_fields behavior has changed. Now, regular expression pattern must match the entire '
+                  f'field name. The change in the behavior affects the following fields: {", ".join(changed)}')
     return full
 
 

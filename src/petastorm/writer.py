@@ -412,6 +412,9 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         raise SchemaError(f'write_dataset needs a Unischema, got {type(schema).__name__}')
     check_write_options(row_group_size_mb, file_size_mb, mode, workers_count, compression)
     progress = check_progress_argument(progress)
+    for field in schema.fields.values():  # a missing image library is one error here, not one per thread
+        if field.codec is not None:
+            field.codec.check_available('encode')
     fs, root = resolve_url(dataset_url, storage_options, filesystem)
     arrow_schema = schema.as_pyarrow_schema()
     staged: StagedWrite | DeltaWrite

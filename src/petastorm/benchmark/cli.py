@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG, description='Measure how many samples per second a Petastorm reader delivers, with the RAM '
                                'and CPU it uses (measured in a fresh process).',
         epilog=f"example: {PROG} file:///tmp/dataset -m 20 -n 200 -w 2 -p thread --field-regex 'id.*'")
-    parser.add_argument('dataset_path', help='Path to a petastorm dataset (a URL: file:///..., s3://..., hdfs://...)')
+    parser.add_argument('dataset_path', metavar='dataset_url',
+                        help='URL of the dataset, e.g. file:///tmp/dataset, s3://bucket/dataset or '
+                             'hdfs:///path/to/dataset')
     parser.add_argument('--field-regex', type=str, nargs='+', metavar='FIELD_REGEX',
                         help='read only fields whose whole name matches one of these regular expressions '
                              '(default: all fields)')

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm.cache._layouts import is_packed, pack_column, unpack_column
-from petastorm.cache._row_groups import RowGroupCache
+from petastorm.cache._row_groups import RowGroupCache, in_order
 from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, NdarrayCodec
 from petastorm.unischema import UnischemaField
 
@@ -110,10 +110,8 @@ class DecodedRowGroupCache(RowGroupCache):
             :func:`cached_decoded_values` (then the field's codec for the columns it returns None for).
         """
         where = f'{path} (row group {row_group})'
-        table = self.cache.get(self.key(path, row_group, columns), lambda: self._decoded(read_func(), where))
-        if table.column_names != list(columns):
-            table = table.select(list(columns))
-        return table
+        return in_order(self.cache.get(self.key(path, row_group, columns), lambda: self._decoded(read_func(), where)),
+                        columns)
 
     def _decoded(self, table: pa.Table, where: str) -> pa.Table:
         """``table`` with each column that the cache stores decoded replaced by its decoded layout."""

@@ -86,9 +86,15 @@ class RowGroupCache:
             columns: the columns ``read_func`` reads, in the order the result must have.
             read_func: reads those columns from the file.
         """
-        table = self.cache.get(self.key(path, row_group, columns), read_func)
-        if table.column_names != list(columns):
-            # The key ignores column order (so any order hits); give the caller the order it asked for.
-            table = table.select(list(columns))
-        return table
+        return in_order(self.cache.get(self.key(path, row_group, columns), read_func), columns)
+
+
+def in_order(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``table``'s columns in the order of ``columns`` (cache keys ignore the order, so any order hits).
+
+    ``columns`` may name struct leaves by their Parquet path (``'st.a'``): a table read by such paths holds the
+    struct's column, ``'st'``.
+    """
+    names = list(dict.fromkeys(c if c in table.column_names else c.split('.')[0] for c in columns))
+    return table if table.column_names == names else table.select(names)
 

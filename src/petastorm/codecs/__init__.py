@@ -7,7 +7,9 @@ Byte formats are the standard ones Petastorm uses, so datasets move between the 
 * :class:`CompressedImageCodec`: a standard PNG or JPEG of the RGB (or grey) image;
 * :class:`ScalarCodec`: the native Parquet value of a Spark/Arrow type;
 * :class:`ArrowTensorCodec`: numeric arrays as Arrow's ``fixed_shape_tensor`` / ``variable_shape_tensor`` columns
-  (not Petastorm's format: Arrow tools read them as tensors, Petastorm 0.13.1 cannot).
+  (not Petastorm's format: Arrow tools read them as tensors, Petastorm 0.13.1 cannot);
+* :class:`HFImageCodec` and :class:`ClassLabelCodec`: Hugging Face ``datasets`` ``Image`` and ``ClassLabel``
+  columns (the structs of image file bytes and paths, and class integers with their names).
 
 Every codec has a stable registry name and a JSON description (:meth:`DataframeColumnCodec.to_json`) that is
 what the dataset metadata stores. ``decode_column`` decodes a whole Arrow column at once; readers call it per
@@ -22,16 +24,17 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _shape_matches, check_array, stack_or_objects
+from petastorm.codecs._hf import ClassLabelCodec, HFImageCodec
 from petastorm.codecs._image import CompressedImageCodec
 from petastorm.codecs._ndarray import CompressedNdarrayCodec, NdarrayCodec
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.codecs._tensor import ArrowTensorCodec
 from petastorm.errors import SchemaError
-from petastorm.scalars import native_arrow_type, to_arrow_scalar
+from petastorm.scalars import native_arrow_type, to_arrow_scalar, to_arrow_value
 
-__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ColumnBuilder', 'CompressedImageCodec', 'CompressedNdarrayCodec',
-           'DataframeColumnCodec', 'NdarrayCodec', 'ScalarCodec', 'check_array', 'codec_from_json', 'encode_value',
-           'stack_or_objects']
+__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ClassLabelCodec', 'ColumnBuilder', 'CompressedImageCodec',
+           'CompressedNdarrayCodec', 'DataframeColumnCodec', 'HFImageCodec', 'NdarrayCodec', 'ScalarCodec',
+           'check_array', 'codec_from_json', 'encode_value', 'stack_or_objects']
 
 OPENCV_AVAILABLE: bool
 """Kept for compatibility; computed on first access without importing OpenCV eagerly."""
@@ -48,13 +51,13 @@ def __getattr__(name: str) -> Any:
 # The classes live in private modules but are named ``petastorm.codecs.<Class>``, so pickles, reprs and
 # Petastorm's own references keep the one public path.
 for _cls in (DataframeColumnCodec, NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-             ArrowTensorCodec):
+             ArrowTensorCodec, HFImageCodec, ClassLabelCodec):
     _cls.__module__ = __name__
 del _cls
 
 CODECS_BY_NAME: dict[str, type[DataframeColumnCodec]] = {
     cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-                                    ArrowTensorCodec)}
+                                    ArrowTensorCodec, HFImageCodec, ClassLabelCodec)}
 
 
 def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeColumnCodec:
@@ -87,6 +90,8 @@ def encode_value(field: Any, value: Any) -> Any:
     if field.codec is not None:
         return field.codec.encode(field, value)
     arrow_type = native_arrow_type(field)
+    if pa.types.is_list(arrow_type) and len(field.shape) > 1:
+        return to_arrow_value(field.name, arrow_type, value)  # ragged rows of several dimensions
     if pa.types.is_list(arrow_type):
         array = np.asarray(value)
         if array.ndim != 1 or not _shape_matches(tuple(field.shape), array.shape):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence, Sized
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -214,6 +214,14 @@ class DataframeColumnCodec(ABC):
     def from_json(cls, description: dict[str, Any]) -> DataframeColumnCodec:
         """Rebuild a codec from :meth:`to_json` output."""
         return cls()
+
+    def check_available(self, operation: Literal['encode', 'decode']) -> None:
+        """Raise ``MissingDependencyError`` now when the libraries ``operation`` needs are not installed.
+
+        Writers and readers call it before their threads or processes start, so that a missing library is one
+        error at the caller's line instead of one per worker. The default has nothing to check.
+        """
+        return None
 
     def check_value(self, unischema_field: Any, value: Any) -> Any:
         """Check one non-None value of the field and return it in the form :meth:`encode_column` takes.

@@ -78,6 +78,17 @@ class CompressedImageCodec(DataframeColumnCodec):
             raise CodecError(f'field {_field_name(unischema_field)}: {chosen[0]} failed to encode a {value.shape} '
                              f'{value.dtype} image as {self.image_codec}: {err}') from err
 
+    def check_available(self, operation: Literal['encode', 'decode']) -> None:
+        """Raise ``MissingDependencyError`` (naming the ``image`` extra) when no library can do ``operation``."""
+        backends = _backends()
+        if operation == 'encode':
+            available = (backends.png_encoder if self.image_codec == 'png' else backends.jpeg_encoder) is not None
+        else:
+            decoder = backends.png_decoder if self.image_codec == 'png' else backends.jpeg_decoder
+            available = decoder is not None or bool(backends.any_decoders)
+        if not available:
+            raise _missing_library(f'{operation.rstrip("e")}ing {self.image_codec} images')
+
     def _decode_payload(self, backends: ImageBackends, unischema_field: Any, payload: Any,
                         out: np.ndarray | None, row: int | None,
                         layout: ImageLayout | None | Literal['unread'] = 'unread') -> np.ndarray:

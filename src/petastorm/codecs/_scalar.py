@@ -9,7 +9,13 @@ import pyarrow as pa
 
 from petastorm.codecs._base import DataframeColumnCodec, _field_name
 from petastorm.errors import SchemaError
-from petastorm.scalars import arrow_type_from_json, arrow_type_to_json, scalar_column_to_numpy, to_arrow_scalar
+from petastorm.scalars import (
+    arrow_type_from_json,
+    arrow_type_to_json,
+    scalar_column_to_numpy,
+    to_arrow_scalar,
+    to_arrow_value,
+)
 from petastorm.spark_types import arrow_type_from_spark, is_spark_type
 
 
@@ -62,6 +68,9 @@ class ScalarCodec(DataframeColumnCodec):
 
     def encode(self, unischema_field: Any, value: Any) -> Any:
         name = _field_name(unischema_field)
+        if pa.types.is_nested(self._arrow_type):
+            # Lists, structs and maps: the value as Arrow stores it, checked element by element.
+            return to_arrow_value(name, self._arrow_type, value)
         if hasattr(value, '__len__') and not isinstance(value, (str, bytes)) and not (
                 isinstance(value, np.ndarray) and value.ndim == 0):
             raise TypeError(f"Expected a scalar as a value for field '{name}'. Got a non-numpy type'{type(value)}'")
@@ -73,7 +82,7 @@ class ScalarCodec(DataframeColumnCodec):
     def decode(self, unischema_field: Any, value: Any) -> Any:
         return unischema_field.numpy_dtype(value)
 
-    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> Any:
         return scalar_column_to_numpy(unischema_field, column)
 
     def __str__(self) -> str:

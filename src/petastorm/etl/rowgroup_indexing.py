@@ -101,8 +101,8 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         raise ValueError(f'indexers {unstorable} cannot be stored: stored indexes are SingleFieldIndexer or '
                          f'FieldNotNullIndexer (or subclasses of them)')
     store = open_store(resolve_location(dataset_url, storage_options, filesystem))
-    if store.root is None:
-        raise ValueError(f'row-group indexes are stored in a dataset directory; {dataset_url} is a list of files')
+    if store.root is None or store.subset:
+        raise ValueError(f'row-group indexes are stored in a dataset directory; {dataset_url} names files')
     schema = stored_schema(store)
     columns = list(dict.fromkeys(c for i in indexers for c in i.column_names))
     unknown = [c for c in columns if c not in schema.fields]

@@ -1,12 +1,14 @@
 """Reading with ``filters``: the pyarrow expression they make, and which row groups' statistics may match it.
 
 :func:`matching_row_groups` reads the Parquet footers (statistics) and partition values of a store; the planner
-keeps only the row groups it names (see :func:`petastorm.plan.select_row_groups`).
+keeps only the row groups it names (see :func:`petastorm.plan.select_row_groups`). :func:`filter_statistics` also
+tells which of them match in every row, so that a reader knows how many rows it delivers without reading them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -40,8 +42,33 @@ def columns_of_expression(expression: Any, candidates: list[str]) -> tuple[str, 
     return tuple(name for name in candidates if name in text)
 
 
+@dataclass(frozen=True)
+class FilterStatistics:
+    """What the footers' statistics and the partition values say about ``filters``, per ``(path, row group)``.
+
+    Attributes:
+        matching: the row groups some row of which may match (the others match in no row).
+        matching_all: those among them that match in every row (no row can fail, and none is null).
+    """
+
+    matching: frozenset[tuple[str, int]]
+    matching_all: frozenset[tuple[str, int]]
+
+
 def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, int]]:
     """``(path, row group)`` of every row group whose statistics (or partition values) may match ``expression``.
+
+    Raises:
+        ValueError: the expression names a column the store does not have, or cannot be applied to its types.
+    """
+    return set(filter_statistics(store, expression, whole=False).matching)
+
+
+def filter_statistics(store: ParquetStore, expression: Any, whole: bool = True) -> FilterStatistics:
+    """Which row groups may match ``expression`` and, with ``whole``, which match in every row.
+
+    A row group matches in every row when the statistics prove the negated expression false everywhere; pyarrow
+    counts a column with nulls as possibly null, so a row that the filter would drop as null is never assumed.
 
     Raises:
         ValueError: the expression names a column the store does not have, or cannot be applied to its types.
@@ -52,15 +79,18 @@ def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, 
     dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
                          partitioning=partitioning, partition_base_dir=store.root)
     matching: set[tuple[str, int]] = set()
+    failing: set[tuple[str, int]] = set()
     try:
         for fragment in dataset.get_fragments():
             # Bind against the dataset schema: partition columns exist there, not in the file.
             for row_group_fragment in fragment.split_by_row_group(expression, schema=dataset.schema):
-                for row_group in row_group_fragment.row_groups:
-                    matching.add((fragment.path, row_group.id))
+                matching.update((fragment.path, row_group.id) for row_group in row_group_fragment.row_groups)
+            if whole:
+                for row_group_fragment in fragment.split_by_row_group(~expression, schema=dataset.schema):
+                    failing.update((fragment.path, row_group.id) for row_group in row_group_fragment.row_groups)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         raise filters_error(expression, dataset.schema, store.url, err) from err
-    return matching
+    return FilterStatistics(frozenset(matching), frozenset(matching - failing) if whole else frozenset())
 
 
 def filters_error(expression: Any, schema: pa.Schema, url: Any, err: BaseException) -> ValueError:

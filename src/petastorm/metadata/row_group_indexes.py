@@ -341,6 +341,10 @@ def load_row_group_indexes(store: ParquetStore) -> dict[str, RowGroupIndexerBase
     if store.metadata_path is None or posixpath.basename(store.metadata_path) != '_common_metadata':
         raise ValueError(f'Could not find _common_metadata file in {store.url}: the dataset has no row-group '
                          f'indexes. Build them with petastorm.etl.rowgroup_indexing.build_rowgroup_index(...)')
+    if store.subset:
+        raise ValueError(f'{store.url} names some files of the dataset at {store.root}, and its row-group indexes '
+                         f'number the row groups of the whole dataset: open the dataset directory to use a '
+                         f'rowgroup_selector')
     where = f'{store.metadata_path}'
     raw = store.metadata_kv.get(INDEXES_JSON_KEY)
     if raw is not None:

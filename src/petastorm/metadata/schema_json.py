@@ -34,6 +34,7 @@ _DTYPES_BY_NAME: dict[str, Any] = {
     'timedelta64': np.timedelta64,
     'object': np.object_,
     'Decimal': decimal.Decimal,
+    'dict': dict,  # struct and map fields: a dict per row (their Arrow type is in the codec)
     'none': None,
 }
 _NAMES_BY_DTYPE = {dtype: name for name, dtype in _DTYPES_BY_NAME.items()}

@@ -2,12 +2,19 @@
 
 The order of row groups (sorted file path, then row-group number) is the piece order shared with Petastorm:
 sharding, row-group indexes and cache keys all refer to positions in it.
+
+A store may also be some files of a dataset: one file URL, a list of them, or a glob pattern
+(``.../part-000*.parquet``, expanded here when no file has that very name). Their schema is then the dataset's,
+found in the ``_common_metadata`` of the directory holding them (or of the dataset directory above their
+``name=value`` partition directories).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import posixpath
+import re
 import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +26,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm._describe import display_url
+from petastorm._warnings import warn_user
 from petastorm.errors import (
     CorruptFooterError,
     MissingDataFilesError,
@@ -31,6 +39,7 @@ from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
+from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 from petastorm.unischema import Unischema, infer_unischema
 
 COMMON_METADATA = '_common_metadata'
@@ -69,6 +78,10 @@ class ParquetStore:
     metadata_path: str | None = None
     #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
     file_sizes: dict[str, int] = field(default_factory=dict)
+    #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
+    subset: bool = False
+    #: what was read from the files once (their footers, their unified schema), kept for the next steps
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
@@ -185,13 +198,16 @@ def table_format_of(filesystem: pafs.FileSystem, root: str) -> str | None:
 def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
 
+    A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
+    belong to (see the module docstring).
+
     Args:
         location: the store's URL, resolved.
         plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
             it, those its log removed included); by default such a directory is refused.
 
     Raises:
-        StorageNotFoundError: the path does not exist (a ``FileNotFoundError``).
+        StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
         StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
         PetastormMetadataError: a metadata file exists but cannot be read, or the directory is a table.
     """
@@ -204,7 +220,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
 def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
-        files = tuple(sorted(location.path))
+        files = tuple(sorted(p for path in location.path for p in _file_or_matches(fs, path, location.url)))
         infos = []
         for path in files:
             info = fs.get_file_info(path)
@@ -214,12 +230,16 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
             if info.type != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
             infos.append(info)
-        return ParquetStore(fs, location.url, None, files, file_sizes=_sizes_of(infos))
+        return _store_of_files(fs, location.url, files, list_given=True, file_sizes=_sizes_of(infos))
     root = location.path
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
+        return _store_of_files(fs, location.url, tuple(_file_or_matches(fs, root, location.url)), list_given=True)
     listed = _listed_data_files(fs, root, location.url)
-    files = tuple(info.path for info in listed)
-    table_format = None if plain or fs.get_file_info(root).type != pafs.FileType.Directory else \
-        table_format_of(fs, root)
+    files = tuple(item.path for item in listed)
+    if info.type != pafs.FileType.Directory:
+        return _store_of_files(fs, location.url, files, list_given=False, file_sizes=_sizes_of(listed))
+    table_format = None if plain else table_format_of(fs, root)
     if table_format is not None:
         raise PetastormMetadataError(
             f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
@@ -228,15 +248,70 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
             f'file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
-    if fs.get_file_info(root).type == pafs.FileType.Directory:
-        for name in (COMMON_METADATA, SUMMARY_METADATA):
-            found = _read_kv(fs, posixpath.join(root, name))
-            if found is not None:
-                kv, metadata_path = found, posixpath.join(root, name)
-                break
-    else:
-        root = posixpath.dirname(root)
+    for name in (COMMON_METADATA, SUMMARY_METADATA):
+        found = _read_kv(fs, posixpath.join(root, name))
+        if found is not None:
+            kv, metadata_path = found, posixpath.join(root, name)
+            break
     return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed))
+
+
+_GLOB_MAGIC = re.compile(r'[*?[]')
+
+
+def glob_files(fs: pafs.FileSystem, pattern: str, url: Any = None) -> list[str]:
+    """The data files a glob pattern matches (``*``, ``?`` and ``[...]`` within a name, ``**`` for directories).
+
+    A path that exists as it is, or has no pattern characters, is returned alone.
+
+    Raises:
+        StorageNotFoundError: nothing matches (the message names the pattern and where it looked).
+    """
+    return _file_or_matches(fs, pattern, url or pattern)
+
+
+def _file_or_matches(fs: pafs.FileSystem, path: str, url: Any) -> list[str]:
+    """``[path]``, or the data files a glob pattern matches when no file or directory has that very name."""
+    if not _GLOB_MAGIC.search(path) or fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return [path]
+    parts = path.split('/')
+    first = next(i for i, part in enumerate(parts) if _GLOB_MAGIC.search(part))
+    base = '/'.join(parts[:first]) or '/'
+    deep = len(parts) - first > 1
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=deep, allow_not_found=True))
+    matches = sorted(i.path for i in infos if i.type == pafs.FileType.File
+                     and not _is_hidden(posixpath.relpath(i.path, base)) and _glob_match(i.path.split('/'), parts))
+    if not matches:
+        raise StorageNotFoundError(f'no data file matches {url} (glob pattern {path!r}, looked under {base!r})')
+    return matches
+
+
+def _glob_match(names: list[str], patterns: list[str]) -> bool:
+    """Path components against pattern components: ``*``, ``?``, ``[...]`` within one, ``**`` for any number."""
+    if not patterns:
+        return not names
+    if patterns[0] == '**':
+        return any(_glob_match(names[i:], patterns[1:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _glob_match(names[1:], patterns[1:])
+
+
+def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,
+                    file_sizes: dict[str, int] | None = None) -> ParquetStore:
+    """A store of some files: with the metadata of the Petastorm dataset they belong to, when there is one."""
+    directory = posixpath.commonpath([posixpath.dirname(p) for p in files]) if files else ''
+    candidate = directory
+    while candidate:
+        for name in (COMMON_METADATA, SUMMARY_METADATA):
+            path = posixpath.join(candidate, name)
+            kv = _read_kv(fs, path)
+            if kv is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.')) for k in kv):
+                return ParquetStore(fs, url, candidate, files, kv, path, file_sizes or {}, subset=True)
+        if '=' not in posixpath.basename(candidate):  # only partition directories lead further up
+            break
+        candidate = posixpath.dirname(candidate)
+    if list_given:
+        return ParquetStore(fs, url, None, files, file_sizes=file_sizes or {})
+    return ParquetStore(fs, url, directory, files, file_sizes=file_sizes or {})
 
 
 def stored_schema(store: ParquetStore) -> Unischema:
@@ -265,6 +340,22 @@ def stored_schema(store: ParquetStore) -> Unischema:
         f'your ETL code. You can generate it on an existing dataset using petastorm-generate-metadata.py')
 
 
+def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
+    """The Parquet footers of the files (up to 16 read at a time).
+
+    Raises:
+        CorruptFooterError: a file is not readable Parquet (the message names its URL); a
+            ``PetastormMetadataError`` and a ``CorruptDataError``.
+    """
+    def read(path: str) -> pq.FileMetaData:
+        return _footer_of_data_file(filesystem, path)
+
+    if not paths:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
     """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
 
@@ -279,14 +370,37 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
         CorruptFooterError: a file is not readable Parquet (the message names its URL); a
             ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
-    def read(path: str) -> list[int]:
-        metadata = _footer_of_data_file(filesystem, path)
-        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    return {path: _row_counts(metadata) for path, metadata in read_footers(filesystem, paths).items()}
 
-    if not paths:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        return dict(zip(paths, pool.map(read, paths), strict=True))
+
+def _row_counts(metadata: pq.FileMetaData) -> list[int]:
+    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+
+def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
+    """The footers of every data file of the store, read once (and kept in ``store.memo``)."""
+    if 'footers' not in store.memo:
+        store.memo['footers'] = read_footers(store.filesystem, list(store.files))
+    return store.memo['footers']  # type: ignore[no-any-return]
+
+
+def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
+    """The data files' Arrow schemas unified (:mod:`petastorm.metadata.unify`), computed once per store.
+
+    Raises:
+        PetastormMetadataError: a file is not readable Parquet.
+        SchemaError: the files' schemas cannot be unified (naming the column and files).
+    """
+    if 'unified' not in store.memo:
+        footers = store_footers(store)
+        schemas = {}
+        for path in store.files:
+            try:
+                schemas[path] = footers[path].schema.to_arrow_schema()
+            except (pa.ArrowException, ValueError) as err:
+                raise PetastormMetadataError(f'{path}: cannot read its Arrow schema: {err}') from err
+        store.memo['unified'] = unify_file_schemas(schemas)
+    return store.memo['unified']  # type: ignore[no-any-return]
 
 
 def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None = None) -> pq.FileMetaData:
@@ -332,7 +446,7 @@ def check_no_missing_files(store: ParquetStore, names: Iterable[str], named_by: 
     """Raise :class:`MissingDataFilesError` if a file the metadata names (relative paths) was not listed."""
     listed = {store.relpath(path) for path in store.files}
     gone = sorted(set(names) - listed)
-    if not gone or store.root is None:
+    if not gone or store.root is None or store.subset:  # some files of a dataset: the others are not read
         return
     urls = tuple(display_url(f'{str(store.url).rstrip("/")}/{name}') for name in gone)
     shown = ', '.join(urls[:_NAMED_MISSING]) + (f' and {len(urls) - _NAMED_MISSING} more'
@@ -398,9 +512,9 @@ def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
     has_row_groups = keys.ROW_GROUPS_JSON_KEY in store.metadata_kv or keys.ROW_GROUPS_PER_FILE_KEY in \
         store.metadata_kv
     if has_schema and not has_row_groups:
-        warnings.warn(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
-                      f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
-                      f'read from the file footers meanwhile.', UserWarning, stacklevel=3)
+        warn_user(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
+                  f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
+                  f'read from the file footers meanwhile.')
 
 
 def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
@@ -421,7 +535,7 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
-        counts = footer_row_counts(store.filesystem, list(store.files))
+        counts = {path: _row_counts(metadata) for path, metadata in store_footers(store).items()}
     pieces: list[RowGroupPiece] = []
     for path in store.files:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
@@ -430,16 +544,25 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
 
 
 def inferred_schema(store: ParquetStore) -> Unischema:
-    """A Unischema inferred from the first data file's Arrow schema and the partition directories.
+    """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
 
-    A table's is inferred from its logical schema (partition columns typed as the table says).
+    Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
+    names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
+    table says).
+
+    Raises:
+        PetastormMetadataError: no data file, or one that is not readable Parquet.
+        SchemaError: the files' schemas cannot be unified.
     """
     table_schema = store.table_schema()
     if table_schema is not None:
         return infer_unischema(table_schema)
     if not store.files:
         raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    arrow_schema = data_file_schema(store, store.files[0])
+    unified = unified_file_schema(store)
+    if unified.differs:
+        warn_user(f'the files of {store.url} differ in their schemas, and are read as one: {unified.describe()}')
+    arrow_schema = unified.schema
     partitions: dict[str, list[str]] = {}
     if store.root:
         for path in store.files:

@@ -15,7 +15,16 @@ in what they say; :meth:`ShardSpec.from_env` is the one place that looks at the 
 
 from petastorm.plan.items import ScheduledItem, WorkItem, shard_items, split_drop_partitions
 from petastorm.plan.layout import ShardLayout, Stage, pass_stages
-from petastorm.plan.order import epoch_order, epoch_rng, epoch_schedule, row_permutation, schedule, unit_rows
+from petastorm.plan.order import (
+    RowMatches,
+    epoch_order,
+    epoch_rng,
+    epoch_schedule,
+    kept_rows,
+    row_permutation,
+    schedule,
+    unit_rows,
+)
 from petastorm.plan.resume import (
     STATE_VERSION,
     Cursor,
@@ -52,10 +61,11 @@ from petastorm.plan.shard import (
 )
 
 __all__ = [
-    'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'Remainder', 'Run',
-    'ScheduledItem', 'ShardLayout', 'ShardMode', 'ShardSpec', 'Stage', 'WorkItem', 'check_state', 'cursor_row_ids',
-    'cursor_stage', 'detect_rank_and_world_size', 'encode_rows', 'epoch_order', 'epoch_rng', 'epoch_schedule',
-    'make_layout', 'merge_runs', 'partition_values', 'pass_stages', 'position_state', 'rank_share',
+    'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'Remainder',
+    'RowMatches', 'Run', 'ScheduledItem', 'ShardLayout', 'ShardMode', 'ShardSpec', 'Stage', 'WorkItem',
+    'check_state', 'cursor_row_ids', 'cursor_stage', 'detect_rank_and_world_size', 'encode_rows', 'epoch_order',
+    'epoch_rng', 'epoch_schedule', 'kept_rows', 'make_layout', 'merge_runs', 'partition_values', 'pass_stages',
+    'position_state', 'rank_share',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
     'runs_of_rows', 'schedule', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
     'split_drop_partitions', 'unit_rows', 'units_of_runs',

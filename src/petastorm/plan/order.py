@@ -7,7 +7,7 @@ seed gives the same sequence of rows for every pool kind, worker count and insta
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -84,3 +84,19 @@ def unit_rows(scheduled: ScheduledItem, shuffle_rows: bool) -> np.ndarray | None
     if scheduled.order_range is not None:
         return order[scheduled.order_range[0]:scheduled.order_range[1]]
     return order
+
+
+#: The rows each row group keeps through the filters and the predicate, as a bool mask over its rows, by piece
+#: index; a row group without an entry keeps every row.
+RowMatches = Mapping[int, np.ndarray]
+
+
+def kept_rows(scheduled: ScheduledItem, shuffle_rows: bool, matches: RowMatches | None) -> int:
+    """Rows of ``scheduled`` that survive the filters (all of them when ``matches`` has no mask for its row group)."""
+    item = scheduled.item
+    mask = None if matches is None else matches.get(item.piece_index)
+    if mask is None:
+        return scheduled.num_rows
+    window = mask[item.row_start:item.row_stop]
+    rows = unit_rows(scheduled, shuffle_rows)
+    return int(np.count_nonzero(window if rows is None else window[rows]))

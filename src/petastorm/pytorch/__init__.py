@@ -10,7 +10,11 @@
 
 Every loader is a ``torch.utils.data.DataLoader`` (so trainers that check the type accept it), a context
 manager whose exit stops and joins the reader, and builds batches from the reader's decoded columns by slicing
-and gathering whole columns (:meth:`petastorm.reader.Reader.column_batches`), never row by row.
+and gathering whole columns (:meth:`petastorm.reader.Reader.column_batches`), never row by row. Each takes
+``drop_last`` and ``bool_dtype`` (bool fields become ``torch.uint8`` as in Petastorm, or ``torch.bool``); torch's
+arguments that belong to the reader here (``num_workers``, ``shuffle``, ``sampler``...) raise
+:class:`LoaderArgumentError` naming what to use instead. ``docs/pytorch.md`` says which reader and which loader
+suit which data.
 
 Example:
     >>> from petastorm import make_reader
@@ -22,12 +26,15 @@ Example:
 
 from __future__ import annotations
 
+from petastorm.pytorch._arguments import LoaderArgumentError
 from petastorm.pytorch._collate import _sanitize_pytorch_types, decimal_friendly_collate
 from petastorm.pytorch._dataset import ReaderIterableDataset
 from petastorm.pytorch._inmem import InMemBatchedDataLoader, _load_rows_into_mem
 from petastorm.pytorch._loaders import BatchedDataLoader, DataLoader
 from petastorm.pytorch._loaders import _LoaderBase as LoaderBase
+from petastorm.pytorch._nested import JaggedTensor
 from petastorm.pytorch._tensors import TorchTypeError
 
-__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'LoaderBase', 'ReaderIterableDataset',
+__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'JaggedTensor', 'LoaderArgumentError',
+           'LoaderBase', 'ReaderIterableDataset',
            'TorchTypeError', 'decimal_friendly_collate', '_load_rows_into_mem', '_sanitize_pytorch_types']

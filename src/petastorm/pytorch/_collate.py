@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import collections.abc
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from petastorm.columns import MaskedColumn, is_nested, row_values
+from petastorm.pytorch._nested import VALID_SUFFIX, TorchForms, VariableLength
 from petastorm.pytorch._tensors import (
     check_no_none,
     is_list_value,
@@ -25,7 +27,6 @@ from petastorm.pytorch._tensors import (
     torch,
 )
 
-VariableLength = Literal['list', 'pad']
 MASK_SUFFIX = '_mask'
 
 _NUMERIC_KINDS = frozenset('biufc')
@@ -75,14 +76,23 @@ def _sanitize_pytorch_types(row_as_dict: dict[str, Any]) -> None:
         row_as_dict[name] = sanitize_value(name, value)
 
 
-def prepare_columns(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The columns of one chunk with dtypes promoted as the original loaders did (whole columns at once)."""
-    return {name: promote_dtype(array) if array.dtype.kind in _NUMERIC_KINDS else array
-            for name, array in columns.items()}
+def prepare_columns(columns: dict[str, Any], forms: TorchForms | None = None,
+                    bool_to_uint8: bool = True) -> dict[str, Any]:
+    """The columns of one chunk made ready for the buffers: nulls, times and nested columns as ``forms`` say
+    (see :meth:`~petastorm.pytorch._nested.TorchForms.prepare`), numeric dtypes promoted as the original loaders did
+    (whole columns at once)."""
+    out = {}
+    for name, array in columns.items():
+        if forms is not None:
+            array = forms.prepare(name, array)
+        out[name] = promote_dtype(array, bool_to_uint8) \
+            if isinstance(array, np.ndarray) and array.dtype.kind in _NUMERIC_KINDS else array
+    return out
 
 
-def collate_columns(columns: dict[str, np.ndarray], as_tuple: bool, variable_length: VariableLength,
-                    variable_fields: frozenset[str], padding_value: Any) -> Any:
+def collate_columns(columns: dict[str, Any], as_tuple: bool, variable_length: VariableLength,
+                    variable_fields: frozenset[str], padding_value: Any, forms: TorchForms | None = None,
+                    bool_to_uint8: bool = True) -> Any:
     """One batch from the columns of its rows: a dict by field name, or a list by position for tuple rows.
 
     Args:
@@ -91,11 +101,15 @@ def collate_columns(columns: dict[str, np.ndarray], as_tuple: bool, variable_len
         variable_length: ``'list'`` or ``'pad'`` (see :class:`~petastorm.pytorch.DataLoader`).
         variable_fields: fields whose schema shape has a ``None`` dimension (padded, with a mask, in pad mode).
         padding_value: the value padding fills in.
+        bool_to_uint8: bools inside per-row values (variable-shape arrays) become uint8, as numeric columns do.
     """
     out: dict[str, Any] = {}
     for name, column in columns.items():
+        if is_nested(column) and forms is not None:
+            forms.finish(name, column, out, tensors=False)
+            continue
         pad = variable_length == 'pad'
-        value = _collate_column(name, column, pad, padding_value)
+        value = _collate_column(name, column, pad, padding_value, bool_to_uint8)
         if pad and (isinstance(value, tuple) or name in variable_fields) and not as_tuple:
             padded, mask = value if isinstance(value, tuple) else (value, _full_mask(value))
             out[name] = padded
@@ -105,22 +119,33 @@ def collate_columns(columns: dict[str, np.ndarray], as_tuple: bool, variable_len
     return list(out.values()) if as_tuple else out
 
 
-def rows_of(columns: dict[str, np.ndarray], as_tuple: bool) -> list[Any]:
-    """The rows of a batch as a row reader gives them to a collate function: dicts, or tuples for tuple rows."""
+def rows_of(columns: dict[str, Any], as_tuple: bool, bool_to_uint8: bool = True) -> list[Any]:
+    """The rows of a batch as a row reader gives them to a collate function: dicts, or tuples for tuple rows.
+
+    A masked column (``nulls='mask'``) gives its values and, under ``'<name>_valid'``, whether each is not null.
+    """
+    expanded: dict[str, Any] = {}
+    for name, column in columns.items():
+        if isinstance(column, MaskedColumn):
+            expanded[name] = column.values
+            expanded[name + VALID_SUFFIX] = column.valid
+        else:
+            expanded[name] = list(row_values(column)) if is_nested(column) else column
+    columns = expanded
     names = list(columns)
-    values = [[sanitize_value(name, v) for v in columns[name]] for name in names]
+    values = [[sanitize_value(name, v, bool_to_uint8) for v in columns[name]] for name in names]
     if as_tuple:
         return list(zip(*values, strict=True))
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
-def _collate_column(name: str, column: np.ndarray, pad: bool, padding_value: Any) -> Any:
+def _collate_column(name: str, column: np.ndarray, pad: bool, padding_value: Any, bool_to_uint8: bool) -> Any:
     if column.dtype.kind in _NUMERIC_KINDS:
         return to_tensor(column)
     if column.dtype != object:
         return list(column)  # strings, datetimes: as the row values are
     check_no_none(name, column)
-    values = [sanitize_value(name, v) for v in column]
+    values = [sanitize_value(name, v, bool_to_uint8) for v in column]
     if values and all(isinstance(v, (np.ndarray, torch.Tensor)) for v in values) and not is_list_value(values[0]):
         stacked = stack_values(values)
         if stacked is not None:

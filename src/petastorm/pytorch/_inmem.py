@@ -9,15 +9,21 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._loaders import (
     _batch_columns,
+    _batched_variable_length,
     _check_tensor_fields,
     _column_chunks,
+    _forms,
     _LoaderBase,
     _stop_reader_on_error,
+    finish_batch,
 )
+from petastorm.pytorch._nested import TorchForms, VariableLength
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
-from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows
+from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows, slice_rows
+from petastorm.shuffle._nested import NestedColumns
 from petastorm.source import ColumnSource, as_column_source
 
 
@@ -28,8 +34,10 @@ class InMemBatchedDataLoader(_LoaderBase):
     warning), keeping each field as one tensor, then stops and joins the reader. Iterating yields
     ``num_epochs`` epochs of dicts ``{field: tensor}`` (lists by position for tuple rows), each epoch in a new
     random order when ``shuffle`` (``torch.randperm`` seeded with ``seed + epoch``); the last batch of an epoch
-    may be smaller. Batches are copies: changing one in place does not change the cached data. Field types as
-    for :class:`BatchedDataLoader`.
+    may be smaller (``drop_last=True`` leaves it out, every epoch, as torch's ``DataLoader`` does). Batches are
+    copies: changing one in place does not change the cached data. Field types as for :class:`BatchedDataLoader`
+    (bool -> uint8 unless ``bool_dtype=torch.bool``); torch's ``DataLoader`` arguments other than ``batch_size``,
+    ``shuffle`` and ``drop_last`` raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead.
 
     One iteration at a time: ``iter()`` while another iterator is in the middle of its epochs raises
     ``RuntimeError``. Once an iteration delivered its last batch (also when the end was not asked for, as a trainer
@@ -44,26 +52,41 @@ class InMemBatchedDataLoader(_LoaderBase):
         seed: seeds the per-epoch shuffles.
         rows_capacity: the most rows kept in memory.
         shuffle: shuffle the rows every epoch.
+        variable_length: the form of list fields, as for :class:`BatchedDataLoader` (default ``'auto'``).
+        padding_value: the value ``'pad'`` fills in.
+        nulls: what a null becomes, as for :class:`BatchedDataLoader`.
+        drop_last: leave out the last batch of every epoch when it is short (the rows left out change from epoch
+            to epoch when shuffled). With equal shares of rows per DDP rank (``shard_mode='rows'``), every rank
+            gets the same number of full batches.
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
-                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False) -> None:
+                 num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size)
+            check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
                 raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
             if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
                     rows_capacity < 1:
                 raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
             _check_tensor_fields(type(self).__name__, self._source)
+            self._forms = _forms(type(self).__name__, self._source, _batched_variable_length(variable_length),
+                                 padding_value, nulls, tensors=True,
+                                 bool_to_uint8=self._bool_to_uint8)
         self.transform_fn = transform_fn
         self.num_epochs = int(num_epochs)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.rows_capacity = int(rows_capacity)
         try:
-            self._keys, self._store, self._num_rows, self._as_tuple = _load_columns(self._source, transform_fn,
-                                                                                    self.rows_capacity)
+            loaded = _load_columns(self._source, transform_fn, self.rows_capacity, self._forms, self._bool_to_uint8)
+            self._keys, self._store, self._num_rows, self._as_tuple, self._nested = loaded
         finally:
             reader.stop()
             reader.join()
@@ -84,7 +107,10 @@ class InMemBatchedDataLoader(_LoaderBase):
         # iterator is closed (a loop left with break, an interrupt); then another iteration may serve the next
         # num_epochs epochs.
         try:
-            yield from self._serve_epochs(first_epoch)
+            if self._nested is not None:
+                yield from self._nested_epochs(first_epoch)
+            else:
+                yield from self._serve_epochs(first_epoch)
         finally:
             self._serving = False
 
@@ -93,14 +119,15 @@ class InMemBatchedDataLoader(_LoaderBase):
         step = _chunk_rows(self._store, self.batch_size)
         gather = _gatherer(self._store, self._keys, n)
         remaining = len(self)
+        served = self._rows_per_epoch()  # the rows of an epoch's batches: drop_last leaves the short tail out
         for epoch in range(first_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator)
             # One gather per chunk of many batches, not per batch: batches are then views of the chunk's columns.
-            for chunk_start in range(0, n, step):
-                chunk_stop = min(chunk_start + step, n)
+            for chunk_start in range(0, served, step):
+                chunk_stop = min(chunk_start + step, served)
                 if order is None:
                     chunk = self._store.slice(chunk_start, chunk_stop)
                     columns = [batch_tensor(chunk[key]) for key in self._keys]
@@ -117,13 +144,38 @@ class InMemBatchedDataLoader(_LoaderBase):
                         self._serving = False
                     yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
 
+    def _nested_epochs(self, first_epoch: int) -> Iterator[Any]:
+        """Epochs of a table with list or struct columns: rows gathered per batch, their lists from the arenas."""
+        assert self._nested is not None
+        n = self._num_rows
+        remaining = len(self)
+        served = self._rows_per_epoch()
+        for epoch in range(first_epoch, first_epoch + self.num_epochs):
+            order = None
+            if self.shuffle:
+                generator = torch.Generator().manual_seed(self.seed + epoch)
+                order = torch.randperm(n, generator=generator).numpy()
+            for start in range(0, served, self.batch_size):
+                stop = min(start + self.batch_size, served)
+                rows = np.arange(start, stop) if order is None else order[start:stop]
+                table = self._nested.decode(self._store.take(rows))
+                tensors = finish_batch(table, self._forms, torch.device('cpu'))
+                remaining -= 1
+                if not remaining:
+                    self._serving = False
+                yield list(tensors.values()) if self._as_tuple else tensors
+
+    def _rows_per_epoch(self) -> int:
+        return self._num_rows - self._num_rows % self.batch_size if self.drop_last else self._num_rows
+
     def __len__(self) -> int:
-        return self.num_epochs * math.ceil(self._num_rows / self.batch_size)
+        return self.num_epochs * math.ceil(self._rows_per_epoch() / self.batch_size)
 
     def __repr__(self) -> str:
         from petastorm._describe import describe_names
 
-        state = f', iterations={self._iterations}' if self._iterations else ''
+        state = (', drop_last=True' if self.drop_last else '') + \
+            (f', iterations={self._iterations}' if self._iterations else '')
         return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
                 f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
                 f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')
@@ -188,14 +240,17 @@ class _TensorColumns(ColumnStore):
                 for name, column in self._columns.items()}
 
 
-def _load_columns(source: ColumnSource, transform_fn: Callable | None,
-                  rows_capacity: int) -> tuple[list[str], Any, int, bool]:
+def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capacity: int,
+                  forms: TorchForms,
+                  bool_to_uint8: bool = True) -> tuple[list[str], Any, int, bool, NestedColumns | None]:
     """Read the reader to its end (or ``rows_capacity`` rows): ``(names, storage, rows, rows are tuples)``.
 
     Each chunk is written into preallocated storage as it arrives (while the reader's workers go on reading):
     :class:`PackedColumns` when scalar numpy columns make most of a row (:func:`_pack_rows`), else one array or
     tensor per column. The storage is sized from the reader's announced row count, and grows by doubling when that
-    is unknown; :func:`_gatherer` and its ``slice`` give the columns of the rows asked for.
+    is unknown; :func:`_gatherer` and its ``slice`` give the columns of the rows asked for. List, struct and masked
+    columns are kept as the row columns of :class:`~petastorm.shuffle._nested.NestedColumns` (whose arenas hold
+    the lists' elements), returned last.
     """
     known = source.num_rows_per_pass
     store: Any = None
@@ -203,16 +258,21 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None,
     loaded = 0
     as_tuple = False
     dropped = 0
+    nested: NestedColumns | None = None
     for columns, chunk_is_tuple in _column_chunks(source):
         as_tuple = chunk_is_tuple
-        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'))
+        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), forms,
+                               bool_to_uint8)
         rows = num_rows(table)
         take = min(rows, rows_capacity - loaded)
         dropped += rows - take
         if take <= 0:
             continue
         if take < rows:
-            table = {name: values[:take] for name, values in table.items()}
+            table = slice_rows(table, 0, take)
+        if nested is not None or NestedColumns.needed(table):
+            nested = nested or NestedColumns()
+            table = nested.encode(table)
         if store is None:
             keys = list(table)
             store = PackedColumns(table, 0) if _pack_rows(table) else _TensorColumns()
@@ -227,12 +287,13 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None,
                       f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning, stacklevel=3)
     if store is None:
         store = _TensorColumns()
-    return keys, store, loaded, as_tuple
+    return keys, store, loaded, as_tuple, nested
 
 
 def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
     """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
-    keys, store, rows, _ = _load_columns(as_column_source('_load_rows_into_mem', reader), transform_fn,
-                                         rows_capacity)
+    source = as_column_source('_load_rows_into_mem', reader)
+    keys, store, rows, _, _ = _load_columns(source, transform_fn, rows_capacity,
+                                            _forms('_load_rows_into_mem', source, 'auto', 0, None, tensors=True))
     columns = store.slice(0, rows) if keys else {}
     return keys, [batch_tensor(columns[key]) for key in keys]

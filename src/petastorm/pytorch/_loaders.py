@@ -17,6 +17,8 @@ import numpy as np
 
 from petastorm.batch_stream import ROW_IDS as _ROW_IDS
 from petastorm.batch_stream import BatchStream
+from petastorm.columns import is_nested
+from petastorm.pytorch._arguments import check_callable, check_torch_arguments
 from petastorm.pytorch._collate import (
     MASK_SUFFIX,
     VariableLength,
@@ -25,6 +27,7 @@ from petastorm.pytorch._collate import (
     prepare_columns,
     rows_of,
 )
+from petastorm.pytorch._nested import VALID_SUFFIX, VARIABLE_LENGTHS, NullOption, TorchForms, check_forms
 from petastorm.pytorch._tensors import (
     TensorOps,
     TorchTypeError,
@@ -64,6 +67,16 @@ def _check_batch_size(batch_size: Any) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
     return int(batch_size)
+
+
+def _check_bool_dtype(loader: str, bool_dtype: Any) -> bool:
+    """True when bool columns become ``torch.uint8`` (Petastorm's rule), False for real ``torch.bool`` tensors."""
+    if bool_dtype is torch.uint8:
+        return True
+    if bool_dtype is torch.bool:
+        return False
+    raise ValueError(f'{loader}: bool_dtype must be torch.uint8 (the default, as Petastorm) or torch.bool, got '
+                     f'{bool_dtype!r}')
 
 
 def _check_capacity(shuffling_queue_capacity: Any) -> int:
@@ -123,7 +136,7 @@ class _LoaderBase(_TorchDataLoader):
     torch's ``DataLoader`` does: after a finished pass, a pass left with ``break``, a pass a trainer stopped after
     ``len(loader)`` batches, or an interrupted one, the reader starts its next ``num_epochs`` epochs; with
     ``num_epochs=None`` the endless pass continues where it stopped. After a pass failed, ``iter()`` raises
-    ``RuntimeError``.
+    ``RuntimeError``. With ``drop_last`` the pass's last batch is left out when it is short.
     """
 
     # Hugging Face Accelerate's prepare() hands back unchanged a loader carrying this flag (it is how it recognises
@@ -132,12 +145,24 @@ class _LoaderBase(_TorchDataLoader):
     _is_accelerate_prepared = True
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, drop_last: bool = False, bool_dtype: Any = None,
+                 torch_arguments: dict[str, Any] | None = None) -> None:
+        torch_arguments = dict(torch_arguments or {})
+        dataset = torch_arguments.pop('dataset', None)
+        if dataset is not None and not (isinstance(dataset, _ReaderDataset) and dataset.reader is reader):
+            # A trainer re-creating the loader from its attributes passes this loader's own .dataset back.
+            torch_arguments['dataset'] = dataset
+        check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
         batch_size = _check_batch_size(batch_size)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
+        self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
+                                                else bool_dtype)
         super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
-                         pin_memory=bool(pin_memory))
+                         pin_memory=bool(pin_memory), drop_last=bool(drop_last))
         self.reader = reader
+        self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
         self._pin = bool(pin_memory) and accelerator_available()
         if pin_memory and not self._pin:
             warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
@@ -149,7 +174,8 @@ class _LoaderBase(_TorchDataLoader):
             ops, prepare, finish, packed = self._stream_settings()
             self._core = BatchStream(self._source, self.batch_size,
                                      getattr(self, 'shuffling_queue_capacity', 0), ops=ops, prepare=prepare,
-                                     finish=finish, packed=packed, name='Petastorm DataLoader')
+                                     finish=finish, packed=packed, drop_last=self.drop_last,
+                                     name='Petastorm DataLoader')
         return self._core
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
@@ -201,12 +227,17 @@ class _LoaderBase(_TorchDataLoader):
         batches = self._stream().num_batches()
         if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
-                            f'(num_epochs set, no predicate, no filters); this one has no len()')
+                            f'(num_epochs set; a predicate or filters on stored columns need '
+                            f'make_reader(..., count_rows=True)); this one has no len()')
         return batches
 
     def __repr__(self) -> str:
         parts = [f'batch_size={self.batch_size}',
                  f'shuffling_queue_capacity={getattr(self, "shuffling_queue_capacity", 0)}']
+        if self.drop_last:
+            parts.append('drop_last=True')
+        if not self._bool_to_uint8:
+            parts.append('bool_dtype=torch.bool')
         device = getattr(self, 'device', None)
         if device is not None:
             parts.append(f'device={str(device)!r}')
@@ -236,12 +267,15 @@ class DataLoader(_LoaderBase):
     A batch is what ``collate_fn`` makes of ``batch_size`` rows: with the default
     :func:`decimal_friendly_collate`, a dict ``{field: tensor}`` (rows of a ``TransformSpec`` function returning
     tuples give a list of tensors by position); numbers and arrays become tensors (uint16 -> int32,
-    uint32 -> int64, bool -> uint8), while Decimals and strings become lists. The last batch of a pass may be
-    smaller. The default collation works on whole columns and gives the same result as collating the rows.
+    uint32 -> int64, and bool -> uint8 as in Petastorm unless ``bool_dtype=torch.bool``), while Decimals and
+    strings become lists. The last batch of a pass may be smaller (``drop_last=True`` leaves it out). The default
+    collation works on whole columns and gives the same result as collating the rows.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``. The reader does
-    the parallel reading, so ``num_workers``, ``sampler``, ``shuffle`` and the like do not exist here; shuffle with
-    the reader (``shuffle_row_groups``, ``shuffle_rows``) and ``shuffling_queue_capacity``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``collate_fn``, ``pin_memory``, ``drop_last``.
+    The reader does the parallel reading, choosing and shuffling, so ``num_workers``, ``sampler``, ``shuffle`` and
+    the like raise :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (torch's default
+    values are accepted): shuffle with the reader (``shuffle_row_groups``, ``shuffle_rows``) and
+    ``shuffling_queue_capacity``, read in parallel with its ``reader_pool_type`` and ``workers_count``.
 
     Args:
         reader: a reader from ``make_reader`` or ``make_batch_reader``; the loader owns it (leaving the loader's
@@ -254,38 +288,63 @@ class DataLoader(_LoaderBase):
             ``seed``: the same seed gives the same batches on every install, with or without the compiled
             shuffling kernel (``PETASTORM_NO_COMPILED_SHUFFLE=1`` turns it off; see
             :func:`petastorm.shuffle.compiled_shuffle_in_use`).
-        variable_length: what a batch of arrays with different shapes becomes: ``'list'`` (default) a list of
-            per-row tensors (a batch whose shapes agree is stacked, as torch would); ``'pad'`` a tensor
-            zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real elements under the
-            key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in every batch) or,
-            for tuple rows, a ``(padded, mask)`` pair in place of the value.
+        variable_length: what a batch of arrays with different shapes (ragged and nested lists) becomes:
+            ``'list'`` (default) a list of per-row tensors (a batch whose shapes agree is stacked, as torch would);
+            ``'pad'`` a tensor zero-padded (``padding_value``) to the largest shape, plus a bool mask of the real
+            elements under the key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in
+            every batch) or, for tuple rows, a ``(padded, mask)`` pair in place of the value; ``'jagged'`` a
+            :class:`~petastorm.pytorch.JaggedTensor` (``values`` and int64 ``offsets`` straight from the column,
+            at any depth); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension).
         padding_value: the value ``'pad'`` fills in.
         pin_memory: copy batches to pinned memory (when an accelerator is available).
+        nulls: what a null becomes. None (default): a ``TypeError`` naming the field, as Petastorm raised;
+            ``'mask'``: the values (0 where null) plus a bool tensor ``'<field>_valid'`` (True where not null) for
+            every nullable field, in every batch (struct fields and list elements get theirs inside); a number:
+            nulls become it; a dict ``{field or 'struct.leaf': 'mask' or a number}`` chooses per field (fields
+            not named refuse nulls, unless the key ``'*'`` says what every other field does). Null elements of
+            a list field are masked only when named, ``{'ids[]': 'mask'}`` (``JaggedTensor.values_valid``).
+            Struct fields arrive as dicts of their fields' tensors, times as int64 counts of their unit since the
+            epoch (``docs/types.md``).
+        drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows (for BatchNorm,
+            fixed-shape compiled models, and DDP). Every rank of a DDP run then gets the same number of full
+            batches when the ranks read equal shares: ``make_reader(..., cur_shard='auto', shard_mode='rows',
+            seed=...)`` (``docs/distributed.md``); with shards of whole row groups the ranks' row counts, and so
+            their batch counts, may differ.
+        bool_dtype: the tensor type of bool fields: ``torch.uint8`` (default, as Petastorm) or ``torch.bool``.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
 
     Example:
-        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64) as loader:
+        >>> with DataLoader(make_reader(url, num_epochs=2), batch_size=64, drop_last=True) as loader:
         ...     for batch in loader:
         ...         train_step(batch['image'], batch['label'])
 
     Each ``iter()`` starts over, as torch's ``DataLoader`` does: the reader's next ``num_epochs`` epochs, whether the
     last pass ended, was left with ``break`` or was stopped by a trainer (``num_epochs=None``: the endless pass
     continues where it stopped; see ``docs/trainers.md``). ``len(loader)`` is the number of batches of a pass when
-    the reader knows its row count, else ``TypeError``.
+    the reader knows its row count (``rows // batch_size`` with ``drop_last``, else rounded up), else ``TypeError``.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
-                 padding_value: Any = 0, pin_memory: bool = False) -> None:
+                 padding_value: Any = 0, pin_memory: bool = False, nulls: Any = None, drop_last: bool = False,
+                 bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory)
-            self._configure(shuffling_queue_capacity, variable_length, padding_value)
+            check_callable('DataLoader', 'collate_fn', collate_fn, optional=False)
+            super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
+                             bool_dtype=bool_dtype, torch_arguments=torch_arguments)
+            self._configure(shuffling_queue_capacity, variable_length, padding_value, nulls)
 
-    def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any) -> None:
-        if variable_length not in ('list', 'pad'):
-            raise ValueError(f"variable_length must be 'list' or 'pad', got {variable_length!r}")
+    def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any,
+                   nulls: Any) -> None:
+        if variable_length not in VARIABLE_LENGTHS:
+            raise ValueError(f"variable_length must be one of {', '.join(map(repr, VARIABLE_LENGTHS))}, got "
+                             f"{variable_length!r}")
         self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
         self.variable_length = variable_length
         self.padding_value = padding_value
+        self.nulls = nulls
+        self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls, tensors=False,
+                             bool_to_uint8=self._bool_to_uint8)
         fields = self._source.schema.fields
         self._variable_fields = frozenset(name for name, field in fields.items()
                                           if field.shape is not None and None in tuple(field.shape))
@@ -296,15 +355,18 @@ class DataLoader(_LoaderBase):
                                  f"has {[n + MASK_SUFFIX for n in clashes]}")
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
-        return NumpyOps(), prepare_columns, self._collate, False
+        return NumpyOps(), self._prepare, self._collate, False
+
+    def _prepare(self, columns: Table) -> Table:
+        return prepare_columns(columns, self._forms, self._bool_to_uint8)
 
     def _collate(self, columns: Table, as_tuple: bool) -> Any:
         columns = {name: values for name, values in columns.items() if name != _ROW_IDS}
         if self.collate_fn is decimal_friendly_collate:
             batch = collate_columns(columns, as_tuple, self.variable_length, self._variable_fields,
-                                    self.padding_value)
+                                    self.padding_value, self._forms, self._bool_to_uint8)
         else:
-            batch = self.collate_fn(rows_of(columns, as_tuple))
+            batch = self.collate_fn(rows_of(columns, as_tuple, self._bool_to_uint8))
         return pin(batch) if self._pin else batch
 
 
@@ -315,10 +377,15 @@ class BatchedDataLoader(_LoaderBase):
     tensor (``transform_fn``); batches are slices of those columns, or gathers from a shuffling buffer (on the
     CPU, numeric columns packed into one record per row, so that a random row is one memory access; on another
     ``device``, one tensor per column there). A batch is a dict ``{field: tensor}`` (a list by position for rows
-    of a transform returning tuples); the last batch of a pass may be smaller. Strings, Decimals, None values and
-    arrays whose shape varies are not supported (use :class:`DataLoader`); the error names the fields.
+    of a transform returning tuples); the last batch of a pass may be smaller (``drop_last=True`` leaves it out).
+    Ragged and nested lists come as :class:`~petastorm.pytorch.JaggedTensor` s (``variable_length``), structs as
+    dicts of tensors, times as int64 counts of their unit; nulls are refused unless ``nulls`` says what to make of
+    them. Dtypes as for :class:`DataLoader` (uint16 -> int32, uint32 -> int64, bool -> uint8 unless
+    ``bool_dtype=torch.bool``). Strings and Decimals are not supported (use :class:`DataLoader`); the error names
+    the fields.
 
-    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``.
+    Torch's ``DataLoader`` arguments that apply: ``batch_size``, ``pin_memory``, ``drop_last``; the others raise
+    :class:`~petastorm.pytorch.LoaderArgumentError` naming what to use instead (as for :class:`DataLoader`).
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (stopped and joined on exit).
@@ -329,18 +396,43 @@ class BatchedDataLoader(_LoaderBase):
             holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
             ``seed`` (the same batches with or without the compiled shuffling kernel, as for :class:`DataLoader`).
         device: where the buffer and the batches live (``'cpu'`` default, ``'cuda'``...): each row group is
-            moved once, and slicing and shuffling happen on the device.
+            moved once, and slicing and shuffling happen on the device (list and struct columns are buffered on
+            the CPU and moved per batch).
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
+        variable_length: the form of list fields: ``'jagged'`` a :class:`~petastorm.pytorch.JaggedTensor` of the
+            column's values and int64 offsets, at any depth (wrap them in TorchRec's ``KeyedJaggedTensor`` as they
+            are); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension); ``'pad'`` a padded tensor
+            plus a ``'<field>_mask'`` of the real elements; ``'auto'`` (default) ``'jagged'``, except that a
+            one-level list field (shape ``(None,)``) is one ``(rows, length)`` tensor as in Petastorm (an error
+            names the other forms when its rows differ in length). ``transform_fn`` is applied to the other
+            columns only.
+        padding_value: the value ``'pad'`` fills in.
+        nulls: what a null becomes, as for :class:`DataLoader`: None (default) refuses them with Petastorm's
+            error, ``'mask'`` adds ``'<field>_valid'`` bool tensors, a number fills them in, a dict chooses per
+            field.
+        drop_last: leave out the last batch of a pass when it is short; with equal shares of rows per DDP rank
+            (``shard_mode='rows'``) every rank gets the same number of full batches (see :class:`DataLoader`).
+        bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
-                 shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False) -> None:
+                 shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
+                 variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
         with _stop_reader_on_error(reader):
-            super().__init__(reader, batch_size, pin_memory=pin_memory)
+            check_callable('BatchedDataLoader', 'transform_fn', transform_fn, optional=True)
+            super().__init__(reader, batch_size, pin_memory=pin_memory, drop_last=drop_last, bool_dtype=bool_dtype,
+                             torch_arguments=torch_arguments)
             self.transform_fn = transform_fn
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
             _check_tensor_fields(type(self).__name__, self._source)
+            self.variable_length = _batched_variable_length(variable_length)
+            self.padding_value = padding_value
+            self.nulls = nulls
+            self._forms = _forms(type(self).__name__, self._source, variable_length, padding_value, nulls,
+                                 tensors=True, bool_to_uint8=self._bool_to_uint8)
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
         # Numeric CPU columns are shuffled as packed records: a drawn row is one memory access instead of one per
@@ -350,15 +442,55 @@ class BatchedDataLoader(_LoaderBase):
 
     def _prepare(self, columns: Table) -> Table:
         row_ids = columns.pop(_ROW_IDS, None)
-        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device)
+        table = _batch_columns(type(self).__name__, columns, self.transform_fn, self.device, self._forms,
+                               self._bool_to_uint8)
         if row_ids is not None:
             table[_ROW_IDS] = row_ids
         return table
 
     def _finish(self, batch: Table, as_tuple: bool) -> Any:
-        tensors = {name: batch_tensor(values) for name, values in batch.items() if name != _ROW_IDS}
+        tensors = finish_batch(batch, self._forms, self.device)
         out: Any = list(tensors.values()) if as_tuple else tensors
         return pin(out) if self._pin else out
+
+
+def finish_batch(batch: Table, forms: TorchForms, device: Any) -> dict[str, Any]:
+    """The tensors of a batched loader's batch: plain columns as they are, nested ones in their forms."""
+    tensors: dict[str, Any] = {}
+    for name, values in batch.items():
+        if name == _ROW_IDS:
+            continue
+        if is_nested(values):
+            forms.finish(name, values, tensors)
+            if device.type != 'cpu':
+                for key in [name, name + VALID_SUFFIX, name + MASK_SUFFIX]:
+                    if key in tensors:
+                        tensors[key] = _to_device(tensors[key], device)
+        else:
+            tensors[name] = batch_tensor(values)
+    return tensors
+
+
+def _to_device(value: Any, device: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value.to(device)
+
+
+def _batched_variable_length(variable_length: Any) -> VariableLength:
+    if variable_length not in ('auto', 'jagged', 'nested', 'pad'):
+        raise ValueError(f"variable_length must be 'auto', 'jagged', 'nested' or 'pad' in the batched loaders "
+                         f"(per-row lists are petastorm.pytorch.DataLoader's 'list'), got {variable_length!r}")
+    return variable_length  # type: ignore[no-any-return]
+
+
+def _forms(loader: str, source: ColumnSource, variable_length: Any, padding_value: Any, nulls: Any,
+           tensors: bool, bool_to_uint8: bool = True) -> TorchForms:
+    """The checked forms of a loader's columns (see :mod:`petastorm.pytorch._nested`)."""
+    forms = TorchForms(source.schema, variable_length, padding_value, NullOption.of(nulls, source.schema),
+                       bool_to_uint8)
+    check_forms(loader, forms, tensors)
+    return forms
 
 
 def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
@@ -387,16 +519,21 @@ def _check_tensor_fields(loader: str, source: ColumnSource) -> None:
                              f'lists.')
 
 
-def _batch_columns(loader: str, columns: dict[str, np.ndarray], transform_fn: Callable | None,
-                   device: Any) -> Table:
+def _batch_columns(loader: str, columns: dict[str, Any], transform_fn: Callable | None,
+                   device: Any, forms: TorchForms, bool_to_uint8: bool = True) -> Table:
     """The columns of a chunk made ready for a batched loader.
 
-    Dtypes are promoted as the original loaders did and ``transform_fn`` (if any) makes a tensor of each column.
-    On the CPU the result keeps numpy arrays (the reader's, or views of the tensors ``transform_fn`` made): the
-    buffers work on them and tensors are made per batch. On another device every column becomes a tensor there.
+    Dtypes are promoted as the original loaders did, nulls, times and lists as ``forms`` say, and ``transform_fn``
+    (if any) makes a tensor of each plain column. On the CPU the result keeps numpy arrays (the reader's, or views
+    of the tensors ``transform_fn`` made): the buffers work on them and tensors are made per batch. On another
+    device every plain column becomes a tensor there; list, struct and masked columns stay numpy until a batch of
+    them is finished.
     """
     out: Table = {}
-    for name, column in prepare_columns(columns).items():
+    for name, column in prepare_columns(columns, forms, bool_to_uint8).items():
+        if is_nested(column):
+            out[name] = column
+            continue
         if column.dtype == object:
             check_no_none(name, column)
             stacked = stack_values(list(column))

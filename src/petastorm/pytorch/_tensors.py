@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm.columns import concat_columns, is_nested, take_column
 from petastorm.errors import PetastormError
 from petastorm.shuffle import ArrayOps
 
@@ -29,20 +30,26 @@ class TorchTypeError(PetastormError, TypeError):
     """A value cannot become part of a torch batch (a None, or a string or Decimal where tensors are needed)."""
 
 
-def promote_dtype(array: np.ndarray) -> np.ndarray:
-    """``array`` with uint16 -> int32, uint32 -> int64 and bool -> uint8, as the original loaders did."""
-    target = _PROMOTED.get(array.dtype)
+def _target_dtype(dtype: np.dtype[Any], bool_to_uint8: bool) -> np.dtype[Any] | None:
+    if dtype.kind == 'b' and not bool_to_uint8:
+        return None
+    return _PROMOTED.get(dtype)
+
+
+def promote_dtype(array: np.ndarray, bool_to_uint8: bool = True) -> np.ndarray:
+    """``array`` with uint16 -> int32, uint32 -> int64 and bool -> uint8 (unless told not to), as Petastorm did."""
+    target = _target_dtype(array.dtype, bool_to_uint8)
     return array if target is None else array.astype(target)
 
 
-def sanitize_value(name: str, value: Any) -> Any:
+def sanitize_value(name: str, value: Any, bool_to_uint8: bool = True) -> Any:
     """One row value made ready for collation: dtypes promoted, None refused with the original message."""
     if value is None:
         raise TorchTypeError(f'Pytorch does not support nullable fields. Found None in {name}')
     if isinstance(value, np.ndarray):
-        return promote_dtype(value)
+        return promote_dtype(value, bool_to_uint8)
     if isinstance(value, np.generic):
-        target = _PROMOTED.get(value.dtype)
+        target = _target_dtype(value.dtype, bool_to_uint8)
         return value if target is None else value.astype(target)
     return value
 
@@ -155,12 +162,16 @@ class TensorOps(ArrayOps):
         return torch.from_numpy(index).to(like.device)
 
     def concat(self, name: str, parts: list[Any]) -> Any:
+        if any(is_nested(part) for part in parts):
+            return concat_columns(parts)  # nested columns stay numpy until their batch is finished
         _check_same_layout(name, parts)
         if isinstance(parts[0], np.ndarray):
             return np.concatenate(parts)
         return torch.cat(parts)
 
     def take(self, array: Any, index: np.ndarray) -> Any:
+        if is_nested(array):
+            return take_column(array, index)
         if isinstance(array, np.ndarray):
             return array[index]
         return array.index_select(0, self._index(index, array))

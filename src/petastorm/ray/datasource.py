@@ -26,6 +26,7 @@ from ray.data import DataContext, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
+from petastorm.columns import densified, is_nested, to_arrow
 from petastorm.metadata.filters import columns_of_expression
 from petastorm.ngram import NGram
 from petastorm.options import validate_options
@@ -34,7 +35,7 @@ from petastorm.read import ReadContext, read_item
 from petastorm.reader import normalize_dataset_url_or_urls
 from petastorm.reader_setup import set_up_reader
 from petastorm.tables import matching_row_groups
-from petastorm.unischema import UnischemaField
+from petastorm.unischema import UnischemaField, arrow_type_of_field
 
 try:  # A block of rows without columns (ds.count()) keeps its row count in a null column Ray knows to ignore.
     from ray.data._internal.arrow_block import _BATCH_SIZE_PRESERVING_STUB_COL_NAME as _ROW_COUNT_COLUMN
@@ -241,4 +242,42 @@ class _ReadFn:
             if not names:  # Ray asked for no column (ds.count()): a block of rows without columns
                 yield pa.table({_ROW_COUNT_COLUMN: pa.nulls(batch.num_rows)})
                 continue
-            yield BlockAccessor.batch_to_block({name: batch.columns[name] for name in names})
+            yield _block(self._context.fields, names, batch.columns)
+
+
+def _block(fields: Sequence[UnischemaField], names: list[str], columns: Any) -> pa.Table:
+    """A Ray block of decoded columns.
+
+    Numpy arrays become what Ray makes of them, and so do lists whose rows all have one length (as before lists
+    had a column kind of their own); other list, map, struct and masked columns become Arrow arrays of their
+    stored type (their buffers become Arrow's again, nulls included).
+    """
+    columns = {name: _dense_or_nested(columns[name]) for name in names}
+    nested = {name for name in names if is_nested(columns[name])}
+    if not nested:
+        return BlockAccessor.batch_to_block({name: columns[name] for name in names})
+    by_name = {field.name: field for field in fields}
+    plain = [name for name in names if name not in nested]
+    block = BlockAccessor.batch_to_block({name: columns[name] for name in plain}) if plain else None
+    arrays = {}
+    for name in names:
+        if name in nested:
+            arrays[name] = to_arrow(columns[name], _stored_type(by_name.get(name)))
+        else:
+            assert block is not None
+            arrays[name] = block.column(name)
+    return pa.table(arrays)
+
+
+def _dense_or_nested(column: Any) -> Any:
+    dense = densified(column)
+    return dense if isinstance(dense, np.ndarray) else column
+
+
+def _stored_type(field: UnischemaField | None) -> pa.DataType | None:
+    if field is None or (field.codec is not None and not isinstance(field.codec, ScalarCodec)):
+        return None
+    try:
+        return arrow_type_of_field(field)
+    except (ValueError, TypeError):
+        return None

@@ -14,6 +14,7 @@ import numpy as np
 
 from petastorm.shuffle._compiled import kernel_in_use
 from petastorm.shuffle._draw import Draw, draw_by_gathers, piece_rows_for
+from petastorm.shuffle._nested import NestedColumns
 from petastorm.shuffle._ops import ArrayOps
 from petastorm.shuffle._records import PackedColumns
 from petastorm.shuffle._tables import Table, num_rows
@@ -131,7 +132,9 @@ class ShufflingBuffer:
     system would have to supply again on every draw.
 
     Args:
-        capacity: rows to keep (at least ``capacity - 1``) while data comes.
+        capacity: rows to keep (at least ``capacity - 1``) while data comes. Tables may hold the nested columns of
+            :mod:`petastorm.columns`: their list elements wait in arenas (:mod:`petastorm.shuffle._nested`), the
+            store moves fixed-width row columns only.
         rng: the source of randomness.
         ops: array operations for the default per-column storage.
         batch_size: draws are whole batches of this many rows (but the last of :meth:`drain`).
@@ -151,6 +154,7 @@ class ShufflingBuffer:
         self._compiled = packed and kernel_in_use() is not None
         self._store: Store | None = None
         self._size = 0
+        self._nested: NestedColumns | None = None  # list elements and row columns of nested columns
 
     def __len__(self) -> int:
         return self._size
@@ -160,6 +164,9 @@ class ShufflingBuffer:
         rows = num_rows(table)
         if not rows:
             return []
+        if self._nested is not None or NestedColumns.needed(table):
+            self._nested = self._nested or NestedColumns()
+            table = self._nested.encode(table)
         self._append(table, rows)
         surplus = self._size - (self._capacity - 1)
         count = surplus - surplus % self._batch_size if surplus > 0 else 0
@@ -191,4 +198,9 @@ class ShufflingBuffer:
         draw = Draw.of(self._rng, self._size, count, piece_rows_for(self._batch_size))
         drawn = self._store.draw(draw)
         self._size = draw.keep
-        return drawn
+        if self._nested is None:
+            return drawn
+        decoded = [self._nested.decode(table) for table in drawn]  # before compacting: they refer to the arenas
+        store = self._store
+        self._nested.compact(lambda key: store.column(key, draw.keep), draw.keep)
+        return decoded

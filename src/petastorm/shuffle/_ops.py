@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from petastorm.columns import concat_columns, is_nested, take_column
+
 
 class ArrayOps(Protocol):
     """The array operations a buffer needs; ``index`` arguments are int64 numpy arrays of row positions."""
@@ -46,6 +48,8 @@ class NumpyOps(ArrayOps):
 
     def concat(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
         """The rows of ``parts`` in one array (a wider string type, or row objects, when their layouts differ)."""
+        if any(is_nested(part) for part in parts):
+            return concat_columns(parts)  # type: ignore[return-value]
         first = parts[0]
         if all(_same_layout(first, part) for part in parts):
             return np.concatenate(parts)
@@ -55,6 +59,8 @@ class NumpyOps(ArrayOps):
 
     def take(self, array: np.ndarray, index: np.ndarray) -> np.ndarray:
         """A new array of the rows at ``index``."""
+        if is_nested(array):
+            return take_column(array, index)  # type: ignore[return-value]
         return np.take(array, index, axis=0)
 
     def move(self, array: np.ndarray, source: np.ndarray, target: np.ndarray) -> None:

@@ -92,6 +92,15 @@ def _cast_target(data_type: Any, dtype: str, types: Any) -> Any:
     if isinstance(data_type, types.ArrayType):
         element = _cast_target(data_type.elementType, dtype, types)
         return None if element is None else types.ArrayType(element, data_type.containsNull)
+    if isinstance(data_type, types.StructType):
+        fields = [_cast_target(f.dataType, dtype, types) for f in data_type.fields]
+        if all(f is None for f in fields):
+            return None
+        return types.StructType([types.StructField(f.name, f.dataType if t is None else t, f.nullable)
+                                 for f, t in zip(data_type.fields, fields, strict=True)])
+    if isinstance(data_type, types.MapType):
+        value = _cast_target(data_type.valueType, dtype, types)
+        return None if value is None else types.MapType(data_type.keyType, value, data_type.valueContainsNull)
     return None
 
 

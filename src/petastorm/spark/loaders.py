@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from petastorm._optional import import_optional
 from petastorm.plan import AUTO, detect_rank_and_world_size
 from petastorm.spark import cache_dir, in_use
+from petastorm.unischema import arrow_type_of_field
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +119,15 @@ def open_reader(converter: Any, num_epochs: int | None, workers_count: int | Non
 
 
 def _has_non_tensor_fields(reader: Any) -> bool:
-    """Whether some column holds strings, bytes or Decimals, which only the row-collating loader handles."""
+    """Whether some column holds strings, bytes or Decimals, which only the row-collating loader handles.
+
+    Leaves of structs, maps and lists count too.
+    """
     for field in reader.schema.fields.values():
+        if field.numpy_dtype is dict:
+            if _has_text_leaf(arrow_type_of_field(field)):
+                return True
+            continue
         try:
             kind = np.dtype(field.numpy_dtype).kind
         except TypeError:
@@ -126,6 +135,17 @@ def _has_non_tensor_fields(reader: Any) -> bool:
         if kind in 'OSUV':
             return True
     return False
+
+
+def _has_text_leaf(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_struct(arrow_type):
+        return any(_has_text_leaf(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if pa.types.is_map(arrow_type):
+        return _has_text_leaf(arrow_type.key_type) or _has_text_leaf(arrow_type.item_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _has_text_leaf(arrow_type.value_type)
+    return (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_binary(arrow_type)
+            or pa.types.is_large_binary(arrow_type) or pa.types.is_decimal(arrow_type))
 
 
 @contextlib.contextmanager
@@ -136,6 +156,8 @@ def torch_dataloader(converter: Any, batch_size: int, num_epochs: int | None, wo
     import_optional('torch', 'SparkDatasetConverter.make_torch_dataloader')
     from petastorm.pytorch import BatchedDataLoader, DataLoader
 
+    # Arguments of the loader, not of the reader: every loader takes them.
+    loader_kwargs = {name: reader_kwargs.pop(name) for name in _LOADER_ARGUMENTS if name in reader_kwargs}
     with open_reader(converter, num_epochs, workers_count, reader_kwargs, wait_timeout_secs) as reader:
         if data_loader_fn is None:
             data_loader_fn = BatchedDataLoader
@@ -143,7 +165,11 @@ def torch_dataloader(converter: Any, batch_size: int, num_epochs: int | None, wo
                 logger.info('the DataFrame has string or decimal columns: using petastorm.pytorch.DataLoader, '
                             'which collates them as lists, instead of the faster BatchedDataLoader')
                 data_loader_fn = DataLoader
-        yield data_loader_fn(reader=reader, batch_size=batch_size, shuffling_queue_capacity=shuffling_queue_capacity)
+        yield data_loader_fn(reader=reader, batch_size=batch_size, shuffling_queue_capacity=shuffling_queue_capacity,
+                             **loader_kwargs)
+
+
+_LOADER_ARGUMENTS = ('drop_last', 'bool_dtype')
 
 
 @contextlib.contextmanager

@@ -94,7 +94,8 @@ class SparkDatasetConverter:
                 None uses :class:`petastorm.pytorch.BatchedDataLoader` (batches cut from whole columns, dicts of
                 tensors), or :class:`petastorm.pytorch.DataLoader` when a column holds strings or decimals.
             **petastorm_reader_kwargs: more ``make_batch_reader`` arguments (``cur_shard``, ``shard_count``,
-                ``seed``, ``shuffle_row_groups``, ``reader_pool_type``, ``transform_spec``...).
+                ``seed``, ``shuffle_row_groups``, ``reader_pool_type``, ``transform_spec``...), and the loaders'
+                ``drop_last`` and ``bool_dtype`` (see :class:`petastorm.pytorch.DataLoader`), which go to the loader.
 
         Leaving the ``with`` block stops and joins the reader.
         """

@@ -11,7 +11,8 @@ column names (Delta column mapping, Iceberg field ids) and the columns added sin
 * :mod:`~petastorm.tables.delta`: Delta tables, through ``deltalake`` (the ``delta`` extra).
 * :mod:`~petastorm.tables.iceberg`: Iceberg tables, through ``pyiceberg`` (the ``iceberg`` extra).
 * :mod:`~petastorm.tables.read`: what a worker does with a table's row group.
-* :func:`matching_row_groups`: ``filters`` against partition values and statistics, for any store.
+* :func:`matching_row_groups`, :func:`filter_statistics`: ``filters`` against partition values and statistics,
+  for any store.
 
 A directory holding a ``_delta_log`` is a Delta table and one holding ``metadata/*.metadata.json`` an Iceberg
 table; neither is ever read as plain files unless ``table_format='parquet'`` says so.
@@ -24,6 +25,8 @@ from typing import Any
 from petastorm._describe import display_url
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
+from petastorm.metadata.filters import FilterStatistics
+from petastorm.metadata.filters import filter_statistics as _plain_filter_statistics
 from petastorm.metadata.filters import matching_row_groups as _plain_matching_row_groups
 from petastorm.metadata.store import ParquetStore, open_store, table_format_of
 from petastorm.tables._model import (
@@ -37,7 +40,7 @@ from petastorm.tables._model import (
 from petastorm.tables._pruning import matching_table_row_groups
 
 __all__ = ['TABLE_FORMATS', 'TableFile', 'TableFormat', 'TableRowGroup', 'TableStore', 'TableVersion',
-           'is_iceberg_table', 'matching_row_groups', 'open_dataset']
+           'filter_statistics', 'is_iceberg_table', 'matching_row_groups', 'open_dataset']
 
 
 def is_iceberg_table(value: Any) -> bool:
@@ -108,3 +111,18 @@ def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, 
     if isinstance(store, TableStore):
         return matching_table_row_groups(store, expression)
     return _plain_matching_row_groups(store, expression)
+
+
+def filter_statistics(store: ParquetStore, expression: Any) -> FilterStatistics:
+    """Which row groups may match ``expression`` and which match in every row, for any store.
+
+    A table's row groups are pruned by its log (partition values and file statistics); which of them match in
+    every row is left undecided there (an empty set), since the rows a version deleted are not in the footers'
+    statistics: ``len()`` of a filtered table reader then needs ``count_rows=True``.
+
+    Raises:
+        ValueError: the expression names a column the store does not have, or cannot be applied to its types.
+    """
+    if isinstance(store, TableStore):
+        return FilterStatistics(frozenset(matching_table_row_groups(store, expression)), frozenset())
+    return _plain_filter_statistics(store, expression)

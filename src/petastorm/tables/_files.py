@@ -10,7 +10,7 @@ equal shares, shuffles and positions all work on the rows of the version.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +90,7 @@ def normalized_type(arrow_type: pa.DataType) -> pa.DataType:
 
 
 def read_footers(filesystem: pafs.FileSystem, paths: Sequence[str], what: str) -> dict[str, pq.FileMetaData]:
-    """The Parquet footers of ``paths`` (up to 16 read at a time).
+    """The Parquet footers of ``paths`` (up to 16 read at a time from remote storage).
 
     Raises:
         StorageNotFoundError: a file the log lists does not exist (the table was vacuumed past this version?).
@@ -108,10 +108,20 @@ def read_footers(filesystem: pafs.FileSystem, paths: Sequence[str], what: str) -
                 raise
             raise PetastormMetadataError(f'data file {path} of {what} is not a readable Parquet file: {err}') from err
 
-    if not paths:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(_MAX_FOOTER_READERS, len(paths))) as pool:
-        return dict(zip(paths, pool.map(read, paths), strict=True))
+    return dict(zip(paths, map_on_storage(filesystem, read, paths, _MAX_FOOTER_READERS), strict=True))
+
+
+def map_on_storage(filesystem: pafs.FileSystem, function: Callable[[Any], Any], items: Sequence[Any],
+                   max_threads: int) -> list[Any]:
+    """``[function(item) for item in items]``, in up to ``max_threads`` threads when the storage is remote.
+
+    Local reads of small files (footers, manifests) take tens of microseconds each: starting the threads would
+    cost more than it saves. Remote reads are round trips, which threads overlap.
+    """
+    if len(items) <= 1 or isinstance(filesystem, pafs.LocalFileSystem):
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(max_threads, len(items))) as pool:
+        return list(pool.map(function, items))
 
 
 def _file_columns(metadata: pq.FileMetaData) -> tuple[dict[str, pa.Field], dict[int, pa.Field]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlparse
 
@@ -41,7 +40,14 @@ from petastorm.errors import (
     UnsupportedTableFeatureError,
 )
 from petastorm.fs import ResolvedLocation, path_in, resolve_location
-from petastorm.tables._files import ColumnSource, DataFileEntry, normalized_type, plan_files, unique_positions
+from petastorm.tables._files import (
+    ColumnSource,
+    DataFileEntry,
+    map_on_storage,
+    normalized_type,
+    plan_files,
+    unique_positions,
+)
 from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
 from petastorm.tables._storage import iceberg_io_properties
@@ -306,9 +312,8 @@ def open_iceberg_table(table: Any, version: Any = None, *, storage_options: dict
     data_entries, position_deletes, equality_deletes = [], [], []
     if snapshot is not None:
         manifests = snapshot.manifests(table.io)
-        with ThreadPoolExecutor(max_workers=max(1, min(_MAX_MANIFEST_READERS, len(manifests)))) as pool:
-            manifest_entries = list(pool.map(lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True),
-                                             manifests))
+        manifest_entries = map_on_storage(fs, lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True),
+                                          manifests, _MAX_MANIFEST_READERS)
         for entries_of_manifest in manifest_entries:
             for entry in entries_of_manifest:
                 data_file = entry.data_file

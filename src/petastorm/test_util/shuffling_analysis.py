@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -86,10 +85,7 @@ def generate_shuffle_analysis_dataset(spark: Any, output_dataset_url: str, num_r
 def _read_ids(dataset_url: str, id_column: str, reader_args: dict[str, Any]) -> np.ndarray:
     from petastorm.reader import make_batch_reader
 
-    with warnings.catch_warnings():
-        # make_batch_reader advises make_reader for Petastorm datasets; only a scalar id column is read here.
-        warnings.filterwarnings('ignore', message='Please use make_reader', category=UserWarning)
-        reader = make_batch_reader(dataset_url, schema_fields=[id_column], num_epochs=1, **reader_args)
+    reader = make_batch_reader(dataset_url, schema_fields=[id_column], num_epochs=1, **reader_args)
     with reader:
         return np.concatenate([np.asarray(getattr(batch, id_column)) for batch in reader])
 

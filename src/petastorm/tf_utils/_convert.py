@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.columns import ListColumn, MaskedColumn
+
 # Petastorm widened these before making tensors; TensorFlow kernels rarely accept the unsigned originals.
 _WIDENED: dict[np.dtype, np.dtype] = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
 _EPOCH = np.datetime64(0, 'ns')
@@ -50,9 +52,19 @@ def column_for_tf(name: str, column: np.ndarray) -> np.ndarray:
         RuntimeError: the column holds a ``None``.
         RaggedColumnError: its rows are arrays of different shapes.
     """
+    if isinstance(column, np.ma.MaskedArray):
+        if np.ma.getmaskarray(column).any():
+            raise none_error(name)
+        column = column.data
+    elif isinstance(column, MaskedColumn):
+        raise none_error(name)
+    elif isinstance(column, ListColumn):
+        raise ragged_list_error(name, column)
     kind = column.dtype.kind
     if kind == 'M':
         return _nanoseconds(column)
+    if kind == 'm':
+        return column.view(np.int64)  # durations and times of day: counts of their unit
     if kind == 'O':
         return _object_column_for_tf(name, column)
     widened = _WIDENED.get(column.dtype)
@@ -73,12 +85,22 @@ def _object_column_for_tf(name: str, column: np.ndarray) -> np.ndarray:
                 f'field {name!r} holds rows of different shapes ({", ".join(shapes[:4])}); a TensorFlow batch '
                 f'needs one shape per column. Read it with make_reader, or give the rows one shape with a '
                 f'TransformSpec')
+
         return column_for_tf(name, np.stack(values).reshape(column.shape + first.shape))
     if isinstance(first, decimal.Decimal):
         return np.array([str(v.normalize()) for v in values], dtype=object).reshape(column.shape)
     if isinstance(first, (datetime.date, np.datetime64)):
         return _nanoseconds(np.array(values, dtype='datetime64[ns]')).reshape(column.shape)
     return column  # Python str / bytes: TensorFlow encodes them to tf.string itself
+
+
+def ragged_list_error(name: str, column: Any) -> RaggedColumnError:
+    """The error for a batch of a list field whose rows have different lengths, with the way to get them."""
+    lengths = sorted(set(np.diff(column.offsets).tolist()))
+    return RaggedColumnError(f'field {name!r} holds lists of different lengths ({", ".join(map(str, lengths[:4]))}); '
+                             f'a dense TensorFlow batch needs one length per row. Pass ragged=True to '
+                             f'make_petastorm_dataset for tf.RaggedTensor batches, read it with make_reader, or give '
+                             f'the rows one length with a TransformSpec')
 
 
 def value_for_tf(name: str, value: Any) -> Any:

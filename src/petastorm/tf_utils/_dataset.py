@@ -23,9 +23,18 @@ from typing import Any
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm.columns import ListColumn, MaskedColumn, densified, num_rows
 from petastorm.source import ColumnSource, as_column_source
-from petastorm.tf_utils._convert import RaggedColumnError, column_for_tf, columns_for_tf, value_for_tf, values_for_tf
+from petastorm.tf_utils._convert import (
+    RaggedColumnError,
+    column_for_tf,
+    none_error,
+    ragged_list_error,
+    value_for_tf,
+    values_for_tf,
+)
 from petastorm.tf_utils._layout import ElementLayout
+from petastorm.tf_utils._nested import value_of
 
 # The first sentence is the original's, which users filter on.
 _RESET_WARNING = ('Running multiple iterations over make_petastorm_dataset is not recommend for performance issue. '
@@ -33,7 +42,7 @@ _RESET_WARNING = ('Running multiple iterations over make_petastorm_dataset is no
                   "reader's num_epochs, or call .cache() on the dataset before .repeat().")
 
 
-def make_petastorm_dataset(reader: Any) -> Any:
+def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
     """A ``tf.data.Dataset`` of what ``reader`` yields.
 
     Elements are the reader's namedtuples (``'<schema>_view'``) of tensors: one row each for :func:`make_reader`,
@@ -41,8 +50,11 @@ def make_petastorm_dataset(reader: Any) -> Any:
     size). With an NGram, an element is a dict ``{offset: namedtuple}``. Tensors have the schema's TensorFlow
     dtypes (:meth:`petastorm.unischema.Unischema.as_tf_dtypes`) and the schema's shapes as static shapes
     (``None`` where a dimension varies). Strings and ``Decimal`` values arrive as ``tf.string`` (a Decimal as
-    its normalized text), times as int64 nanoseconds since the epoch, uint16/uint32 widened to int32/int64.
-    A ``None`` value stops iteration with an error naming the field.
+    its normalized text), times as int64 nanoseconds since the epoch (durations and times of day as int64
+    counts of their unit), uint16/uint32 widened to int32/int64. List fields with a varying dimension below
+    another (lists of lists) and lists of structs arrive as ``tf.RaggedTensor`` s, struct fields as dicts of
+    their fields, maps as ``{'key': ragged, 'value': ragged}`` (``docs/types.md``). A ``None`` value stops
+    iteration with an error naming the field.
 
     The reader stays owned by the caller: stop and join it (use it as a context manager) when done. Iterating
     the dataset again after the reader ran out restarts the reader with a warning; prefer the reader's
@@ -51,6 +63,9 @@ def make_petastorm_dataset(reader: Any) -> Any:
 
     Args:
         reader: a :class:`petastorm.reader.Reader`.
+        ragged: one-level list fields of numbers (shape ``(None,)``) arrive as ``tf.RaggedTensor`` s too; by
+            default they are dense tensors, as in Petastorm, and a batch whose lists differ in length raises
+            an error naming the field.
 
     Returns:
         A ``tf.data.Dataset`` made through ``tf.compat.v1.data``, so that it also has the TF1 API: in graph mode
@@ -65,7 +80,7 @@ def make_petastorm_dataset(reader: Any) -> Any:
     # Refuse a URL or a list before anything starts.
     source = as_column_source('make_petastorm_dataset', reader)
     tf = import_optional('tensorflow', 'petastorm.tf_utils.make_petastorm_dataset')
-    layout = ElementLayout(source.schema, source.ngram)
+    layout = ElementLayout(source.schema, source.ngram, ragged=ragged)
     layout.warn_about_unicode()
 
     # A reader-like object without column batches of its own (a WeightedSamplingReader, which picks a reader per
@@ -114,7 +129,18 @@ def element_values(reader: Any, layout: ElementLayout, batched: bool) -> Iterato
     """The elements of a reader-like object, each as TensorFlow-ready values in ``layout``'s flat order."""
     for element in reader:
         values = layout.flatten(element)
-        yield columns_for_tf(layout.names, values) if batched else values_for_tf(layout.names, values)
+        if not batched:
+            yield values_for_tf(layout.names, values)
+            continue
+        yield [value_of(name, _internal(value)) if name in layout.nested else column_for_tf(name, value)
+               for name, value in zip(layout.names, values, strict=True)]
+
+
+def _internal(column: Any) -> Any:
+    """A masked array as a batch reader hands it out, as the reader's masked column (nested fields' leaves)."""
+    if isinstance(column, np.ma.MaskedArray) and column.ndim == 1:
+        return MaskedColumn(column.data, ~np.ma.getmaskarray(column))
+    return column
 
 
 def column_batches(source: ColumnSource, layout: ElementLayout) -> Iterator[list[np.ndarray]]:
@@ -126,12 +152,13 @@ def column_batches(source: ColumnSource, layout: ElementLayout) -> Iterator[list
     for batch in source.column_batches():
         flat = layout.batch_columns(batch)
         if source.batched_output:
-            yield columns_for_tf(layout.names, flat)
+            yield [value_of(name, column) if name in layout.nested else _plain_column(name, column)
+                   for name, column in zip(layout.names, flat, strict=True)]
             continue
-        converted: list[np.ndarray | None] = []
+        converted: list[Any] = []
         for name, column in zip(layout.names, flat, strict=True):
             try:
-                converted.append(column_for_tf(name, column))
+                converted.append(value_of(name, column) if name in layout.nested else _plain_column(name, column))
             except RaggedColumnError:
                 converted.append(None)  # converted row by row below
         if all(column is not None for column in converted):
@@ -140,14 +167,41 @@ def column_batches(source: ColumnSource, layout: ElementLayout) -> Iterator[list
             yield from _one_row_batches(layout.names, flat, converted)
 
 
-def _one_row_batches(names: Sequence[str], flat: Sequence[np.ndarray],
-                     converted: Sequence[np.ndarray | None]) -> Iterator[list[np.ndarray]]:
+def _plain_column(name: str, column: Any) -> np.ndarray:
+    """A decoded column of a field TensorFlow gets as one dense tensor.
+
+    Raises:
+        RuntimeError: the column holds a null.
+        RaggedColumnError: a list column whose rows differ in length.
+    """
+    if isinstance(column, MaskedColumn):
+        raise none_error(name)
+    if isinstance(column, ListColumn):
+        dense = densified(column)
+        if not isinstance(dense, np.ndarray):
+            if column.valid is not None and not column.valid.all():
+                raise none_error(name)
+            raise ragged_list_error(name, column)
+        column = dense
+    return column_for_tf(name, column)
+
+
+def _row_of(value: Any, i: int) -> Any:
+    if isinstance(value, dict):
+        return {key: _row_of(child, i) for key, child in value.items()}
+    return value[i:i + 1]
+
+
+def _one_row_batches(names: Sequence[str], flat: Sequence[Any],
+                     converted: Sequence[Any]) -> Iterator[list[Any]]:
     """A batch with a variable-shape field, as batches of one row: its rows cannot be stacked into one tensor.
 
     ``converted`` holds each column already made ready for TensorFlow, or None for a ragged one, whose values
     are converted here one at a time. A row of a converted column goes through ``expand_dims`` of its element
     (not a slice) so that it has the dtype the value would have on its own (a ``str`` becomes a unicode array).
     """
-    for i in range(len(flat[0])):
-        yield [np.expand_dims(value_for_tf(name, column[i]) if ready is None else ready[i], 0)
+    for i in range(num_rows(flat[0])):
+        yield [np.expand_dims(value_for_tf(name, column[i]), 0) if ready is None else
+               _row_of(ready, i) if isinstance(ready, dict) or not isinstance(ready, np.ndarray) else
+               np.expand_dims(ready[i], 0)
                for name, column, ready in zip(names, flat, converted, strict=True)]

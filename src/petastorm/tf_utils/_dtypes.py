@@ -18,7 +18,7 @@ _NUMPY_TO_TF_NAME = {
     np.int8: 'int8', np.uint8: 'uint8', np.int16: 'int16', np.uint16: 'int32', np.int32: 'int32',
     np.uint32: 'int64', np.int64: 'int64', np.uint64: 'uint64', np.float16: 'float16', np.float32: 'float32',
     np.float64: 'float64', np.bool_: 'bool', np.str_: 'string', np.bytes_: 'string', decimal.Decimal: 'string',
-    np.datetime64: 'int64',
+    np.datetime64: 'int64', np.timedelta64: 'int64',
 }
 
 

@@ -6,6 +6,7 @@ Kept for graphs written for TensorFlow 1 (``tf.compat.v1`` sessions and queue ru
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from petastorm._optional import import_optional
@@ -50,6 +51,13 @@ def tf_tensors(reader: Any, shuffling_queue_capacity: int = 0, min_after_dequeue
                            'inside `with tf.compat.v1.Graph().as_default():` and run the tensors in a '
                            'tf.compat.v1.Session, or use petastorm.tf_utils.make_petastorm_dataset instead.')
     layout = ElementLayout.of(reader)
+    if layout.nested:
+        # Graph-mode tensors of one shape each: list, map and struct fields, which make_petastorm_dataset delivers
+        # as ragged tensors and dicts, are left out here, with a warning naming them.
+        warnings.warn(f'tf_tensors leaves out the list, map and struct fields {sorted(layout.nested)} (a TF1 graph '
+                      f'tensor has one dtype and shape); make_petastorm_dataset delivers them as tf.RaggedTensor and '
+                      f'dicts', UserWarning, stacklevel=2)
+        layout = layout.without_nested(reader.schema)
     layout.warn_about_unicode()
     dtypes = layout.dtypes()
     convert = columns_for_tf if reader.batched_output else values_for_tf

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from petastorm.batch import ColumnBatch
+from petastorm.columns import take_column
 from petastorm.tf_utils._dtypes import numpy_to_tf_dtype, tf_dtype_name
+from petastorm.tf_utils._nested import nested_type, spec_of
 from petastorm.unischema import Unischema, UnischemaField
 
 
@@ -45,10 +47,13 @@ class ElementLayout:
     Args:
         schema: the reader's schema (after field selection and transform).
         ngram: the reader's NGram, or None.
+        ragged: every list field with a varying dimension is a ``tf.RaggedTensor`` (one-level lists of numbers too,
+            which are dense tensors otherwise, as in Petastorm); see :mod:`petastorm.tf_utils._nested`.
     """
 
-    def __init__(self, schema: Unischema, ngram: Any = None):
+    def __init__(self, schema: Unischema, ngram: Any = None, ragged: bool = False):
         self.ngram = ngram
+        self.ragged = ragged
         self._groups: tuple[_Group, ...]
         if ngram is None:
             self._groups = (_Group(None, schema._get_namedtuple(), tuple(schema.fields.values())),)
@@ -61,8 +66,11 @@ class ElementLayout:
                                  for offset, view in views)
         self.fields = [field for group in self._groups for field in group.fields]
         self.names = [field.name for field in self.fields]
+        #: stored types of the fields TensorFlow gets as ragged tensors or dicts, by name
+        self.nested = {field.name: t for field in self.fields if (t := nested_type(field, ragged)) is not None}
         for field in self.fields:
-            _check_tf_type(field)
+            if field.name not in self.nested:
+                _check_tf_type(field)
 
     @classmethod
     def of(cls, reader: Any) -> ElementLayout:
@@ -70,8 +78,19 @@ class ElementLayout:
         return cls(reader.schema, reader.ngram)
 
     def dtypes(self) -> list[Any]:
-        """The ``tf.DType`` of each flat field (imports TensorFlow)."""
+        """The ``tf.DType`` of each flat field (imports TensorFlow).
+
+        Raises:
+            ValueError: a field is a list, map or struct field, which only ``make_petastorm_dataset`` delivers.
+        """
+        self.refuse_nested('tf_tensors')
         return [numpy_to_tf_dtype(field.numpy_dtype) for field in self.fields]
+
+    def refuse_nested(self, what: str) -> None:
+        """Raise a ``ValueError`` naming the list, map and struct fields, which ``what`` cannot deliver."""
+        if self.nested:
+            raise ValueError(f'{what} cannot deliver the list, map and struct fields {sorted(self.nested)} (ragged '
+                             f'tensors and dicts); use make_petastorm_dataset, or leave them out with schema_fields')
 
     def shapes(self, batched: bool) -> list[tuple[int | None, ...]]:
         """Static shape of each flat field; batches have a leading dimension of unknown size."""
@@ -82,7 +101,11 @@ class ElementLayout:
         from petastorm._optional import import_optional
 
         tf = import_optional('tensorflow', 'petastorm.tf_utils')
-        specs = [tf.TensorSpec(shape, dtype) for shape, dtype in zip(self.shapes(batched), self.dtypes(), strict=True)]
+        if not batched:
+            self.refuse_nested('a reader of single rows without column batches')
+        specs = [spec_of(self.nested[field.name], field.name) if field.name in self.nested else
+                 tf.TensorSpec(shape, numpy_to_tf_dtype(field.numpy_dtype))
+                 for field, shape in zip(self.fields, self.shapes(batched), strict=True)]
         return self.pack(specs)
 
     def pack(self, flat: Sequence[Any]) -> Any:
@@ -94,12 +117,21 @@ class ElementLayout:
         return {group.offset: group.make(*(next(values) for _ in group.fields)) for group in self._groups}
 
     def flatten(self, element: Any) -> list[Any]:
-        """The values of a reader element, in layout order."""
+        """The values of a reader element, in layout order (the layout may hold fewer fields than the element)."""
         if self.ngram is None:
-            return list(element)
-        return [value for group in self._groups for value in element[group.offset]]
+            if len(element) == len(self.names):
+                return list(element)
+            return [getattr(element, name) for name in self.names]
+        return [getattr(element[group.offset], field.name) for group in self._groups for field in group.fields]
 
-    def batch_columns(self, batch: ColumnBatch) -> list[np.ndarray]:
+    def without_nested(self, schema: Unischema) -> ElementLayout:
+        """This layout without its list, map and struct fields (see :attr:`nested`), for ``schema``'s reader."""
+        if not self.nested:
+            return self
+        view = schema.create_schema_view([f for f in schema.fields.values() if f.name not in self.nested])
+        return ElementLayout(view, self.ngram, self.ragged)
+
+    def batch_columns(self, batch: ColumnBatch) -> list[Any]:
         """The flat columns of one :class:`~petastorm.batch.ColumnBatch` of a reader.
 
         For an NGram, the i-th row of each column is the i-th window's row at that column's offset.
@@ -112,7 +144,7 @@ class ElementLayout:
             return [columns[name] for name in self.names]
         starts = batch.ngram_starts
         assert starts is not None, 'an NGram batch carries its window starts'
-        return [columns[field.name][starts + (self._offset(group) - self.base)]
+        return [take_column(columns[field.name], starts + (self._offset(group) - self.base))
                 for group in self._groups for field in group.fields]
 
     @staticmethod

@@ -173,6 +173,13 @@ def existing_path(url: str, what: str, storage_options: dict | None = None) -> A
         info = filesystem.get_file_info(path)
     except (ValueError, OSError) as err:
         raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
+    if info.type.name == 'NotFound' and any(c in path for c in '*?['):  # a glob: the files it matches
+        from petastorm.metadata.store import glob_files
+
+        try:
+            return filesystem.get_file_info(glob_files(filesystem, path, url)[0])
+        except FileNotFoundError as err:
+            raise UsageError(f'{what}: {one_line(err)}') from err
     if info.type.name == 'NotFound':
         raise UsageError(f'{what} {url} does not exist')
     return info

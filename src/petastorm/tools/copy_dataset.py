@@ -23,7 +23,7 @@ from petastorm.tools import _cli
 from petastorm.tools.spark_session_cli import add_configure_spark_arguments, configure_spark
 from petastorm.unischema import Unischema, match_unischema_fields
 
-__all__ = ['copy_dataset', 'main']
+__all__ = ['args_parser', 'copy_dataset', 'main']
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     add_configure_spark_arguments(parser)
     _cli.add_version_argument(parser)
     return parser
+
+
+def args_parser() -> argparse.ArgumentParser:
+    """The command line parser of ``petastorm-copy-dataset.py`` (Petastorm's name for it)."""
+    return _parser()
 
 
 def _spark_copy(args: argparse.Namespace, storage_options: dict | None) -> None:

@@ -1,15 +1,18 @@
-"""``petastorm-inspect``: describe a dataset without reading its data.
+"""``petastorm-inspect``: describe a dataset, from its metadata and footers, and show its first rows on request.
 
-Shows the schema (fields, numpy dtypes, shapes, codecs, nullability), the data files, their row groups (rows,
-uncompressed and compressed bytes), the total row count, which metadata the dataset carries (our versioned JSON,
-Petastorm's legacy pickle, or none: the schema is then inferred from Parquet) and its row-group indexes. Only the
-Parquet footers and ``_common_metadata`` are read. For a Delta or Iceberg table: the version described (the latest,
-or ``--table-version``), its features, the files of that version with the rows the version deleted from each, and
-its delete files.
+The report sums the dataset up: the total row count, which metadata the dataset carries (our versioned JSON,
+Petastorm's legacy pickle, or none: the schema is then inferred from Parquet), the files and row groups (how
+many, and the smallest, median and largest row group in rows and bytes), the schema (fields, numpy dtypes,
+shapes, codecs, nullability) and its row-group indexes. ``--files`` lists every file and row group; ``--head N``
+reads and prints the first N rows, decoded (only then is any data read: otherwise the Parquet footers and
+``_common_metadata`` are all it reads). ``--json`` prints the whole description as one object. For a Delta or
+Iceberg table it also says the version described (the latest, or ``--table-version``), its features, the rows the
+version deleted from each file, and its delete files.
 
 Example::
 
     petastorm-inspect file:///tmp/hello_world_dataset
+    petastorm-inspect file:///tmp/hello_world_dataset --head 5
     petastorm-inspect s3://bucket/dataset --json | jq .total_rows
     petastorm-inspect s3://bucket/dataset --storage-options '{"endpoint_url": "http://127.0.0.1:9000"}'
     petastorm-inspect file:///tmp/delta_table --table-version 3
@@ -135,6 +138,7 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
         table = _describe_table(store)
         for file in files:  # the rows of a table's file that the version deleted
             file['deleted_rows'] = store.table_files[posixpath.join(str(store.root), file['path'])].deleted_rows
+    groups = [g for f in files for g in f['row_groups']]
     return {
         'url': str(store.url),
         'metadata': _metadata_kind(store),
@@ -145,25 +149,89 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
         'partition_columns': store.partition_names,
         'total_rows': sum(f['rows'] for f in files),
         'total_bytes': sum(f['bytes'] for f in files),
-        'num_row_groups': sum(len(f['row_groups']) for f in files),
+        'num_row_groups': len(groups),
+        'row_group_rows': _spread([g['rows'] for g in groups]),
+        'row_group_bytes': _spread([g['bytes'] for g in groups]),
         'files': files,
         'rowgroup_indexes': _describe_indexes(store),
         **({} if table is None else {'table': table}),
     }
 
 
+def _spread(values: list[int]) -> dict[str, int] | None:
+    """``{'min', 'median', 'max'}`` of the values (None when there are none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {'min': ordered[0], 'median': ordered[len(ordered) // 2], 'max': ordered[-1]}
+
+
+def head_rows(dataset_url: str, count: int, storage_options: dict | None = None, *, table_version: Any = None,
+              table_format: str = 'auto') -> list[dict[str, Any]]:
+    """The first ``count`` rows of the dataset in file order, decoded, as dicts of field values.
+
+    Read with ``make_batch_reader`` (it reads any store and decodes codec fields), one row group at a time, until
+    ``count`` rows are in.
+    """
+    from petastorm.reader import make_batch_reader
+
+    rows: list[dict[str, Any]] = []
+    if count <= 0:
+        return rows
+    with make_batch_reader(dataset_url, reader_pool_type='dummy', shuffle_row_groups=False,
+                           storage_options=storage_options, table_version=table_version,
+                           table_format=table_format) as reader:  # type: ignore[arg-type]
+        for batch in reader:
+            columns = batch._asdict()
+            length = len(next(iter(columns.values()))) if columns else 0
+            for i in range(min(length, count - len(rows))):
+                rows.append({name: values[i] for name, values in columns.items()})
+            if len(rows) >= count:
+                break
+    return rows
+
+
+_CELL_WIDTH = 40
+
+
+def describe_value(value: Any) -> str:
+    """A short text for one field value: numbers and text as they are, arrays by dtype and shape when large."""
+    if isinstance(value, np.ndarray):
+        if value.size <= 6 and value.ndim <= 1:
+            return np.array2string(value, separator=', ')
+        return f'{value.dtype}{list(value.shape)} array'
+    if isinstance(value, bytes) and len(value) > 16:
+        return f'{len(value)} bytes'
+    text = str(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= _CELL_WIDTH else text[:_CELL_WIDTH - 3] + '...'
+
+
 def _shape(shape: list[int | None]) -> str:
     return '(' + ', '.join('None' if d is None else str(d) for d in shape) + (',)' if len(shape) == 1 else ')')
 
 
-def format_description(description: dict[str, Any]) -> str:
-    """The human-readable report."""
+def _table(rows: list[tuple[str, ...]], indent: str = '  ') -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + '  '.join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def format_description(description: dict[str, Any], files: bool = False) -> str:
+    """The human-readable report: a summary, plus every file and row group when ``files``.
+
+    With a ``'head'`` entry (rows from :func:`head_rows`, as :func:`describe_value` texts) the rows are shown too.
+    """
+    count = len(description['files'])
     lines = [f"dataset:  {description['url']}",
              f"metadata: {description['metadata']}"
              + (f" ({description['metadata_file']})" if description['metadata_file'] else ' (schema inferred)'),
              f"rows:     {description['total_rows']} in {description['num_row_groups']} row groups, "
-             f"{len(description['files'])} files, {description['total_bytes']} bytes",
-             '', f"schema {description['schema_name']}:"]
+             f"{count} file{'' if count == 1 else 's'}, {description['total_bytes']} bytes"]
+    rows_spread, bytes_spread = description.get('row_group_rows'), description.get('row_group_bytes')
+    if rows_spread and bytes_spread:
+        lines.append(f"row groups: {rows_spread['min']} / {rows_spread['median']} / {rows_spread['max']} rows, "
+                     f"{bytes_spread['min']} / {bytes_spread['median']} / {bytes_spread['max']} bytes "
+                     f'(smallest / median / largest)')
+    lines += ['', f"schema {description['schema_name']}:"]
     table = description.get('table')
     if table is not None:
         label = 'version' if table['format'] == 'delta' else 'snapshot'
@@ -179,13 +247,24 @@ def format_description(description: dict[str, Any]) -> str:
               for r in rows]
     if description['partition_columns']:
         lines.append(f"partition columns: {', '.join(description['partition_columns'])}")
-    lines += ['', 'files:']
-    for file in description['files']:
-        deleted = f" ({file['deleted_rows']} deleted)" if file.get('deleted_rows') else ''
-        lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows{deleted}, "
-                     f"{len(file['row_groups'])} row groups")
-        lines += [f"    row group {g['index']}: {g['rows']} rows, {g['bytes']} bytes "
-                  f"({g['compressed_bytes']} compressed)" for g in file['row_groups']]
+    if files:
+        lines += ['', 'files:']
+        for file in description['files']:
+            deleted = f" ({file['deleted_rows']} deleted)" if file.get('deleted_rows') else ''
+            lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows{deleted}, "
+                         f"{len(file['row_groups'])} row groups")
+            lines += [f"    row group {g['index']}: {g['rows']} rows, {g['bytes']} bytes "
+                      f"({g['compressed_bytes']} compressed)" for g in file['row_groups']]
+    else:
+        shown = [f['path'] for f in description['files'][:3]]
+        more = f', ... ({count - len(shown)} more)' if count > len(shown) else ''
+        lines += ['', f"files: {', '.join(shown)}{more} (--files lists each file and row group)"]
+    head = description.get('head')
+    if head is not None:
+        names = [f['name'] for f in description['fields']]
+        lines += ['', f'first {len(head)} rows:']
+        lines += _table([tuple(names)] + [tuple(row.get(name, '') for name in names) for row in head]) if head \
+            else ['  (no rows)']
     indexes = description['rowgroup_indexes']
     lines += ['', 'row-group indexes: ' + ('none' if not indexes else '')]
     if 'error' in indexes:
@@ -198,10 +277,14 @@ def format_description(description: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description='Describe a Petastorm dataset or Parquet store: schema, files, row groups, '
-                               'metadata and row-group indexes. Reads only metadata and file footers.',
-        epilog=f'example: {PROG} file:///tmp/dataset --json')
+        prog=PROG, description='Describe a Petastorm dataset or Parquet store: a summary of its rows, files, row '
+                               'groups, metadata, schema and row-group indexes, read from metadata and file '
+                               'footers only (--head N also reads the first rows).',
+        epilog=f'examples: {PROG} file:///tmp/dataset --head 5; {PROG} s3://bucket/dataset --files')
     parser.add_argument('dataset_url', help='URL of the dataset, e.g. file:///tmp/dataset or s3://bucket/dataset')
+    parser.add_argument('--files', action='store_true', help='list every file and its row groups')
+    parser.add_argument('--head', type=int, default=0, metavar='N',
+                        help='also read and print the first N rows, decoded (arrays by dtype and shape)')
     parser.add_argument('--json', action='store_true', help='print one JSON object instead of the report')
     parser.add_argument('--table-version', default=None,
                         help='of a Delta or Iceberg table: the version (Delta), snapshot id, branch or tag (Iceberg) '
@@ -220,13 +303,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     def work() -> None:
         storage_options = _cli.parse_storage_options(args.storage_options)
         _cli.existing_path(args.dataset_url, 'dataset', storage_options)
+        if args.head < 0:
+            raise _cli.UsageError(f'--head must be >= 0, got {args.head}')
         version = args.table_version
         if version is not None and version.lstrip('-').isdigit():
             version = int(version)
         description = inspect_dataset(args.dataset_url, storage_options, table_version=version,
                                       table_format=args.table_format)
+        if args.head:
+            description['head'] = [{name: describe_value(value) for name, value in row.items()}
+                                   for row in head_rows(args.dataset_url, args.head, storage_options,
+                                                        table_version=version, table_format=args.table_format)]
         try:
-            print(json.dumps(description, indent=2) if args.json else format_description(description))
+            print(json.dumps(description, indent=2) if args.json else format_description(description, args.files))
             sys.stdout.flush()
         except BrokenPipeError:  # `petastorm-inspect URL | head`: the reader went away, which is fine
             sys.stdout = open(os.devnull, 'w')  # noqa: SIM115 - keeps the interpreter's final flush quiet

@@ -125,7 +125,7 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
         PetastormMetadataError: the dataset has no Petastorm schema.
     """
     store = open_store(resolve_location(dataset_url, storage_options))
-    if store.root is None or store.metadata_path is None:
+    if store.root is None or store.metadata_path is None or store.subset:
         raise SchemaError(f'{dataset_url} is not a dataset directory with Petastorm metadata')
     old = stored_schema(store)
     new = tensor_schema(old, list(columns))
