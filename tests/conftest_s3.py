@@ -1,5 +1,8 @@
 """An S3-compatible server on loopback for tests and benchmarks: moto's server mode, and a fault-injecting proxy.
 
+(:class:`petastorm.test_util.s3_server.S3DirectoryServer` is the other server: objects are the files of a
+directory, served much faster than moto; :func:`arrow_s3` is pyarrow's own S3 client for either.)
+
 :class:`MotoServer` runs ``python -m moto.server`` in a subprocess on 127.0.0.1 with a free port.
 :class:`FaultProxy` is a small HTTP/1.1 proxy in front of it that logs every request (method, path, ``Range``
 header, status, body bytes) and, when given a :class:`FaultPlan`, answers some requests with a 503 ``SlowDown``,
@@ -85,6 +88,14 @@ class MotoServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def arrow_s3(endpoint: str, **options: object):
+    """pyarrow's ``S3FileSystem`` talking plain HTTP to ``endpoint`` (``http://127.0.0.1:PORT``)."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, region='us-east-1', scheme='http',
+                             endpoint_override=endpoint.removeprefix('http://'), **options)
 
 
 @dataclass

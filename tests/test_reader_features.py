@@ -315,12 +315,22 @@ def _read_from_refusing_filesystem(error):
     petastorm.read._read_columns(ctx, RowGroupPiece('part-0.parquet', 0, 10), ['id'], 0, 10)
 
 
-@pytest.mark.parametrize('error', [PermissionError('access denied'), PermissionError(13, 'Permission denied'),
-                                   ConnectionResetError(104, 'Connection reset by peer')])
+@pytest.mark.parametrize('error', [PermissionError('access denied'), PermissionError(13, 'Permission denied')])
 def test_storage_access_errors_are_not_reported_as_corrupt_data(error):
     with pytest.raises(type(error)) as caught:
         _read_from_refusing_filesystem(error)
     assert caught.value is error
+
+
+def test_a_transient_error_of_a_user_filesystem_is_retried_then_reported_as_a_storage_error():
+    from petastorm.errors import CorruptDataError, StorageError
+
+    error = ConnectionResetError(104, 'Connection reset by peer')
+    with pytest.raises(StorageError, match='still failed after 3 attempts') as caught:
+        _read_from_refusing_filesystem(error)
+    assert not isinstance(caught.value, CorruptDataError)
+    assert caught.value.__cause__ is error
+    assert 'part-0.parquet' in str(caught.value)
 
 
 def test_errno_less_os_errors_still_mean_corrupt_data():

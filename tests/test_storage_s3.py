@@ -133,7 +133,8 @@ def test_column_projection_fetches_byte_ranges_not_whole_files(moto, clean_proxy
         f'{wide_dataset[5:]}/{data[0].path.split("?")[0].rsplit("/", 1)[1]}')
     fetched = sum(r.body_bytes for r in data)
     assert fetched < 0.35 * size, f'fetched {fetched} bytes of a {size}-byte file to read one column of five'
-    tails = [r for r in data if re.fullmatch(rf'bytes=\d+-{size - 1}', r.range)]
+    # A tail read asks for one byte past the listed end (a file that grew since would answer with it).
+    tails = [r for r in data if re.fullmatch(rf'bytes=\d+-{size}', r.range)]
     assert len(tails) == 1, f'the footer was fetched {len(tails)} times'
 
 

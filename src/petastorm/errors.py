@@ -78,3 +78,31 @@ class TableVersionError(PetastormMetadataError, ValueError):
 
 class UnsupportedTableFeatureError(PetastormMetadataError, NotImplementedError):
     """The table uses a feature this reader does not implement (named in the message); it is never read wrongly."""
+
+
+class CorruptFooterError(CorruptDataError, PetastormMetadataError):
+    """A data file's Parquet footer, read while planning, is unreadable: the file is truncated, corrupt or not Parquet.
+
+    The message names the file's URL. It is both a :class:`CorruptDataError` (what a damaged file raises when read)
+    and a :class:`PetastormMetadataError` (what planning raises), so either ``except`` catches it.
+    """
+
+
+class MissingDataFilesError(StorageNotFoundError, PetastormMetadataError):
+    """The dataset's metadata names data files that are not in the store (deleted, or never uploaded).
+
+    Raised while planning, before any row is read: the rows of those files would otherwise be silently missing
+    from every epoch. The message names the metadata file and the missing files; ``urls`` holds every one.
+    """
+
+    def __init__(self, message: str, urls: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.urls = tuple(urls)
+
+
+class DataFileChangedError(StorageError):
+    """A data file changed (its size, or its ETag where the storage gives one) after the reader planned its read.
+
+    The row groups planned from the old file may not be those of the new one, so nothing more is read from it;
+    the message names the file's URL. Make a new reader to read the new contents.
+    """

@@ -30,11 +30,15 @@ from petastorm.columns import num_rows as column_rows
 from petastorm.errors import (
     CodecError,
     CorruptDataError,
+    DataFileChangedError,
     DecodeFieldError,
     MissingDependencyError,
     PetastormError,
+    StorageError,
     StorageNotFoundError,
 )
+from petastorm.fs._errors import is_transient
+from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
@@ -68,6 +72,9 @@ class ReadContext:
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them with
             the batch; off by default, then nothing is measured.
+        file_sizes: the size of each data file when the reader listed it, by path: a file found with another size
+            when read changed since (:class:`~petastorm.errors.DataFileChangedError`). Files not in it are not
+            checked.
         column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
             of struct fields (reading them reads only the struct fields the schema holds).
         file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
@@ -89,6 +96,7 @@ class ReadContext:
     ngram: NGram | None = None
     cache: RowGroupCache | None = None
     time_stages: bool = False
+    file_sizes: dict[str, int] | None = None
     column_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
     file_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     unified_types: tuple[tuple[str, pa.DataType], ...] = ()
@@ -139,22 +147,32 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     # A table's row group: its file stores the logical columns under its own names (or not at all).
     stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
 
+    def attempt() -> pa.Table:
+        with _open_data_file(ctx.filesystem, piece.path) as handle:
+            _check_unchanged(ctx, piece.path, handle)
+            # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
+            # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
+            remote = not isinstance(handle, pa.MemoryMappedFile)
+            return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group, columns=stored)
+
     def read() -> pa.Table:
+        url = file_url(ctx.filesystem, piece.path)
         try:
-            with _open_data_file(ctx.filesystem, piece.path) as handle:
-                # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
-                # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
-                remote = not isinstance(handle, pa.MemoryMappedFile)
-                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group, columns=stored)
+            # A whole row group is retried, so a retry delivers its rows once (our filesystem layer retries each
+            # request instead, and local disk not at all: with_retries leaves those alone).
+            return with_retries(ctx.filesystem, attempt, f'reading row group {piece.row_group} of', piece.path)
         except PetastormError:
             raise  # storage errors already translated by the filesystem layer
         except FileNotFoundError as err:
-            raise StorageNotFoundError(f'data file {piece.path} no longer exists (it was listed when the reader '
+            raise StorageNotFoundError(f'data file {url} no longer exists (it was listed when the reader '
                                        f'was made): {err}') from err
         except (OSError, pa.ArrowException) as err:
             if isinstance(err, OSError) and _is_access_error(err):
                 raise  # the storage refused or failed (permissions, network): the file itself may be fine
-            raise CorruptDataError(f'cannot read row group {piece.row_group} of the Parquet file {piece.path}: '
+            if is_transient(err):
+                raise StorageError(f'reading row group {piece.row_group} of {url} failed: {type(err).__name__}: '
+                                   f'{err}') from err
+            raise CorruptDataError(f'cannot read row group {piece.row_group} of the Parquet file {url}: '
                                    f'expected a readable Parquet file with the row groups listed in the dataset '
                                    f'metadata ({type(err).__name__}: {err})') from err
 
@@ -232,6 +250,19 @@ def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
     if isinstance(filesystem, pafs.LocalFileSystem):
         return pa.memory_map(path)
     return filesystem.open_input_file(path)
+
+
+def _check_unchanged(ctx: ReadContext, path: str, handle: pa.NativeFile) -> None:
+    """Raise DataFileChangedError if the file opened is not the size it was listed with."""
+    expected = ctx.file_sizes.get(path) if ctx.file_sizes else None
+    if expected is None:
+        return
+    actual = handle.size()
+    if actual != expected:
+        raise DataFileChangedError(
+            f'data file {file_url(ctx.filesystem, path)} changed after the reader was made: it had {expected} bytes '
+            f'when listed and has {actual} now, so the row groups planned from it may not be its row groups. Make a '
+            f'new reader to read the new contents (writers that replace files should write new names instead)')
 
 
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
@@ -327,7 +358,8 @@ def read_item(ctx: ReadContext, scheduled: ScheduledItem) -> ColumnBatch:
 def _where(ctx: ReadContext, scheduled: ScheduledItem) -> str:
     item = scheduled.item
     piece = ctx.pieces[item.piece_index]
-    return f'{piece.path} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
+    url = file_url(ctx.filesystem, piece.path)
+    return f'{url} (row group {piece.row_group}, rows {item.row_start}-{item.row_stop})'
 
 
 def _add_note(err: BaseException, note: str) -> None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from petastorm._warnings import warn_user
 from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
-from petastorm.metadata.store import ParquetStore, inferred_schema, stored_schema
+from petastorm.metadata.store import ParquetStore, data_file_schema, inferred_schema, stored_schema
 from petastorm.ngram import NGram
 from petastorm.options import ReaderOptions
 from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
@@ -120,12 +118,12 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     elif unified is not None:
         file_columns = set(unified.schema.names)
     else:
-        with store.filesystem.open_input_file(store.files[0]) as f:
-            file_columns = set(pq.read_schema(f).names)
+        file_columns = set(data_file_schema(store, store.files[0]).names)
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:
-        raise PetastormMetadataError(f'fields {missing} of the dataset schema are not columns of {store.files[0]} '
+        raise PetastormMetadataError(f'fields {missing} of the dataset schema are not columns of '
+                                     f'{store.url_of(store.files[0])} '
                                      f'(columns: {sorted(file_columns)}); the metadata does not match the files')
 
 

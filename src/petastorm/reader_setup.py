@@ -117,7 +117,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
         partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
         time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
-        file_columns=file_columns, unified_types=unified_types,
+        file_columns=file_columns, unified_types=unified_types, file_sizes=dataset.file_sizes or None,
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
                                    stored.fields.values(), filter_columns))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the

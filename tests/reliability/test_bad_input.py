@@ -30,6 +30,7 @@ from petastorm.errors import (
     CorruptDataError,
     DatasetWriteError,
     DecodeFieldError,
+    MissingDataFilesError,
     PetastormError,
     PetastormMetadataError,
     SchemaError,
@@ -457,12 +458,22 @@ def test_bad_input_raises_a_documented_error_naming_the_culprit(build, raises, m
     figures.tally('bad input catalog', 'cases', passed=1)
 
 
-def test_metadata_naming_a_missing_file_warns_with_the_fix(pristine_dataset, tmp_path):
+@pytest.mark.parametrize('deleted', ['one', 'all'])
+@pytest.mark.parametrize('factory', [make_reader, make_batch_reader])
+def test_metadata_naming_missing_files_is_an_error_at_planning_naming_them(pristine_dataset, tmp_path, deleted,
+                                                                           factory):
+    # Reading the rest would deliver a smaller (or empty) epoch that looks like success.
     env = Env(tmp=tmp_path, dataset_root=pristine_dataset)
     root = env.copy_dataset()
-    victim = env.data_files(root)[-1]
-    victim.unlink()
-    with pytest.warns(UserWarning, match=victim.name) as warned, make_reader(env.url, reader_pool_type='dummy') as r:
-        rows = len(list(r))
-    assert 'petastorm-generate-metadata.py' in str(warned[0].message)
-    assert 0 < rows < SMALL_ROWS
+    victims = env.data_files(root)[-1:] if deleted == 'one' else env.data_files(root)
+    for victim in victims:
+        victim.unlink()
+    with pytest.raises(MissingDataFilesError) as raised:
+        factory(env.url, reader_pool_type='dummy')
+    message = str(raised.value)
+    assert all(f'{env.url}/{victim.name}' in message for victim in victims[:5])
+    assert f'{env.url}/_common_metadata' in message
+    assert 'petastorm-generate-metadata.py' in message
+    assert raised.value.urls == tuple(f'{env.url}/{victim.name}' for victim in victims)
+    assert isinstance(raised.value, FileNotFoundError)
+    assert isinstance(raised.value, PetastormMetadataError)

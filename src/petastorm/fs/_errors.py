@@ -55,7 +55,15 @@ _TRANSIENT_CLASSES = {'ClientPayloadError', 'ServerDisconnectedError', 'ClientCo
 _TRANSIENT_TEXT = ('reduce your request rate', 'SlowDown', 'Service Unavailable', 'ServiceUnavailable',
                    'InternalError', 'Internal Server Error', 'Bad Gateway', 'Gateway Timeout', 'Too Many Requests',
                    'Throttl', 'timed out', 'Timeout', 'Connection reset', 'Server disconnected',
-                   'Connection closed', 'Connection aborted', 'Response payload is not completed', 'Broken pipe')
+                   'Connection closed', 'Connection aborted', 'Response payload is not completed', 'Broken pipe',
+                   # pyarrow's own S3 client (the AWS SDK over curl): a dropped connection or a body cut short.
+                   'NETWORK_CONNECTION', 'Transferred a partial file', 'Server returned nothing',
+                   'Failure when receiving data', 'SLOW_DOWN', 'SERVICE_UNAVAILABLE', 'THROTTLING', 'INTERNAL_FAILURE',
+                   'REQUEST_TIMEOUT')
+#: what pyarrow's S3 client says when nothing listens at the endpoint (curl's "couldn't connect").
+_REFUSED_TEXT = ('curlCode: 7,',)
+#: an object that is no longer the version a read was made for: a failed ``If-Match``.
+_CHANGED_CODES = {'PreconditionFailed', '412'}
 
 
 class ShortReadError(OSError):
@@ -156,7 +164,17 @@ def classify(err: BaseException) -> Kind:
 
 def is_refused(err: BaseException) -> bool:
     """True when the endpoint refused the connection: nothing listens there, and retrying will not change it."""
-    return any(isinstance(item, ConnectionRefusedError) for item in _chain(err))
+    return any(isinstance(item, ConnectionRefusedError) or any(marker in str(item) for marker in _REFUSED_TEXT)
+               for item in _chain(err))
+
+
+def is_changed(err: BaseException) -> bool:
+    """True when the storage refused a read because the object's ETag is no longer the one asked for."""
+    for item in _chain(err):
+        codes, statuses = _codes(item)
+        if codes & _CHANGED_CODES or 412 in statuses or type(item).__name__ == 'FileExpired':
+            return True
+    return False
 
 
 def is_transient(err: BaseException) -> bool:
@@ -165,7 +183,7 @@ def is_transient(err: BaseException) -> bool:
     A refused connection is not one: the address is wrong or the server is down, so it is reported at once.
     """
     if isinstance(err, (FileNotFoundError, PermissionError, FileExistsError, IsADirectoryError,
-                        NotADirectoryError, PetastormError)) or is_refused(err):
+                        NotADirectoryError, PetastormError)) or is_refused(err) or is_changed(err):
         return False
     for item in _chain(err):
         if isinstance(item, (TimeoutError, ConnectionError, ShortReadError)):

@@ -8,7 +8,11 @@
 * files opened for reading fetch exactly the byte ranges pyarrow asks for (``cat_file(path, start, end)``, a
   ranged GET on object stores), so projecting columns or reading one row group never downloads a whole file.
   The tail of each file (where the Parquet footer lives) is kept in a small cache, so the footer is fetched
-  once per file and process, not once per row group.
+  once per file and process, not once per row group;
+* a file that changed after it was listed is noticed, not read as a mix of two versions: on S3 every ranged read
+  carries the listed ETag (``If-Match``), and on every store a read of a file's tail asks for one byte more than
+  the listed size (a file that grew answers with it; one that shrank answers short), so
+  :class:`~petastorm.errors.DataFileChangedError` names the file instead.
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from petastorm.fs._errors import ShortReadError, classify, is_ambiguous_refusal, safe_cause, secrets_of, translate
+from petastorm.errors import DataFileChangedError
+from petastorm.fs._errors import (
+    ShortReadError,
+    classify,
+    is_ambiguous_refusal,
+    is_changed,
+    is_transient,
+    safe_cause,
+    secrets_of,
+    translate,
+)
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
 
 T = TypeVar('T')
@@ -82,11 +96,13 @@ class StorageHandler(pafs.FSSpecHandler):
     """
 
     def __init__(self, fs: Any, scheme: str, retry: RetryPolicy = DEFAULT_RETRY,
-                 known_sizes: dict[str, int] | None = None) -> None:
+                 known_sizes: dict[str, int] | None = None, known_etags: dict[str, str] | None = None) -> None:
         super().__init__(fs)
         self.scheme = scheme
         self.retry = retry
         self._sizes: OrderedDict[str, int] = OrderedDict(known_sizes or {})
+        # ETags of listed files, sent back as If-Match on S3 (s3fs): a rewritten object then fails the read.
+        self._etags: dict[str, str] = dict(known_etags or {})
         self._sizes_lock = threading.Lock()
         self._tails = _LruBytes(_TAIL_CACHE_BYTES)
         self._secrets: list[str] | None = None
@@ -96,7 +112,8 @@ class StorageHandler(pafs.FSSpecHandler):
         # file before its first read); the tails stay behind, they are too big to copy to every worker.
         with self._sizes_lock:
             sizes = dict(list(self._sizes.items())[-_SIZES_SHIPPED:])
-        return StorageHandler, (self.fs, self.scheme, self.retry, sizes)
+            etags = {path: self._etags[path] for path in sizes if path in self._etags}
+        return StorageHandler, (self.fs, self.scheme, self.retry, sizes, etags)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StorageHandler):
@@ -155,11 +172,21 @@ class StorageHandler(pafs.FSSpecHandler):
                 if info.type == pafs.FileType.File and info.size is not None:
                     self._sizes[info.path.rstrip('/')] = info.size
             while len(self._sizes) > _SIZE_CACHE_ENTRIES:
-                self._sizes.popitem(last=False)
+                self._etags.pop(self._sizes.popitem(last=False)[0], None)
+
+    def _create_file_info(self, path: str, info: dict) -> pafs.FileInfo:
+        # FSSpecHandler builds every FileInfo of a listing or a lookup here, from fsspec's details: keep the ETag
+        # (FileInfo has no place for it).
+        etag = info.get('ETag') if info.get('type') == 'file' else None
+        if isinstance(etag, str) and etag:
+            with self._sizes_lock:
+                self._etags[path.rstrip('/')] = etag
+        return pafs.FSSpecHandler._create_file_info(path, info)
 
     def _forget(self) -> None:
         with self._sizes_lock:
             self._sizes.clear()
+            self._etags.clear()
         self._tails.clear()
 
     def _size_of(self, path: str) -> int:
@@ -183,19 +210,76 @@ class StorageHandler(pafs.FSSpecHandler):
             return cached[1][start - cached[0]:end - cached[0]]
         if end == size and end - start <= TAIL_BYTES:
             tail_start = max(0, size - TAIL_BYTES)
-            tail = self._fetch(path, tail_start, size)
+            tail = self._fetch(path, tail_start, size, size)
             self._tails.put(path, tail_start, tail)
             return tail[start - tail_start:]
-        return self._fetch(path, start, end)
+        return self._fetch(path, start, end, size)
 
-    def _fetch(self, path: str, start: int, end: int) -> bytes:
+    def _fetch(self, path: str, start: int, end: int, size: int) -> bytes:
+        # A read up to the listed end asks for one byte more: only a file that grew since it was listed has it.
+        asked_end = end + 1 if end == size else end
+
         def fetch() -> bytes:
-            data = self.fs.cat_file(path, start=start, end=end)
-            if len(data) != end - start:
+            try:
+                data = self._get(path, start, asked_end)
+            except (DataFileChangedError, FileNotFoundError):
+                raise
+            except Exception as err:
+                if not is_transient(err):
+                    self._check_size(path, size)  # a range past a file that shrank is refused (416), for one
+                raise
+            if len(data) > end - start:
+                raise DataFileChangedError(
+                    f'{self.url_of(path)} changed after it was listed: it had {size} bytes then and has more now. '
+                    f'Its row groups were planned from the old file; make a new reader to read the new one')
+            if len(data) < end - start:
+                self._check_size(path, size)
                 raise ShortReadError(f'asked for bytes {start}-{end} and got {len(data)} bytes')
             return data
 
         return self._run(f'reading bytes {start}-{end} of', path, fetch)
+
+    def _get(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``path`` (fewer at its end), on S3 only if it still has its listed ETag."""
+        with self._sizes_lock:
+            etag = self._etags.get(path.rstrip('/'))
+        if etag is None or not hasattr(self.fs, '_call_s3'):
+            return self.fs.cat_file(path, start=start, end=end)
+        from fsspec.asyn import sync
+
+        bucket, key, version = self.fs.split_path(path)
+        extra = {'VersionId': version} if version else {}
+
+        async def get() -> bytes:
+            answer = await self.fs._call_s3('get_object', Bucket=bucket, Key=key, Range=f'bytes={start}-{end - 1}',
+                                            IfMatch=etag, **extra)
+            try:
+                return await answer['Body'].read()
+            finally:
+                answer['Body'].close()
+
+        try:
+            return sync(self.fs.loop, get)
+        except Exception as err:
+            if is_changed(err):
+                raise DataFileChangedError(
+                    f'{self.url_of(path)} changed after it was listed: its ETag was {etag} and is another now. Its '
+                    f'row groups were planned from the old object; make a new reader to read the new one') from err
+            raise
+
+    def _check_size(self, path: str, size: int) -> None:
+        """After a short read: raise DataFileChangedError if the file is no longer ``size`` bytes long."""
+        try:
+            self.fs.invalidate_cache(path)
+            actual = int(self.fs.info(path)['size'])
+        except FileNotFoundError:
+            raise
+        except Exception:  # the failed read itself is reported (and retried); this was only a diagnosis
+            return
+        if actual != size:
+            raise DataFileChangedError(
+                f'{self.url_of(path)} changed after it was listed: it had {size} bytes then and has {actual} now. '
+                f'Its row groups were planned from the old file; make a new reader to read the new one')
 
     # -- FileSystemHandler --------------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ import fnmatch
 import json
 import posixpath
 import re
+import warnings
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +25,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._describe import display_url
 from petastorm._warnings import warn_user
-from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
+from petastorm.errors import (
+    CorruptFooterError,
+    MissingDataFilesError,
+    PetastormMetadataError,
+    StorageError,
+    StorageNotFoundError,
+)
 from petastorm.fs import ResolvedLocation
+from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
@@ -36,6 +46,8 @@ COMMON_METADATA = '_common_metadata'
 #: The log directory of a Delta table.
 DELTA_LOG = '_delta_log'
 SUMMARY_METADATA = '_metadata'
+#: missing data files a message names (all of them are in the error's ``urls``).
+_NAMED_MISSING = 5
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,8 @@ class ParquetStore:
     files: tuple[str, ...]
     metadata_kv: dict[bytes, bytes] = field(default_factory=dict)
     metadata_path: str | None = None
+    #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
+    file_sizes: dict[str, int] = field(default_factory=dict)
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
@@ -72,6 +86,15 @@ class ParquetStore:
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
         return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+
+    def url_of(self, path: str) -> str:
+        """The URL of a file of the store (under the dataset URL as the user wrote it), for messages."""
+        if isinstance(self.url, str):
+            if self.files == (path,) and posixpath.basename(self.url.rstrip('/')) == posixpath.basename(path):
+                return display_url(self.url)  # the URL of a single file
+            if self.root and path.startswith(self.root.rstrip('/') + '/'):
+                return display_url(f'{self.url.rstrip("/")}/{self.relpath(path)}')
+        return display_url(file_url(self.filesystem, path))
 
     def table_schema(self) -> pa.Schema | None:
         """The logical schema of a table version; None for a plain store, whose schema is that of its files."""
@@ -113,15 +136,33 @@ def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> 
     Raises:
         StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
     """
+    return [info.path for info in _listed_data_files(filesystem, root, url)]
+
+
+def _listed_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[pafs.FileInfo]:
+    """What :func:`list_data_files` lists, with each file's size (one listing, no request per file)."""
     info = filesystem.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
         raise StorageNotFoundError(f'dataset {url or root} does not exist')
     if info.type == pafs.FileType.File:
-        return [root]
+        return [info]
     selector = pafs.FileSelector(root, recursive=True)
-    files = [i.path for i in filesystem.get_file_info(selector)
+    files = [i for i in filesystem.get_file_info(selector)
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
-    return sorted(files)
+    return sorted(files, key=lambda i: i.path)
+
+
+def _sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    return {info.path: info.size for info in infos if info.size is not None}
+
+
+def _read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
+    """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
+    def read() -> pq.FileMetaData:
+        with filesystem.open_input_file(path) as f:
+            return pq.read_metadata(f)
+
+    return with_retries(filesystem, read, 'reading the Parquet footer of', path)
 
 
 def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | None:
@@ -129,10 +170,12 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     if info.type != pafs.FileType.File:
         return None
     try:
-        with filesystem.open_input_file(path) as f:
-            metadata = pq.read_metadata(f)
+        metadata = _read_footer(filesystem, path)
+    except StorageError:
+        raise
     except (OSError, pa.ArrowException) as err:
-        raise PetastormMetadataError(f'{path} is not a readable Parquet metadata file: {err}') from err
+        raise PetastormMetadataError(f'{display_url(file_url(filesystem, path))} is not a readable Parquet '
+                                     f'metadata file: {err}') from err
     return dict(metadata.metadata or {})
 
 
@@ -168,24 +211,34 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
         StorageError: a list of URLs names a directory (an ``OSError``, as Petastorm's refusal of non-file paths).
         PetastormMetadataError: a metadata file exists but cannot be read, or the directory is a table.
     """
+    # Listing and reading the metadata is idempotent: through a filesystem without retries of ours (pyarrow's
+    # own S3 client given as filesystem=), a transient failure that its client gave up on repeats it whole.
+    where = location.path[0] if isinstance(location.path, list) else location.path
+    return with_retries(location.filesystem, lambda: _open_store(location, plain), 'opening the dataset at', where)
+
+
+def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in _file_or_matches(fs, path, location.url)))
+        infos = []
         for path in files:
-            kind = fs.get_file_info(path).type
-            if kind == pafs.FileType.Directory:
+            info = fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
                 raise StorageError(f'dataset file {path} is a directory: a list of URLs names Parquet files; pass '
                                    f'a dataset directory as a single URL')
-            if kind != pafs.FileType.File:
+            if info.type != pafs.FileType.File:
                 raise StorageNotFoundError(f'dataset file {path} does not exist')
-        return _store_of_files(fs, location.url, files, list_given=True)
+            infos.append(info)
+        return _store_of_files(fs, location.url, files, list_given=True, file_sizes=_sizes_of(infos))
     root = location.path
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
         return _store_of_files(fs, location.url, tuple(_file_or_matches(fs, root, location.url)), list_given=True)
-    files = tuple(list_data_files(fs, root, location.url))
+    listed = _listed_data_files(fs, root, location.url)
+    files = tuple(item.path for item in listed)
     if info.type != pafs.FileType.Directory:
-        return _store_of_files(fs, location.url, files, list_given=False)
+        return _store_of_files(fs, location.url, files, list_given=False, file_sizes=_sizes_of(listed))
     table_format = None if plain else table_format_of(fs, root)
     if table_format is not None:
         raise PetastormMetadataError(
@@ -200,7 +253,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
         if found is not None:
             kv, metadata_path = found, posixpath.join(root, name)
             break
-    return ParquetStore(fs, location.url, root, files, kv, metadata_path)
+    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed))
 
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
@@ -242,7 +295,8 @@ def _glob_match(names: list[str], patterns: list[str]) -> bool:
     return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _glob_match(names[1:], patterns[1:])
 
 
-def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool) -> ParquetStore:
+def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,
+                    file_sizes: dict[str, int] | None = None) -> ParquetStore:
     """A store of some files: with the metadata of the Petastorm dataset they belong to, when there is one."""
     directory = posixpath.commonpath([posixpath.dirname(p) for p in files]) if files else ''
     candidate = directory
@@ -251,13 +305,13 @@ def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_
             path = posixpath.join(candidate, name)
             kv = _read_kv(fs, path)
             if kv is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.')) for k in kv):
-                return ParquetStore(fs, url, candidate, files, kv, path, subset=True)
+                return ParquetStore(fs, url, candidate, files, kv, path, file_sizes or {}, subset=True)
         if '=' not in posixpath.basename(candidate):  # only partition directories lead further up
             break
         candidate = posixpath.dirname(candidate)
     if list_given:
-        return ParquetStore(fs, url, None, files)
-    return ParquetStore(fs, url, directory, files)
+        return ParquetStore(fs, url, None, files, file_sizes=file_sizes or {})
+    return ParquetStore(fs, url, directory, files, file_sizes=file_sizes or {})
 
 
 def stored_schema(store: ParquetStore) -> Unischema:
@@ -290,14 +344,11 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.
     """The Parquet footers of the files (up to 16 read at a time).
 
     Raises:
-        PetastormMetadataError: a file is not readable Parquet (the message names it).
+        CorruptFooterError: a file is not readable Parquet (the message names its URL); a
+            ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
     def read(path: str) -> pq.FileMetaData:
-        try:
-            with filesystem.open_input_file(path) as f:
-                return pq.read_metadata(f)
-        except (OSError, pa.ArrowException) as err:
-            raise PetastormMetadataError(f'{path} is not a readable Parquet file: {err}') from err
+        return _footer_of_data_file(filesystem, path)
 
     if not paths:
         return {}
@@ -316,7 +367,8 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
         ``{path: [rows of row group 0, 1, ...]}``.
 
     Raises:
-        PetastormMetadataError: a file is not readable Parquet (the message names it).
+        CorruptFooterError: a file is not readable Parquet (the message names its URL); a
+            ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
     return {path: _row_counts(metadata) for path, metadata in read_footers(filesystem, paths).items()}
 
@@ -351,6 +403,62 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
     return store.memo['unified']  # type: ignore[no-any-return]
 
 
+def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None = None) -> pq.FileMetaData:
+    try:
+        return _read_footer(filesystem, path)
+    except StorageError:
+        raise  # the storage failed (or the file vanished): the file itself may be fine
+    except (OSError, pa.ArrowException) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise
+        shown = url or display_url(file_url(filesystem, path))
+        raise CorruptFooterError(f'{shown} is not a readable Parquet file: expected a Parquet footer at its end '
+                                 f'(the file is truncated, corrupt or not Parquet): {err}') from err
+
+
+def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
+    """The Arrow schema of one data file of the store, from its footer.
+
+    Raises:
+        CorruptFooterError: the footer is unreadable (the message names the file's URL).
+    """
+    return _footer_of_data_file(store.filesystem, path, store.url_of(path)).schema.to_arrow_schema()
+
+
+def _metadata_file_names(store: ParquetStore) -> set[str]:
+    """The data files (relative paths) that the store's key-value metadata says it has: ours and Petastorm's maps."""
+    names: set[str] = set()
+    for key in (keys.ROW_GROUPS_JSON_KEY, keys.ROW_GROUPS_PER_FILE_KEY):
+        raw = store.metadata_kv.get(key)
+        if raw is None:
+            continue
+        try:
+            document = json.loads(raw)
+            files = document['files'] if key == keys.ROW_GROUPS_JSON_KEY else document
+        except (ValueError, KeyError, TypeError):
+            continue  # reported where the map is read for its row counts (ours), or never used (Petastorm's)
+        if isinstance(files, dict):
+            names.update(str(name) for name in files)
+    return names
+
+
+def check_no_missing_files(store: ParquetStore, names: Iterable[str], named_by: str | None) -> None:
+    """Raise :class:`MissingDataFilesError` if a file the metadata names (relative paths) was not listed."""
+    listed = {store.relpath(path) for path in store.files}
+    gone = sorted(set(names) - listed)
+    if not gone or store.root is None or store.subset:  # some files of a dataset: the others are not read
+        return
+    urls = tuple(display_url(f'{str(store.url).rstrip("/")}/{name}') for name in gone)
+    shown = ', '.join(urls[:_NAMED_MISSING]) + (f' and {len(urls) - _NAMED_MISSING} more'
+                                                  if len(urls) > _NAMED_MISSING else '')
+    where = store.url_of(named_by) if named_by else f'the metadata of {store.url}'
+    raise MissingDataFilesError(
+        f'{where} names {len(gone)} data file(s) that are not in the store: {shown}. They were deleted or never '
+        f'uploaded, and their rows cannot be read ({len(listed)} data file(s) are there). Restore them, or if they '
+        f'were removed on purpose, refresh the metadata with petastorm-generate-metadata.py --dataset_url '
+        f'{display_url(str(store.url))}', urls)
+
+
 def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
     raw = store.metadata_kv.get(keys.ROW_GROUPS_JSON_KEY)
     if raw is None:
@@ -372,12 +480,6 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
         if counts is None:
             return None  # a file the metadata does not know: fall back to the footers
         by_path[path] = [int(c) for c in counts]
-    listed = {store.relpath(path) for path in store.files}
-    gone = sorted(name for name in files if name not in listed)
-    if gone and not store.subset:
-        warn_user(f'{store.metadata_path} lists data files that are missing from {store.url}: {gone[:5]} '
-                  f'({len(gone)} in all); their rows cannot be read. If they were removed on purpose, refresh the '
-                  f'metadata with petastorm-generate-metadata.py --dataset_url {store.url}')
     return by_path
 
 
@@ -387,14 +489,14 @@ def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None
     summary = posixpath.join(store.root, SUMMARY_METADATA)
     if store.filesystem.get_file_info(summary).type != pafs.FileType.File:
         return None
-    with store.filesystem.open_input_file(summary) as f:
-        metadata = pq.read_metadata(f)
+    metadata = _read_footer(store.filesystem, summary)
     if metadata.num_row_groups == 0:
         return None
     by_relpath: dict[str, list[int]] = {}
     for i in range(metadata.num_row_groups):
         row_group = metadata.row_group(i)
         by_relpath.setdefault(row_group.column(0).file_path, []).append(row_group.num_rows)
+    check_no_missing_files(store, by_relpath, summary)
     result = {}
     for path in store.files:
         counts = by_relpath.get(store.relpath(path))
@@ -419,11 +521,17 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
     """Every row group of the store, in piece order (sorted path, then row-group number).
 
     Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
-    footers, read in parallel.
+    footers, read in parallel. A store whose metadata names files that are gone is refused here, before any row
+    is read, rather than read as a smaller (or empty) dataset.
+
+    Raises:
+        MissingDataFilesError: the metadata names data files that are not in the store.
+        CorruptFooterError: a footer that had to be read is not readable Parquet.
     """
     planned = store.planned_pieces()
     if planned is not None:
         return list(planned)
+    check_no_missing_files(store, _metadata_file_names(store), store.metadata_path)
     counts = _row_counts_from_json(store) or _row_counts_from_summary(store)
     if counts is None:
         _warn_if_deprecated_metadata(store)
