@@ -15,7 +15,6 @@ import fnmatch
 import json
 import posixpath
 import re
-import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
