@@ -11,6 +11,7 @@ found in the ``_common_metadata`` of the directory holding them (or of the datas
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import posixpath
@@ -18,7 +19,7 @@ import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -79,6 +80,8 @@ class ParquetStore:
     file_sizes: dict[str, int] = field(default_factory=dict)
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
+    #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
+    has_summary: bool | None = None
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -129,24 +132,79 @@ def partition_keys_of(relative_path: str) -> tuple[tuple[str, str], ...]:
     return tuple(keys_found)
 
 
+@dataclass(frozen=True)
+class StoreListing:
+    """One look at a dataset URL: the entries directly under a directory, or what the path itself is.
+
+    Everything planning needs to know before reading a byte is here (whether the directory is a table, which
+    metadata files exist and how big they are, the data files when the directory has no subdirectories), so a
+    flat store on an object store costs one listing request, not one request per question.
+    """
+
+    root: str
+    #: the path itself: a directory (when it holds anything), a file, or not found.
+    info: pafs.FileInfo
+    #: the entries directly under a directory (files and subdirectories); empty otherwise.
+    entries: tuple[pafs.FileInfo, ...] = ()
+
+    def child(self, name: str) -> pafs.FileInfo | None:
+        """The entry ``name`` directly under the directory, or None."""
+        path = posixpath.join(self.root, name)
+        return next((entry for entry in self.entries if entry.path.rstrip('/') == path), None)
+
+    @property
+    def is_directory(self) -> bool:
+        """Whether the path is a directory with something in it."""
+        return self.info.type == pafs.FileType.Directory
+
+    @property
+    def has_subdirectories(self) -> bool:
+        """Whether a non-hidden subdirectory (a partition directory, say) holds more of the data files."""
+        return any(entry.type == pafs.FileType.Directory and not _is_hidden(posixpath.basename(entry.path))
+                   for entry in self.entries)
+
+
+def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
+    """List ``root`` once (not recursively); only an empty answer costs a second request, to tell what it is."""
+    try:
+        entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=False, allow_not_found=True))
+    except (NotADirectoryError, FileNotFoundError):
+        entries = []
+    except OSError as err:
+        if err.errno not in (errno.ENOTDIR, errno.ENOENT):
+            raise
+        entries = []
+    # An object store may answer the listing of a file's key with the file itself.
+    entries = [entry for entry in entries if entry.path.rstrip('/') != root.rstrip('/')]
+    if entries:
+        return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries))
+    return StoreListing(root, filesystem.get_file_info(root))
+
+
 def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[str]:
     """Data files under ``root``, sorted, skipping names that start with ``_`` or ``.`` and ``.crc`` files.
 
     Raises:
         StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
     """
-    return [info.path for info in _listed_data_files(filesystem, root, url)]
+    return [info.path for info in _listed_data_files(filesystem, look_at(filesystem, root), url)]
 
 
-def _listed_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[pafs.FileInfo]:
-    """What :func:`list_data_files` lists, with each file's size (one listing, no request per file)."""
-    info = filesystem.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
+def _listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: Any = None) -> list[pafs.FileInfo]:
+    """What :func:`list_data_files` lists, with each file's size (no request per file).
+
+    A directory without subdirectories is listed already; one with subdirectories is listed once more, recursively
+    (one request per thousand objects on an object store).
+    """
+    root = listing.root
+    if listing.info.type == pafs.FileType.NotFound:
         raise StorageNotFoundError(f'dataset {url or root} does not exist')
-    if info.type == pafs.FileType.File:
-        return [info]
-    selector = pafs.FileSelector(root, recursive=True)
-    files = [i for i in filesystem.get_file_info(selector)
+    if listing.info.type == pafs.FileType.File:
+        return [listing.info]
+    entries = listing.entries
+    if listing.has_subdirectories:
+        entries = tuple(filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
+    files = [i for i in entries
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
     return sorted(files, key=lambda i: i.path)
 
@@ -164,9 +222,14 @@ def _read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
     return with_retries(filesystem, read, 'reading the Parquet footer of', path)
 
 
-def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | None:
-    info = filesystem.get_file_info(path)
-    if info.type != pafs.FileType.File:
+def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
+             ) -> dict[bytes, bytes] | None:
+    """The key-value metadata of the Parquet metadata file ``path``; None when there is no such file.
+
+    ``known`` is what a listing already said of the path (None: not there), so that no request asks again.
+    """
+    info = filesystem.get_file_info(path) if known == 'ask' else known
+    if info is None or info.type != pafs.FileType.File:
         return None
     try:
         metadata = _read_footer(filesystem, path)
@@ -178,23 +241,24 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     return dict(metadata.metadata or {})
 
 
-def table_format_of(filesystem: pafs.FileSystem, root: str) -> str | None:
+def table_format_of(filesystem: pafs.FileSystem, root: str, listing: StoreListing | None = None) -> str | None:
     """The table format of the directory ``root``: None for a plain store (or a file).
 
     ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
-    (``metadata/*.metadata.json``).
+    (``metadata/*.metadata.json``). ``listing`` is :func:`look_at` of ``root`` when the caller has it.
     """
-    delta, metadata = filesystem.get_file_info([posixpath.join(root, DELTA_LOG), posixpath.join(root, 'metadata')])
-    if delta.type == pafs.FileType.Directory:
+    listing = listing or look_at(filesystem, root)
+    delta, metadata = listing.child(DELTA_LOG), listing.child('metadata')
+    if delta is not None and delta.type == pafs.FileType.Directory:
         return 'delta'
-    if metadata.type == pafs.FileType.Directory and any(
+    if metadata is not None and metadata.type == pafs.FileType.Directory and any(
             info.path.endswith('.metadata.json')
             for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
         return 'iceberg'
     return None
 
 
-def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetStore:
+def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
@@ -204,6 +268,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
         location: the store's URL, resolved.
         plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
             it, those its log removed included); by default such a directory is refused.
+        listing: :func:`look_at` of the location's path, when the caller looked already.
 
     Raises:
         StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
@@ -213,10 +278,11 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
     # Listing and reading the metadata is idempotent: through a filesystem without retries of ours (pyarrow's
     # own S3 client given as filesystem=), a transient failure that its client gave up on repeats it whole.
     where = location.path[0] if isinstance(location.path, list) else location.path
-    return with_retries(location.filesystem, lambda: _open_store(location, plain), 'opening the dataset at', where)
+    return with_retries(location.filesystem, lambda: _open_store(location, plain, listing), 'opening the dataset at',
+                        where)
 
 
-def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
+def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None) -> ParquetStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in _file_or_matches(fs, path, location.url)))
@@ -231,14 +297,14 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
             infos.append(info)
         return _store_of_files(fs, location.url, files, list_given=True, file_sizes=_sizes_of(infos))
     root = location.path
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
+    listing = listing if listing is not None and listing.root == root else look_at(fs, root)
+    if listing.info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
         return _store_of_files(fs, location.url, tuple(_file_or_matches(fs, root, location.url)), list_given=True)
-    listed = _listed_data_files(fs, root, location.url)
+    listed = _listed_data_files(fs, listing, location.url)
     files = tuple(item.path for item in listed)
-    if info.type != pafs.FileType.Directory:
+    if not listing.is_directory:
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=_sizes_of(listed))
-    table_format = None if plain else table_format_of(fs, root)
+    table_format = None if plain else table_format_of(fs, root, listing)
     if table_format is not None:
         raise PetastormMetadataError(
             f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
@@ -248,11 +314,13 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
     kv: dict[bytes, bytes] = {}
     metadata_path = None
     for name in (COMMON_METADATA, SUMMARY_METADATA):
-        found = _read_kv(fs, posixpath.join(root, name))
+        found = _read_kv(fs, posixpath.join(root, name), listing.child(name))
         if found is not None:
             kv, metadata_path = found, posixpath.join(root, name)
             break
-    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed))
+    summary = listing.child(SUMMARY_METADATA)
+    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed),
+                        has_summary=summary is not None and summary.type == pafs.FileType.File)
 
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
@@ -486,7 +554,9 @@ def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None
     if store.metadata_path is None or store.root is None:
         return None
     summary = posixpath.join(store.root, SUMMARY_METADATA)
-    if store.filesystem.get_file_info(summary).type != pafs.FileType.File:
+    known = store.has_summary if store.has_summary is not None else \
+        store.filesystem.get_file_info(summary).type == pafs.FileType.File
+    if not known:
         return None
     metadata = _read_footer(store.filesystem, summary)
     if metadata.num_row_groups == 0:
