@@ -210,7 +210,7 @@ def test_url_lists_share_scheme_and_host(memory_dataset):
         resolve_location([])
 
 
-def test_s3_gets_standard_retries_unless_the_user_sets_them():
+def test_s3_gets_standard_retries_and_more_connections_unless_the_user_sets_them():
     pytest.importorskip('s3fs')
     with socket.socket() as listening:  # resolving checks that something listens at the endpoint
         listening.bind(('127.0.0.1', 0))
@@ -221,7 +221,10 @@ def test_s3_gets_standard_retries_unless_the_user_sets_them():
     assert fs.handler.fs.config_kwargs['retries'] == {'max_attempts': 5, 'mode': 'standard'}
     mine = {'key': 'k', 'secret': SECRET, 'config_kwargs': {'retries': {'max_attempts': 2}, 'read_timeout': 5}}
     fs, _ = resolve_url('s3://bucket/data', mine)
-    assert fs.handler.fs.config_kwargs == {'retries': {'max_attempts': 2}, 'read_timeout': 5}
+    assert fs.handler.fs.config_kwargs == {'retries': {'max_attempts': 2}, 'read_timeout': 5,
+                                           'max_pool_connections': 64}
+    fs, _ = resolve_url('s3://bucket/data', {**mine, 'config_kwargs': {'max_pool_connections': 3}})
+    assert fs.handler.fs.config_kwargs['max_pool_connections'] == 3
     assert mine == {'key': 'k', 'secret': SECRET, 'config_kwargs': {'retries': {'max_attempts': 2}, 'read_timeout': 5}}
 
 

@@ -87,3 +87,58 @@ def test_a_new_reader_sees_files_another_process_added(server):
     assert _planning_requests(server, make_batch_reader, 'growing')[1] == list(range(15))
     os.remove(os.path.join(directory, 'part-0.parquet'))
     assert _planning_requests(server, make_batch_reader, 'growing')[1] == list(range(10, 15))
+
+
+def _summarized_store(directory: str, files: int) -> None:
+    """Plain Parquet files with a ``_metadata`` summary of all their row groups and a ``_common_metadata``."""
+    os.makedirs(directory)
+    collected: list = []
+    for index in range(files):
+        table = pa.table({'x': np.arange(index * 10, (index + 1) * 10, dtype=np.int64)})
+        name = f'part-{index:03d}.parquet'
+        pq.write_table(table, os.path.join(directory, name), metadata_collector=collected)
+        collected[-1].set_file_path(name)
+    pq.write_metadata(table.schema, os.path.join(directory, '_common_metadata'))
+    pq.write_metadata(table.schema, os.path.join(directory, '_metadata'), metadata_collector=collected)
+
+
+def test_a_summary_plans_the_store_without_a_footer_whatever_its_file_count(server):
+    _summarized_store(os.path.join(server.root, BUCKET, 'summarized'), 40)
+    requests, values = _planning_requests(server, make_batch_reader, 'summarized')
+    assert requests == {'LIST': 1, 'GET': 2}  # _common_metadata and _metadata
+    assert values == list(range(400))
+
+
+def test_filters_are_pruned_with_the_summary_and_only_matching_files_are_read(server):
+    _summarized_store(os.path.join(server.root, BUCKET, 'pruned'), 40)
+    server.reset_stats()
+    with make_batch_reader(f's3://{BUCKET}/pruned', storage_options=server.storage_options(),
+                           reader_pool_type='dummy', filters=[('x', '<', 25)]) as reader:
+        values = sorted(int(v) for batch in reader for v in batch.x)
+    assert values == list(range(25))
+    # the 2 metadata files (pyarrow's pruning reads the small summary again from the footer cache), then only the 3
+    # files that may hold x < 25
+    assert server.stats().requests == {'LIST': 1, 'GET': 2 + 3}
+
+
+def test_a_summary_that_misses_a_file_leaves_the_footers_to_say(server):
+    directory = os.path.join(server.root, BUCKET, 'outgrown')
+    _summarized_store(directory, 3)
+    pq.write_table(pa.table({'x': np.arange(30, 35)}), os.path.join(directory, 'part-003.parquet'))
+    requests, values = _planning_requests(server, make_batch_reader, 'outgrown')
+    assert requests == {'LIST': 1, 'GET': 2 + 4}
+    assert values == list(range(35))
+
+
+def test_footers_are_read_many_at_a_time(server):
+    # Without metadata, every footer is a round trip: they are read 64 at a time (the S3 client keeps as many
+    # connections), so that planning takes files / 64 round trips. Each concurrent request needs its own connection.
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    _plain_files(os.path.join(server.root, BUCKET, 'many'), 200, rows=1)
+    with DelayProxy(('127.0.0.1', server.port), delay=0.02) as proxy, \
+            make_batch_reader(f's3://{BUCKET}/many', storage_options=server.storage_options(proxy.endpoint),
+                              reader_pool_type='dummy') as reader:
+        connections = proxy.stats().connections
+        assert sum(len(batch.x) for batch in reader) == 200
+    assert connections > 32

@@ -480,6 +480,7 @@ def test_a_pickled_filesystem_carries_listed_file_sizes_so_workers_skip_a_reques
     fs, root = resolve_url(dataset, moto.storage_options(clean_proxy.endpoint))
     files = [i.path for i in fs.get_file_info(pafs.FileSelector(root)) if i.path.endswith('.parquet')]
     in_worker = pickle.loads(pickle.dumps(fs))
+    _settled_requests(clean_proxy)  # the listing's entry is logged after its answer: let it land before the reset
     clean_proxy.reset()
     with in_worker.open_input_file(files[0]) as f:
         assert pq.read_metadata(f).num_rows > 0

@@ -17,7 +17,8 @@ fsspec filesystems are wrapped as ``PyFileSystem(StorageHandler(fs))`` (:mod:`pe
 name the URL, transient failures are retried, and reads are exact ranged requests. ``storage_options`` are the
 keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...); for S3 we add
 botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``) unless
-the options set retries themselves. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
+the options set retries themselves, and 64 pooled connections (``max_pool_connections``, botocore's default is 10)
+unless they set that. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
 filesystem) is used as it is and only the path is taken from the URL.
 """
 
@@ -44,6 +45,8 @@ _SCHEME_ALIASES = {'abfss': 'abfs'}
 _HDFS_SCHEMES = ('hdfs', 'viewfs')
 _S3_SCHEMES = ('s3', 's3a')
 S3_DEFAULT_RETRIES = {'max_attempts': 5, 'mode': 'standard'}
+#: connections an S3 client keeps open (botocore's default is 10): footers and row groups are read this many at once.
+S3_DEFAULT_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ def _options_for(scheme: str, storage_options: dict | None) -> dict:
     if scheme in _S3_SCHEMES:
         config = dict(options.get('config_kwargs') or {})
         config.setdefault('retries', dict(S3_DEFAULT_RETRIES))
+        config.setdefault('max_pool_connections', S3_DEFAULT_CONNECTIONS)
         options['config_kwargs'] = config
     return options
 

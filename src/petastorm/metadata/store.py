@@ -407,8 +407,13 @@ def stored_schema(store: ParquetStore) -> Unischema:
         f'your ETL code. You can generate it on an existing dataset using petastorm-generate-metadata.py')
 
 
+#: footers read at a time from local disk (parsing them is the cost) and from remote storage (a round trip each).
+LOCAL_FOOTER_THREADS = 16
+REMOTE_FOOTER_THREADS = 64
+
+
 def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
-    """The Parquet footers of the files (up to 16 read at a time).
+    """The Parquet footers of the files, read 16 at a time from local disk and 64 at a time from remote storage.
 
     Raises:
         CorruptFooterError: a file is not readable Parquet (the message names its URL); a
@@ -419,12 +424,13 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.
 
     if not paths:
         return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+    threads = LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
+    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 
 
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
-    """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
+    """The rows of each row group of each file, read from the Parquet footers (see :func:`read_footers`).
 
     Args:
         filesystem: where the files are.
@@ -459,6 +465,10 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
         SchemaError: the files' schemas cannot be unified (naming the column and files).
     """
     if 'unified' not in store.memo:
+        summary = summary_footer(store)
+        if summary is not None:  # the files a summary describes share its schema (its writers check that)
+            store.memo['unified'] = UnifiedSchema(summary.schema.to_arrow_schema())
+            return store.memo['unified']  # type: ignore[no-any-return]
         footers = store_footers(store)
         schemas = {}
         for path in store.files:
@@ -484,11 +494,14 @@ def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None
 
 
 def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
-    """The Arrow schema of one data file of the store, from its footer.
+    """The Arrow schema of one data file of the store: from its footer, or the store's ``_metadata`` summary.
 
     Raises:
         CorruptFooterError: the footer is unreadable (the message names the file's URL).
     """
+    summary = summary_footer(store)
+    if summary is not None:
+        return summary.schema.to_arrow_schema()
     return _footer_of_data_file(store.filesystem, path, store.url_of(path)).schema.to_arrow_schema()
 
 
@@ -550,29 +563,45 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
     return by_path
 
 
-def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None:
+def summary_footer(store: ParquetStore) -> pq.FileMetaData | None:
+    """The store's ``_metadata`` summary (every file's row groups and statistics in one footer), read once.
+
+    None when the store has none, or when it does not describe every data file (a file added since it was written
+    must be read from its own footer). A summary naming files that are gone is refused.
+
+    Raises:
+        MissingDataFilesError: the summary names data files that are not in the store.
+    """
+    if 'summary' not in store.memo:
+        store.memo['summary'] = _read_summary(store)
+    return store.memo['summary']  # type: ignore[no-any-return]
+
+
+def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:
     if store.metadata_path is None or store.root is None:
         return None
     summary = posixpath.join(store.root, SUMMARY_METADATA)
-    known = store.has_summary if store.has_summary is not None else \
+    present = store.has_summary if store.has_summary is not None else \
         store.filesystem.get_file_info(summary).type == pafs.FileType.File
-    if not known:
+    if not present:
         return None
     metadata = _read_footer(store.filesystem, summary)
     if metadata.num_row_groups == 0:
+        return None
+    named = {metadata.row_group(i).column(0).file_path for i in range(metadata.num_row_groups)}
+    check_no_missing_files(store, named, summary)
+    return metadata if named >= {store.relpath(path) for path in store.files} else None
+
+
+def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None:
+    metadata = summary_footer(store)
+    if metadata is None:
         return None
     by_relpath: dict[str, list[int]] = {}
     for i in range(metadata.num_row_groups):
         row_group = metadata.row_group(i)
         by_relpath.setdefault(row_group.column(0).file_path, []).append(row_group.num_rows)
-    check_no_missing_files(store, by_relpath, summary)
-    result = {}
-    for path in store.files:
-        counts = by_relpath.get(store.relpath(path))
-        if counts is None:
-            return None
-        result[path] = counts
-    return result
+    return {path: by_relpath[store.relpath(path)] for path in store.files}
 
 
 def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
