@@ -73,7 +73,7 @@ class ServerStats:
     Attributes:
         requests: requests by kind (``'GET'``, ``'HEAD'``, ``'LIST'``, ``'PUT'``, ``'DELETE'``, ``'OTHER'``); each
             request of a multipart upload counts as a ``'PUT'``.
-        bytes_sent: body bytes sent (headers not counted).
+        bytes_sent: body bytes answered (headers not counted), counted as each answer starts.
         ranged_gets: ``GET`` requests that carried a ``Range`` header.
     """
 
@@ -563,11 +563,12 @@ class S3DirectoryServer:
             start, stop = span if span is not None else (0, stat.st_size)
             if span is not None:
                 answer['Content-Range'] = f'bytes {start}-{stop - 1}/{stat.st_size}'
+            # Counted before the answer leaves: a client that has its answer finds its request counted.
+            self._count(method, stop - start if method == 'GET' else 0, ranged=span is not None and method == 'GET')
             connection.send(206 if span is not None else 200, answer, content_length=stop - start)
             if method == 'GET' and stop > start:
                 await connection.writer.drain()
                 await asyncio.get_running_loop().sendfile(connection.writer.transport, handle, start, stop - start)
-            self._count(method, stop - start if method == 'GET' else 0, ranged=span is not None and method == 'GET')
 
     def _delete_objects(self, bucket: str, body: bytes) -> bytes:
         """``DeleteObjects``: remove every key the XML body names; a missing key counts as deleted, as on S3."""
