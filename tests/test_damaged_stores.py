@@ -36,7 +36,9 @@ from conftest_s3 import FaultPlan, FaultProxy, arrow_s3  # noqa: E402
 from reliability.helpers import SMALL_ROWS, write_small_dataset  # noqa: E402
 
 BUCKET = 'damaged'
-CLIENTS = ['s3fs', 'pyarrow']
+#: storage_options (which pyarrow's own client reads when it can), an s3fs filesystem (our fsspec layer: ETags, size
+#: checks on tail reads, retries request by request), a pyarrow filesystem given as filesystem=.
+CLIENTS = ['options', 's3fs', 'pyarrow']
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings('ignore:Please use make_reader')]
 
@@ -74,9 +76,19 @@ def store(server, pristine, request) -> Store:
 
 
 def _client(server, client: str, endpoint: str | None = None, client_retries: bool = True, **s3fs_options) -> dict:
-    """The reader arguments for one of the two S3 clients (``client_retries=False``: pyarrow's retries off)."""
-    if client == 's3fs':
+    """The reader arguments for one of the S3 clients of CLIENTS (``client_retries=False``: the client's retries off).
+
+    ``s3fs_options`` are storage_options, given to s3fs itself for ``'s3fs'``.
+    """
+    if client == 'options':
+        if not client_retries:
+            s3fs_options['config_kwargs'] = {'retries': {'total_max_attempts': 1}}
         return {'storage_options': server.storage_options(endpoint, **s3fs_options)}
+    if client == 's3fs':
+        import s3fs
+
+        return {'filesystem': s3fs.S3FileSystem(skip_instance_cache=True,
+                                                **server.storage_options(endpoint, **s3fs_options))}
     retries = {} if client_retries else {'retry_strategy': pafs.AwsStandardS3RetryStrategy(max_attempts=1)}
     return {'filesystem': arrow_s3(endpoint or server.endpoint, **retries)}
 
@@ -186,7 +198,9 @@ def test_a_file_rewritten_with_another_size_after_planning_is_detected(server, s
     assert 'changed' in str(error)
 
 
-def test_an_s3_object_rewritten_with_the_same_size_is_detected_by_its_etag(server, store):
+@pytest.mark.parametrize('client', ['s3fs', 'options'])
+def test_an_s3_object_rewritten_with_the_same_size_is_detected(server, store, client):
+    # s3fs: by its ETag, sent as If-Match with every read; pyarrow's client: by its time, asked beside its first read
     victim = store.files[-1]
     stat = victim.stat()
 
@@ -194,8 +208,7 @@ def test_an_s3_object_rewritten_with_the_same_size_is_detected_by_its_etag(serve
         victim.write_bytes(victim.read_bytes())
         os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
 
-    reader = make_reader(store.url, reader_pool_type='dummy', shuffle_row_groups=False,
-                         storage_options=server.storage_options())
+    reader = make_reader(store.url, reader_pool_type='dummy', shuffle_row_groups=False, **_client(server, client))
     error = _first_row_then_rest(reader, rewrite_in_place)
     assert store.url_of(victim) in str(error)
     assert 'ETag' in str(error)
@@ -242,6 +255,7 @@ def faults(server):
     ('s3fs', False, None, make_reader, 'process'),
     # the AWS SDK's own retries, as users have them (it waits seconds after a dropped connection)
     ('pyarrow', True, 4, make_batch_reader, 'thread'),
+    ('options', True, 4, make_reader, 'thread'),
 ])
 def test_reads_retry_throttling_and_dropped_connections_with_every_row_once(server, store, faults, client,
                                                                            client_retries, every, factory, pool):

@@ -19,11 +19,13 @@ def test_keys_endpoint_and_region_translate():
                          'endpoint_override': '127.0.0.1:9000', 'region': 'eu-x'}
 
 
-def test_an_endpoint_gets_a_region_and_aws_gets_none_to_resolve():
+def test_an_endpoint_gets_a_region_and_aws_needs_one_named():
     assert native_s3_options({'endpoint_url': 'https://minio.local'}, {})['region'] == 'us-east-1'
     assert native_s3_options({'endpoint_url': 'https://minio.local'}, {})['scheme'] == 'https'
-    assert 'region' not in native_s3_options({}, {})
     assert native_s3_options({}, {'AWS_DEFAULT_REGION': 'ap-y'}) == {'region': 'ap-y'}
+    assert native_s3_options({'client_kwargs': {'region_name': 'eu-z'}}, {}) == {'region': 'eu-z'}
+    # AWS in a region nobody named: s3fs follows AWS's redirect to it, pyarrow's client would fail
+    assert native_s3_options({'key': 'K', 'secret': 'S'}, {}) is None
 
 
 def test_the_endpoint_variables_botocore_reads_are_passed_on():
@@ -36,7 +38,7 @@ def test_the_endpoint_variables_botocore_reads_are_passed_on():
 
 
 def test_botocore_settings_with_an_equivalent_translate():
-    arguments = native_s3_options({'config_kwargs': {'retries': {'max_attempts': 7, 'mode': 'standard'},
+    arguments = native_s3_options({'region': 'r', 'config_kwargs': {'retries': {'max_attempts': 7, 'mode': 'standard'},
                                                      'connect_timeout': 3, 'max_pool_connections': 64,
                                                      'proxies': {'http': 'http://p:3128', 'https': 'http://p:3128'},
                                                      's3': {'addressing_style': 'virtual'}}}, {})
@@ -44,13 +46,13 @@ def test_botocore_settings_with_an_equivalent_translate():
     assert arguments['connect_timeout'] == 3.0
     assert arguments['proxy_options'] == 'http://p:3128'
     assert arguments['force_virtual_addressing'] is True
-    assert native_s3_options({'config_kwargs': {'signature_version': 'UNSIGNED'}}, {})['anonymous'] is True
+    assert native_s3_options({'region': 'r', 'config_kwargs': {'signature_version': 'UNSIGNED'}}, {})['anonymous']
 
 
 def test_s3fs_cache_settings_change_nothing_read():
-    assert native_s3_options({'key': 'K', 'secret': 'S', 'default_block_size': 1 << 20,
+    assert native_s3_options({'key': 'K', 'secret': 'S', 'default_block_size': 1 << 20, 'region': 'r',
                               'use_listings_cache': False, 'skip_instance_cache': True}, {}) == \
-        {'access_key': 'K', 'secret_key': 'S'}
+        {'access_key': 'K', 'secret_key': 'S', 'region': 'r'}
 
 
 @pytest.mark.parametrize('options', [
@@ -70,6 +72,9 @@ def test_s3fs_cache_settings_change_nothing_read():
 ])
 def test_what_pyarrow_cannot_take_stays_with_s3fs(options):
     assert native_s3_options(options, {}) is None
+    # with an endpoint given, only the option itself decides
+    assert native_s3_options(options, {'AWS_ENDPOINT_URL': 'http://h:1'}) is None
+    assert native_s3_options({}, {'AWS_ENDPOINT_URL': 'http://h:1'}) is not None
 
 
 def test_the_options_are_not_changed():

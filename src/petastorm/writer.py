@@ -38,6 +38,7 @@ from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
+from petastorm.fs._files import remove_dir
 from petastorm.metadata.store import DELTA_LOG
 from petastorm.metadata.write import write_dataset_metadata
 from petastorm.tables.delta_write import DeltaWrite
@@ -336,7 +337,7 @@ class StagedWrite:
         for name in row_groups:
             fs.move(posixpath.join(self.staging, name), posixpath.join(self.root, name))
             self._moved.append(name)
-        fs.delete_dir(self.staging)
+        remove_dir(fs, self.staging)
         write_dataset_metadata(fs, self.root, schema, dict(row_groups), legacy_metadata=legacy_metadata)
 
     def roll_back(self) -> None:

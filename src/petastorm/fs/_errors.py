@@ -8,6 +8,7 @@ petastorm's storage errors, and :func:`redact` removes credentials from any text
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -117,9 +118,19 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+#: how pyarrow's own S3 client (the AWS SDK for C++) names an error in its message: ``AWS Error NO_SUCH_KEY``.
+_AWS_SDK_ERROR = re.compile(r'AWS Error ([A-Z][A-Z0-9_]+)')
+_HTTP_STATUS = re.compile(r'HTTP status (\d{3})')
+
+
 def _codes(err: BaseException) -> tuple[set[str], set[int]]:
     codes: set[str] = set()
     statuses: set[int] = set()
+    if isinstance(err, OSError) and not isinstance(err, PetastormError):
+        text = str(err)
+        # NO_SUCH_KEY is the service's NoSuchKey: read it as the code botocore would give.
+        codes.update(''.join(part.capitalize() for part in name.split('_')) for name in _AWS_SDK_ERROR.findall(text))
+        statuses.update(int(status) for status in _HTTP_STATUS.findall(text))
     response = getattr(err, 'response', None)
     if isinstance(response, Mapping):
         error = response.get('Error') or {}

@@ -6,7 +6,9 @@ row group's column chunks in parallel without holding the GIL. So an ``s3://`` U
 every option the user gave has a meaning it can take; anything else (a profile name, requester-pays buckets,
 server-side encryption arguments, botocore settings it has no equivalent for) keeps s3fs, which understands it.
 
-:func:`native_s3_options` is the translation, a pure function of the options and the environment.
+:func:`native_s3_options` is the translation, a pure function of the options and the environment;
+:func:`native_s3_filesystem` makes the client. To read through s3fs anyway (its ETag checks, its credential
+sources), pass ``filesystem=s3fs.S3FileSystem(...)``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-__all__ = ['native_s3_options']
+__all__ = ['native_s3_filesystem', 'native_s3_options']
 
 #: s3fs options that only tune its own caches: they change nothing about what is read.
 _S3FS_CACHE_OPTIONS = frozenset({'default_block_size', 'default_fill_cache', 'default_cache_type',
@@ -38,8 +40,8 @@ def native_s3_options(storage_options: Mapping[str, Any] | None,
             SDK for C++ does not).
 
     Returns:
-        The arguments, or None when some option has no equivalent (then s3fs reads the URL). ``region`` is left
-        out when neither the options nor the environment name one: the caller resolves the bucket's region.
+        The arguments, or None when some option has no equivalent, or when the store is AWS itself and neither the
+        options nor the environment name its region (then s3fs reads the URL).
     """
     options = dict(storage_options or {})
     client = dict(options.pop('client_kwargs', None) or {})
@@ -83,6 +85,10 @@ def native_s3_options(storage_options: Mapping[str, Any] | None,
         arguments['region'] = region
     elif endpoint:
         arguments['region'] = 'us-east-1'  # an S3-compatible server signs with any region; the SDK needs one
+    else:
+        # AWS itself in a region nobody named: s3fs follows AWS's redirects to the bucket's region, pyarrow's
+        # client does not, and asking AWS first costs seconds where it cannot be reached.
+        return None
 
     if not _translate_config(config, arguments):
         return None
@@ -131,3 +137,13 @@ def _translate_config(config: dict[str, Any], arguments: dict[str, Any]) -> bool
     for name in _CONFIG_HANDLED_BY_PYARROW:
         config.pop(name, None)
     return not config
+
+
+def native_s3_filesystem(storage_options: Mapping[str, Any] | None, environ: Mapping[str, str]) -> Any:
+    """pyarrow's ``S3FileSystem`` for ``storage_options``, or None when they need s3fs (see the module docstring)."""
+    arguments = native_s3_options(storage_options, environ)
+    if arguments is None:
+        return None
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(**arguments)

@@ -6,7 +6,9 @@ scheme                                    filesystem
 ``file://``                               ``pyarrow.fs.LocalFileSystem``
 ``hdfs://``                               ``pyarrow.fs.HadoopFileSystem``, namenode from the URL or the Hadoop
                                           configuration (see :mod:`petastorm.fs.hadoop`)
-``s3://``, ``s3a://``                     s3fs (``pip install 'neo-petastorm[s3]'``)
+``s3://``, ``s3a://``                     ``pyarrow.fs.S3FileSystem`` when every ``storage_option`` means the
+                                          same to it (:mod:`petastorm.fs._native_s3`), else s3fs
+                                          (``pip install 'neo-petastorm[s3]'``)
 ``gs://``, ``gcs://``                     gcsfs (``pip install 'neo-petastorm[gcs]'``)
 ``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
 ``memory://``                             fsspec's in-memory filesystem (one per process; for tests)
@@ -38,6 +40,7 @@ from petastorm._optional import import_optional
 from petastorm.errors import MissingDependencyError, StorageError
 from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
+from petastorm.fs._native_s3 import native_s3_filesystem
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
 
 #: schemes fsspec does not register under that name, and the one it does.
@@ -200,6 +203,8 @@ def path_in(url: str, filesystem: Any = None) -> str:
         return _local_path(parsed, url)
     if scheme in _HDFS_SCHEMES:
         return parsed.path or '/'
+    if scheme in _S3_SCHEMES and filesystem is None:
+        return (parsed.netloc + parsed.path).rstrip('/')  # bucket/key, without importing s3fs
     from fsspec import AbstractFileSystem
     from fsspec.implementations.arrow import ArrowFSWrapper
 
@@ -238,8 +243,25 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
         return pafs.LocalFileSystem(), path_in(url)
     if scheme in _HDFS_SCHEMES:
         return hdfs_filesystem(url, storage_options, hdfs_driver, hadoop_configuration), path_in(url)
+    if scheme in _S3_SCHEMES:
+        native = s3_filesystem(url, storage_options)
+        if native is not None:
+            return native, path_in(url)
     fs = fsspec_filesystem(scheme, url, storage_options)
     return pafs.PyFileSystem(StorageHandler(fs, scheme)), fs._strip_protocol(url)
+
+
+def s3_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | None:
+    """pyarrow's own S3 client for an ``s3://`` URL when the options mean the same to it (None: use s3fs).
+
+    Raises:
+        StorageError: nothing listens at the endpoint the options name.
+    """
+    options = _options_for('s3', storage_options)
+    native = native_s3_filesystem(options, os.environ)
+    if native is not None and not (options.get('config_kwargs') or {}).get('proxies'):
+        check_endpoint_listens(_s3_endpoint(options), url)
+    return native
 
 
 def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: dict | None = None,
