@@ -26,7 +26,7 @@ from petastorm.codecs import (
 )
 from petastorm.columns import ListColumn, MaskedColumn, densified, row_values
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
-from petastorm.scalars import scalar_column_to_numpy
+from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 from strategies import ARRAY_DTYPES, NUMERIC_DTYPES, SIMPLE_ARROW_TYPES, arrays, codecs, field_and_array, images
 
@@ -602,7 +602,7 @@ def test_numpy_times_are_utc_and_decimals_are_range_checked():
     import datetime
     import decimal
 
-    from petastorm.scalars import to_arrow_scalar
+    from petastorm.typemaps.scalars import to_arrow_scalar
 
     moment = to_arrow_scalar('t', pa.timestamp('us', tz='UTC'), np.datetime64('2021-01-01T00:00:01'))
     assert moment == datetime.datetime(2021, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc)

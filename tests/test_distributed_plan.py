@@ -11,28 +11,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from petastorm.distributed import (
+from petastorm.plan import (
     RANK_ENVIRONMENT,
     ShardLayout,
     Stage,
+    WorkItem,
     detect_rank_and_world_size,
     encode_rows,
-    resolve_shard,
-    runs_of_rows,
-)
-from petastorm.options import validate_options
-from petastorm.plan import (
-    WorkItem,
     merge_runs,
     rank_share,
     remaining_runs,
+    resolve_shard,
     row_permutation,
     runs_length,
+    runs_of_rows,
     share_size,
     slice_runs,
     split_drop_partitions,
     units_of_runs,
 )
+from petastorm.reading.options import validate_options
 
 piece_rows = st.lists(st.integers(min_value=0, max_value=23), min_size=1, max_size=12)
 

@@ -665,7 +665,7 @@ def test_get_dataset_path():
 
 
 def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
-    from petastorm.tools._cli import parse_storage_options
+    from petastorm.cli import parse_storage_options
 
     assert parse_storage_options(None) is None
     assert parse_storage_options('{"client_kwargs": {"endpoint_url": "http://h:9000"}}') == {
@@ -687,7 +687,7 @@ def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
     ('@{binary_file}', 'options.bin\' is not UTF-8 text (an invalid byte at position 19)'),
 ])
 def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, message, tmp_path):
-    from petastorm.tools._cli import UsageError, parse_storage_options
+    from petastorm.cli import UsageError, parse_storage_options
 
     list_file = tmp_path / 'list.json'
     list_file.write_text('["hunter2"]')

@@ -1,4 +1,4 @@
-"""What a new iter() of a loader means (petastorm.batch_stream): every way a pass can stop, then iteration again.
+"""What a new iter() of a loader means (petastorm.reading.BatchStream): every way a pass can stop, then iteration again.
 
 A DataLoader user peeks with ``next(iter(loader))``, leaves a loop with ``break``, re-runs an interrupted notebook
 cell; a trainer takes ``len(loader)`` batches (or fewer) and calls ``iter()`` for the next epoch. Each test checks

@@ -149,9 +149,9 @@ def test_reader_keeps_decoded_row_groups_in_flight_under_its_budget(tmp_path, mo
     try:
         seen = []
         with make_reader(url, workers_count=10, shuffle_row_groups=False) as reader:
-            for columns in reader.iter_column_batches():
-                seen.extend(columns['id'].tolist())
-                del columns
+            for batch in reader.column_batches():
+                seen.extend(batch.columns['id'].tolist())
+                del batch
                 time.sleep(0.01)  # a slow consumer: the workers get ahead as far as the budget lets them
             diagnostics = reader.diagnostics
         _, peak = tracemalloc.get_traced_memory()

@@ -5,7 +5,7 @@ import inspect
 import pytest
 
 from petastorm import make_batch_reader, make_reader
-from petastorm.options import ReaderOptions, reader_arguments, validate_options
+from petastorm.reading.options import ReaderOptions, reader_arguments, validate_options
 
 
 @pytest.mark.parametrize(('factory', 'batched'), [(make_reader, False), (make_batch_reader, True)])
@@ -16,6 +16,26 @@ def test_factory_signatures_are_the_options_arguments(factory, batched):
     assert parameters[0].name == ('dataset_url_or_urls' if batched else 'dataset_url')
     assert parameters[0].default is inspect.Parameter.empty
     assert [(p.name, p.default) for p in parameters[1:]] == [(f.name, f.default) for f in declared[1:]]
+
+
+@pytest.mark.parametrize(('factory', 'batched'), [(make_reader, False), (make_batch_reader, True)])
+def test_factories_hand_every_argument_to_the_options_by_name(factory, batched, monkeypatch):
+    # Each argument gets its own marker value: the options must receive every one, under its own name.
+    handed = {}
+
+    def capture(**arguments):
+        handed.update(arguments)
+        raise LookupError('captured')
+
+    monkeypatch.setattr('petastorm.reader.validate_options', capture)
+    names = [f.name for f in reader_arguments(batched)[1:]]
+    markers = {name: object() for name in names}
+    with pytest.raises(LookupError, match='captured'):
+        factory('file:///x', **markers)
+    assert handed.pop('dataset_url_or_urls') == 'file:///x'
+    assert handed.pop('batched_output') is batched
+    assert handed.keys() == markers.keys()
+    assert all(handed[name] is markers[name] for name in names)
 
 
 def test_make_batch_reader_takes_every_argument_but_pyarrow_serialize():

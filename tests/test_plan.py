@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from petastorm.errors import NoDataAvailableError
-from petastorm.plan import WorkItem, epoch_schedule, row_permutation, schedule, shard_items, split_drop_partitions
+from petastorm.plan import WorkItem, epoch_schedule, row_permutation, shard_items, split_drop_partitions
 
 piece_rows_strategy = st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=30).map(
     lambda rows: list(enumerate(rows)))
@@ -74,16 +74,6 @@ def test_orders_differ_between_epochs_and_seeds():
     assert orders[0] != orders[1] != orders[2]
     other_seed = [s.item.piece_index for s in epoch_schedule(items, 0, 8, True)]
     assert other_seed != orders[0]
-
-
-def test_schedule_counts_epochs_and_stops_on_empty_plans():
-    items = [WorkItem(i, 0, 2) for i in range(4)]
-    scheduled = list(schedule(items, 1, True, 3))
-    assert len(scheduled) == 12
-    assert [s.epoch for s in scheduled] == [0] * 4 + [1] * 4 + [2] * 4
-    assert list(schedule([], 1, True, None)) == []
-    forever = schedule(items, 1, True, None)
-    assert len([next(forever) for _ in range(100)]) == 100
 
 
 def test_row_permutation_is_seeded():

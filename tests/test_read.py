@@ -7,10 +7,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from petastorm.batch import ColumnBatch
 from petastorm.metadata.store import RowGroupPiece
 from petastorm.plan import ScheduledItem, WorkItem, row_permutation
-from petastorm.read import ReadContext, read_item
+from petastorm.reading.batch import ColumnBatch
+from petastorm.reading.worker import ReadContext, read_item
 from petastorm.unischema import UnischemaField
 
 

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from petastorm.source import check_reader
+from petastorm.reading.source import check_reader
 from petastorm.tf_utils import make_petastorm_dataset
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import petastorm.read
+import petastorm.reading.worker
 from petastorm import TransformSpec, make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.columns import ListColumn
@@ -149,13 +149,13 @@ def test_filters_on_a_hive_partition_column(tmp_path):
 
 def test_predicate_reads_other_columns_only_for_matching_row_groups(url, monkeypatch):
     calls = []
-    original = petastorm.read._read_columns
+    original = petastorm.reading.worker._read_columns
 
     def spy(ctx, piece, names, start, stop):
         calls.append((piece.path, piece.row_group, tuple(names)))
         return original(ctx, piece, names, start, stop)
 
-    monkeypatch.setattr(petastorm.read, '_read_columns', spy)
+    monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     rows = _rows(make_reader(url, reader_pool_type='dummy', predicate=in_set({5}, 'id')))
     assert [int(r.id) for r in rows] == [5]
     predicate_reads = [c for c in calls if c[2] == ('id',)]
@@ -193,13 +193,13 @@ def test_predicate_on_unknown_field_is_rejected(url):
 
 def test_partition_predicate_prunes_row_groups_before_reading(monkeypatch):
     calls = []
-    original = petastorm.read._read_columns
+    original = petastorm.reading.worker._read_columns
 
     def spy(ctx, piece, names, start, stop):
         calls.append(piece.partition_keys)
         return original(ctx, piece, names, start, stop)
 
-    monkeypatch.setattr(petastorm.read, '_read_columns', spy)
+    monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     reader = make_reader('file://' + str(GOLDEN / 'partitioned'), reader_pool_type='dummy',
                          predicate=in_set({'p_1'}, 'partition_key'))
     rows = _rows(reader)
@@ -310,9 +310,9 @@ class _RefusingFilesystem:
 def _read_from_refusing_filesystem(error):
     from petastorm.metadata.store import RowGroupPiece
 
-    ctx = petastorm.read.ReadContext(filesystem=_RefusingFilesystem(error), pieces=(), fields=(),
+    ctx = petastorm.reading.worker.ReadContext(filesystem=_RefusingFilesystem(error), pieces=(), fields=(),
                                      batched_output=True)
-    petastorm.read._read_columns(ctx, RowGroupPiece('part-0.parquet', 0, 10), ['id'], 0, 10)
+    petastorm.reading.worker._read_columns(ctx, RowGroupPiece('part-0.parquet', 0, 10), ['id'], 0, 10)
 
 
 @pytest.mark.parametrize('error', [PermissionError('access denied'), PermissionError(13, 'Permission denied')])

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import petastorm.read
+import petastorm.reading.worker
 from petastorm import make_reader, write_dataset
 from petastorm.codecs import NdarrayCodec, ScalarCodec
 from petastorm.etl import RowGroupIndexerBase
@@ -61,13 +61,13 @@ def test_build_index_without_spark_and_select(url):
 def test_selector_reads_only_selected_row_groups(url, monkeypatch):
     build_rowgroup_index(url, None, [SingleFieldIndexer('by_id', 'id')])
     read_groups = []
-    original = petastorm.read._read_columns
+    original = petastorm.reading.worker._read_columns
 
     def spy(ctx, piece, names, start, stop):
         read_groups.append((piece.path, piece.row_group))
         return original(ctx, piece, names, start, stop)
 
-    monkeypatch.setattr(petastorm.read, '_read_columns', spy)
+    monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     with make_reader(url, reader_pool_type='dummy', rowgroup_selector=SingleIndexSelector('by_id', [5, 42])) as reader:
         ids = sorted(int(r.id) for r in reader)
     assert 5 in ids
@@ -151,7 +151,7 @@ def test_an_indexer_that_cannot_be_stored_is_refused_before_any_work(url, monkey
     def never(*args, **kwargs):
         raise AssertionError('no row group should be read')
 
-    monkeypatch.setattr(petastorm.read, 'decode_columns', never)
+    monkeypatch.setattr(petastorm.reading.worker, 'decode_columns', never)
     with pytest.raises(ValueError, match=r"indexers \['_NotStorableIndexer'\] cannot be stored"):
         build_rowgroup_index(url, None, [_NotStorableIndexer()])
 

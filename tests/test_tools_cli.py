@@ -290,7 +290,7 @@ def test_progress_logging_writes_to_the_current_stderr(monkeypatch, capsys):
     # (a test's capture, a redirect_stderr block), every later petastorm log record printed a logging error.
     import io
 
-    from petastorm.tools import _cli
+    from petastorm import cli as _cli
 
     logger = logging.getLogger('petastorm')
     handlers, level = list(logger.handlers), logger.level

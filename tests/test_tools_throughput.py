@@ -223,8 +223,8 @@ def test_stage_breakdown_of_the_inline_pool_takes_the_work_out_of_the_wait():
 
 @pytest.mark.parametrize('pool', ['dummy', 'thread', pytest.param('process', marks=pytest.mark.slow)])
 def test_reader_times_its_stages_only_when_asked(dataset_url, pool):
-    from petastorm.options import validate_options
     from petastorm.reader import Reader
+    from petastorm.reading.options import validate_options
 
     options = validate_options(dataset_url_or_urls=dataset_url, batched_output=True, reader_pool_type=pool,
                                workers_count=2)

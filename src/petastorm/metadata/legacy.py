@@ -21,7 +21,7 @@ import numpy as np
 
 from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, NdarrayCodec, ScalarCodec
 from petastorm.errors import PetastormMetadataError
-from petastorm.spark_types import arrow_type_from_spark
+from petastorm.typemaps.spark import arrow_type_from_spark
 from petastorm.unischema import Unischema, UnischemaField
 
 logger = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from petastorm._checks import check_positive_int
 from petastorm.errors import PetastormError
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30
@@ -107,13 +108,6 @@ class ArrayCarrier(Protocol):
 
 class SupersededError(PetastormError, RuntimeError):
     """An ``imap`` iterator was resumed after a later ``imap`` call on the same pool had cancelled its work."""
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is a positive int (bools are refused), else raise a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)
 
 
 def result_nbytes(result: Any) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from petastorm.pools.base import InFlightBudget, PoolBase, check_positive_int
+from petastorm._checks import check_positive_int
+from petastorm.pools.base import InFlightBudget, PoolBase
 
 
 class DummyPool(PoolBase):

@@ -31,7 +31,7 @@ DEFAULT_WORKERS_COUNT = 4
 DEFAULT_TF_BATCH_SIZE = 32
 
 #: The variables through which MPI launchers (Horovod, Open MPI, MPICH) tell a process its rank: the converter
-#: checks only these pairs of :data:`petastorm.distributed.RANK_ENVIRONMENT`, as Petastorm did (torchrun's RANK
+#: checks only these pairs of :data:`petastorm.plan.RANK_ENVIRONMENT`, as Petastorm did (torchrun's RANK
 #: and SLURM's are left to ``cur_shard='auto'``).
 _RANK_SIZE_VARIABLES = (('HOROVOD_RANK', 'HOROVOD_SIZE'), ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
                         ('PMI_RANK', 'PMI_SIZE'))

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.reading.source import ColumnSource
 from petastorm.shuffle import ArrayOps, Batcher, NumpyOps, ShufflingBuffer, Table, num_rows
-from petastorm.source import ColumnSource
 
 __all__ = ['ROW_IDS', 'BatchStream']
 
@@ -70,7 +70,7 @@ class BatchStream:
     """Batches of ``batch_size`` rows of a column source, pass after pass, with an exact position.
 
     Args:
-        source: the column source (see :func:`petastorm.source.as_column_source`); the stream owns its passes.
+        source: the column source (see :func:`petastorm.reading.source.as_column_source`); the stream owns its passes.
         batch_size: rows per batch (the last batch of a pass may be smaller).
         shuffling_queue_capacity: 0 keeps the source's order; otherwise rows are drawn at random from a buffer
             holding at least this many rows (minus one), seeded from the source's ``seed`` and the pass.

@@ -2,7 +2,7 @@
 
 Petastorm 0.5 and later recommend ``make_reader`` / ``make_batch_reader``; code from before still builds a
 :class:`~petastorm.reader.Reader` itself with a filesystem, a path and a pool object. :func:`legacy_reader_options`
-turns those arguments into the :class:`~petastorm.options.ReaderOptions` the factories make: the pool object
+turns those arguments into the :class:`~petastorm.reading.options.ReaderOptions` the factories make: the pool object
 (from :mod:`petastorm.workers_pool`) gives ``reader_pool_type`` and ``workers_count``, the filesystem and the path
 give the URL.
 """
@@ -13,7 +13,7 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from petastorm.options import ReaderOptions, validate_options
+from petastorm.reading.options import ReaderOptions, validate_options
 
 __all__ = ['legacy_reader_options']
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 from typing import Any
 
-from petastorm.batch import ColumnBatch
 from petastorm.columns import batch_column, is_nested, row_values, take_column
 from petastorm.ngram import NGram
+from petastorm.reading.batch import ColumnBatch
 from petastorm.unischema import Unischema
 
 

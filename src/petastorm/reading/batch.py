@@ -1,6 +1,6 @@
 """The unit every reader hands on: a :class:`ColumnBatch` of decoded columns from one work item.
 
-The worker (:func:`petastorm.read.read_item`) makes one per work item; every pool kind carries it to the reader
+The worker (:func:`petastorm.reading.read_item`) makes one per work item; every pool kind carries it to the reader
 (the process pool moves its columns through shared memory, see :class:`petastorm.pools.base.ArrayCarrier`); the
 reader stamps the numbers of its rows on it and hands it to the loaders (torch, TensorFlow, Ray, Spark), which cut
 rows or batches from its columns. Nothing else travels between the layers.
@@ -71,8 +71,3 @@ class ColumnBatch:
         if self.flat:
             return dataclasses.replace(self, columns=unflatten_columns(arrays), flat=False)
         return dataclasses.replace(self, columns=dict(arrays), flat=True)
-
-    def to_dict(self) -> dict[str, object]:
-        """The columns plus a ``'.meta'`` entry, the form :meth:`petastorm.reader.Reader.iter_column_batches` gives."""
-        return {**self.columns, '.meta': {'num_rows': self.num_rows, 'tuple': self.rows_are_tuples,
-                                          'row_ids': self.row_ids}}

@@ -2,9 +2,9 @@
 
 Everything happens on whole columns: the row group's needed columns are read with pyarrow, filtered, shuffled
 with one ``take``, and decoded column by column with the codecs. The result is a
-:class:`~petastorm.batch.ColumnBatch` of numpy columns, which every pool kind moves to the consumer without
+:class:`~petastorm.reading.batch.ColumnBatch` of numpy columns, which every pool kind moves to the consumer without
 per-row objects. Only a ``TransformSpec`` function written for rows (``make_reader``) is called once per row,
-because that is its contract (see :mod:`petastorm.column_transform`).
+because that is its contract (see :mod:`petastorm.reading.column_transform`).
 """
 
 from __future__ import annotations
@@ -19,34 +19,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from petastorm.batch import ColumnBatch
 from petastorm.cache import RowGroupCache, cached_decoded_values
 from petastorm.codecs import HFImageCodec
-from petastorm.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.columns import Column, is_nested, row_values
 from petastorm.columns import num_rows as column_rows
 from petastorm.errors import (
     CodecError,
-    CorruptDataError,
-    DataFileChangedError,
     DecodeFieldError,
     MissingDependencyError,
-    PetastormError,
-    StorageError,
-    StorageNotFoundError,
 )
-from petastorm.fs._errors import is_transient
-from petastorm.fs._files import file_url, with_retries
-from petastorm.metadata.store import RowGroupPiece
+from petastorm.fs._files import file_url
+from petastorm.metadata.row_groups import read_row_group
+from petastorm.metadata.store import RowGroupPiece, typed_partition_value
 from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
 from petastorm.predicates import PredicateBase, PredicateError
-from petastorm.scalars import scalar_column_to_numpy
+from petastorm.reading.batch import ColumnBatch
+from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.stage_timing import StageClock, lap
 from petastorm.tables.read import constant_column, logical_table, stored_columns
+from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 
 logger = logging.getLogger(__name__)
@@ -122,10 +116,10 @@ def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int)
     value = dict(piece.partition_keys).get(field.name)
     if value is None:
         return pa.nulls(num_rows)
-    numpy_type = field.numpy_dtype
-    if isinstance(numpy_type, type) and issubclass(numpy_type, np.integer):
-        return pa.array(np.full(num_rows, int(value), dtype=np.int64))
-    return pa.array([value] * num_rows, type=pa.string())
+    typed = typed_partition_value(value, field.numpy_dtype)
+    if isinstance(typed, int):
+        return pa.array(np.full(num_rows, typed, dtype=np.int64))
+    return pa.array([typed] * num_rows, type=pa.string())
 
 
 def _stored_paths(row_group: Any, paths: list[str]) -> list[str]:
@@ -147,34 +141,10 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     # A table's row group: its file stores the logical columns under its own names (or not at all).
     stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
 
-    def attempt() -> pa.Table:
-        with _open_data_file(ctx.filesystem, piece.path) as handle:
-            _check_unchanged(ctx, piece.path, handle)
-            # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
-            # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
-            remote = not isinstance(handle, pa.MemoryMappedFile)
-            return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(piece.row_group, columns=stored)
+    expected_size = ctx.file_sizes.get(piece.path) if ctx.file_sizes else None
 
     def read() -> pa.Table:
-        url = file_url(ctx.filesystem, piece.path)
-        try:
-            # A whole row group is retried, so a retry delivers its rows once (our filesystem layer retries each
-            # request instead, and local disk not at all: with_retries leaves those alone).
-            return with_retries(ctx.filesystem, attempt, f'reading row group {piece.row_group} of', piece.path)
-        except PetastormError:
-            raise  # storage errors already translated by the filesystem layer
-        except FileNotFoundError as err:
-            raise StorageNotFoundError(f'data file {url} no longer exists (it was listed when the reader '
-                                       f'was made): {err}') from err
-        except (OSError, pa.ArrowException) as err:
-            if isinstance(err, OSError) and _is_access_error(err):
-                raise  # the storage refused or failed (permissions, network): the file itself may be fine
-            if is_transient(err):
-                raise StorageError(f'reading row group {piece.row_group} of {url} failed: {type(err).__name__}: '
-                                   f'{err}') from err
-            raise CorruptDataError(f'cannot read row group {piece.row_group} of the Parquet file {url}: '
-                                   f'expected a readable Parquet file with the row groups listed in the dataset '
-                                   f'metadata ({type(err).__name__}: {err})') from err
+        return read_row_group(ctx.filesystem, piece.path, piece.row_group, stored, expected_size=expected_size)
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
@@ -239,47 +209,12 @@ def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: st
                      f'the images embedded (datasets embeds them when the images are loaded before to_parquet)')
 
 
-def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
-    """The data file, memory-mapped when it is on local disk.
-
-    Parquet pages are then read straight from the page cache instead of being copied into the process first,
-    which takes about a third off the time to read the row groups of an image store (measured on the hello-world
-    store: 69 against 39-49 µs per row). The map lives only while one row group is read; a file truncated in
-    place during that read would fault the process, but writers (ours, Spark's) write new files.
-    """
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        return pa.memory_map(path)
-    return filesystem.open_input_file(path)
-
-
-def _check_unchanged(ctx: ReadContext, path: str, handle: pa.NativeFile) -> None:
-    """Raise DataFileChangedError if the file opened is not the size it was listed with."""
-    expected = ctx.file_sizes.get(path) if ctx.file_sizes else None
-    if expected is None:
-        return
-    actual = handle.size()
-    if actual != expected:
-        raise DataFileChangedError(
-            f'data file {file_url(ctx.filesystem, path)} changed after the reader was made: it had {expected} bytes '
-            f'when listed and has {actual} now, so the row groups planned from it may not be its row groups. Make a '
-            f'new reader to read the new contents (writers that replace files should write new names instead)')
-
-
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
                              partition_fields: list[UnischemaField]) -> pa.Table:
     """``table`` (rows of ``piece``) with a column for each of the hive partition fields appended."""
     for field in partition_fields:
         table = table.append_column(field.name, partition_column(piece, field, table.num_rows))
     return table
-
-
-def _is_access_error(err: OSError) -> bool:
-    """True when ``err`` comes from reaching the storage rather than from the bytes read.
-
-    Errors of the operating system or of a user filesystem carry an errno or have a specific type; pyarrow's
-    own errors about an undecodable file are plain OSErrors without one.
-    """
-    return err.errno is not None or isinstance(err, (PermissionError, ConnectionError, TimeoutError))
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
@@ -369,37 +304,24 @@ def _add_note(err: BaseException, note: str) -> None:
 
 
 def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | None) -> ColumnBatch:
+    """The stages of :func:`read_item`, each timed under its name when ``clock`` is given."""
     item = scheduled.item
     piece = ctx.pieces[item.piece_index]
     where = _where(ctx, scheduled)
     names = [f.name for f in ctx.fields]
-    predicate_names = [f.name for f in ctx.predicate_fields]
-    first = predicate_names if ctx.predicate is not None else names
+    # With a predicate, its columns are read first and the others only when a row matched.
+    first = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else names
     # An NGram window may start in this item and end in the next rows of the row group: read them too.
     row_stop = item.row_stop if ctx.ngram is None else min(item.row_stop + ctx.ngram.length - 1, piece.num_rows)
     table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
                           row_stop)
     lap(clock, 'io')
-    # Rows to keep, in delivery order (None: all, in file order). NGram windows need rows in file order; the
-    # windows are shuffled instead.
-    selection = None if ctx.ngram is not None else unit_rows(scheduled, ctx.shuffle_rows)
-    positions: np.ndarray | None = None  # once filters dropped rows: where each kept row is in the unit's order
-    if ctx.filter_expression is not None:
-        keep = _expression_mask(table, ctx.filter_expression)
-        positions = np.flatnonzero(keep if selection is None else keep[selection])
-        selection = positions if selection is None else selection[positions]
+    kept = _apply_filters(ctx, table, _unit_order(ctx, scheduled))
     lap(clock, 'filter')
     if ctx.predicate is not None:
-        candidates = table.select(predicate_names)
-        if selection is not None:
-            candidates = candidates.take(pa.array(selection))
-        predicate_columns = decode_columns(ctx.predicate_fields, candidates, where)
-        lap(clock, 'decode')
-        mask = _evaluate_predicate(ctx, predicate_columns, candidates.num_rows)
-        selection = np.flatnonzero(mask) if selection is None else selection[mask]
-        positions = np.flatnonzero(mask) if positions is None else positions[mask]
+        kept = _apply_predicate(ctx, table, kept, where, clock)
         lap(clock, 'filter')
-        if not len(selection):
+        if kept.selection is not None and not len(kept.selection):
             return ColumnBatch.empty(item)
         rest = [n for n in names if n not in table.column_names]
         if rest:
@@ -407,22 +329,77 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
             for name in rest:
                 table = table.append_column(name, others.column(name))
             lap(clock, 'io')
+    table, num_rows = _take_rows(table, names, kept.selection)
+    lap(clock, 'filter')
+    columns = decode_columns(ctx.fields, table, where)
+    lap(clock, 'decode')
+    batch = _make_batch(ctx, columns, kept, scheduled, num_rows, where)
+    lap(clock, 'transform')
+    return _with_row_positions(batch, num_rows, kept.positions)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The rows of a work item's table that go on, as the filtering stages narrow them.
+
+    Attributes:
+        selection: the table's rows to keep, in delivery order (None: every row, in file order).
+        positions: once filters dropped rows, where each kept row is in the unit's order (None: none dropped).
+    """
+
+    selection: np.ndarray | None
+    positions: np.ndarray | None = None
+
+
+def _unit_order(ctx: ReadContext, scheduled: ScheduledItem) -> _Kept:
+    """Every row of the item, in the unit's order (NGram windows need file order: the windows are shuffled)."""
+    return _Kept(None if ctx.ngram is not None else unit_rows(scheduled, ctx.shuffle_rows))
+
+
+def _apply_filters(ctx: ReadContext, table: pa.Table, kept: _Kept) -> _Kept:
+    """The rows the ``filters`` expression keeps."""
+    if ctx.filter_expression is None:
+        return kept
+    keep = _expression_mask(table, ctx.filter_expression)
+    positions = np.flatnonzero(keep if kept.selection is None else keep[kept.selection])
+    return _Kept(positions if kept.selection is None else kept.selection[positions], positions)
+
+
+def _apply_predicate(ctx: ReadContext, table: pa.Table, kept: _Kept, where: str, clock: StageClock | None) -> _Kept:
+    """The rows the predicate keeps, judged on its fields' decoded columns."""
+    candidates = table.select([f.name for f in ctx.predicate_fields])
+    if kept.selection is not None:
+        candidates = candidates.take(pa.array(kept.selection))
+    predicate_columns = decode_columns(ctx.predicate_fields, candidates, where)
+    lap(clock, 'decode')
+    mask = _evaluate_predicate(ctx, predicate_columns, candidates.num_rows)
+    return _Kept(np.flatnonzero(mask) if kept.selection is None else kept.selection[mask],
+                 np.flatnonzero(mask) if kept.positions is None else kept.positions[mask])
+
+
+def _take_rows(table: pa.Table, names: list[str], selection: np.ndarray | None) -> tuple[pa.Table, int]:
+    """The delivered fields' columns of the kept rows, in delivery order, and their number of rows."""
     # Counted before the columns are chosen: a table without columns keeps no rows through take().
     num_rows = table.num_rows if selection is None else len(selection)
     table = table.select(names)
     if selection is not None:
         table = table.take(pa.array(selection))
-    lap(clock, 'filter')
-    columns = decode_columns(ctx.fields, table, where)
-    lap(clock, 'decode')
+    return table, num_rows
+
+
+def _make_batch(ctx: ReadContext, columns: dict[str, Column], kept: _Kept, scheduled: ScheduledItem,
+                num_rows: int, where: str) -> ColumnBatch:
+    """The batch of the decoded columns: NGram windows, or the rows through the transform."""
     if ctx.ngram is not None:
-        batch = _form_windows(ctx.ngram, ctx.shuffle_rows, columns, selection, scheduled, num_rows)
-    else:
-        out = apply_transform(ctx.transform, columns, num_rows, where)
-        batch = ColumnBatch(out.columns, out.num_rows, out.rows_are_tuples, item)
-    lap(clock, 'transform')
-    # Resumable readers need to know which rows of the unit's order the batch holds: ``positions`` when filters
-    # dropped rows; when a transform changed the row count, which input row each output row is cannot be told.
+        return _form_windows(ctx.ngram, ctx.shuffle_rows, columns, kept.selection, scheduled, num_rows)
+    out = apply_transform(ctx.transform, columns, num_rows, where)
+    return ColumnBatch(out.columns, out.num_rows, out.rows_are_tuples, scheduled.item)
+
+
+def _with_row_positions(batch: ColumnBatch, num_rows: int, positions: np.ndarray | None) -> ColumnBatch:
+    """``batch`` telling which rows of the unit's order it holds, for resumable readers."""
+    # ``positions`` when filters dropped rows; when a transform changed the row count, which input row each output
+    # row is cannot be told.
     if batch.num_rows != (num_rows if positions is None else len(positions)):
         return dataclasses.replace(batch, untracked=True)
     return batch if positions is None else dataclasses.replace(batch, positions=positions)

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from petastorm.codecs import ScalarCodec, stack_or_objects
 from petastorm.columns import Column, MaskedColumn, StructColumn, is_nested, row_value, row_values
-from petastorm.scalars import scalar_column_to_numpy
 from petastorm.transform import (
     TransformResultError,
     TransformSpec,
@@ -24,6 +23,7 @@ from petastorm.transform import (
     check_transformed_values,
     describe_function,
 )
+from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from petastorm._checks import check_positive_int, is_integer
 from petastorm._warnings import warn_user
 from petastorm.cache import LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE, NULL_CACHE, CacheType, check_cache_arguments
 from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
@@ -106,16 +107,6 @@ def reader_arguments(batched: bool) -> list[dataclasses.Field[Any]]:
             and (not batched or f.metadata.get('batch_reader', True))]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if not _is_int(value) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)
-
-
 def validate_options(**arguments: Any) -> ReaderOptions:
     """Check reader arguments and return them as one frozen, normalized :class:`ReaderOptions`.
 
@@ -138,8 +129,8 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
     if raw.reader_pool_type not in POOL_KINDS:
         raise ValueError(f'Unknown reader_pool_type: {raw.reader_pool_type!r}; expected one of '
                          f'{", ".join(POOL_KINDS)}')
-    workers_count = _check_positive_int('workers_count', raw.workers_count)
-    results_queue_size = _check_positive_int('results_queue_size', raw.results_queue_size)
+    workers_count = check_positive_int('workers_count', raw.workers_count)
+    results_queue_size = check_positive_int('results_queue_size', raw.results_queue_size)
     _check_order(raw)
     cur_shard, shard_count, shard_source = _check_shards(raw)
     _warn_about_deprecated(raw)
@@ -180,13 +171,13 @@ def _check_table_options(raw: ReaderOptions) -> None:
 
 
 def _check_order(raw: ReaderOptions) -> None:
-    if raw.seed is not None and not _is_int(raw.seed):
+    if raw.seed is not None and not is_integer(raw.seed):
         raise ValueError(f'seed must be an int or None, got {raw.seed!r}')
     partitions = raw.shuffle_row_drop_partitions
-    if not _is_int(partitions) or partitions < 1:
+    if not is_integer(partitions) or partitions < 1:
         raise ValueError(f'shuffle_row_drop_partitions must be an integer >= 1, got {partitions!r}')
     num_epochs = raw.num_epochs
-    if num_epochs is not None and (not _is_int(num_epochs) or num_epochs < 1):
+    if num_epochs is not None and (not is_integer(num_epochs) or num_epochs < 1):
         # The opening words are the original's.
         raise ValueError(f'iterations must be positive integer or None: num_epochs is the number of passes over '
                          f'the data (an int >= 1), or None to read forever; got num_epochs={num_epochs!r}')
@@ -200,7 +191,7 @@ def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | Non
         raise ValueError(f'shard_remainder must be one of {REMAINDER_POLICIES}, got {raw.shard_remainder!r}')
     cur_shard, shard_count, shard_source = resolve_shard(raw.cur_shard, raw.shard_count)
     if cur_shard is not None or shard_count is not None:
-        if not (_is_int(cur_shard) and _is_int(shard_count) and shard_count):
+        if not (is_integer(cur_shard) and is_integer(shard_count) and shard_count):
             # The opening words are the original's.
             raise ValueError('partition and num_partitions must be ints and both specified to use partitioning: '
                              'shard_count is the number of shards (an int >= 1) and cur_shard the shard this '

@@ -16,15 +16,16 @@ import numpy as np
 
 from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, make_cache, make_row_group_cache
-from petastorm.column_transform import TransformTarget
 from petastorm.metadata.filters import columns_of_expression, filter_expression
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
+from petastorm.metadata.schemas import stored_or_inferred_schema
 from petastorm.metadata.store import ParquetStore, load_row_groups
 from petastorm.ngram import NGram
-from petastorm.options import ReaderOptions
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
-from petastorm.read import ReadContext, row_group_matches
-from petastorm.reader_inputs import check_columns_exist, check_ngram_options, load_schema, select_fields
+from petastorm.reading.column_transform import TransformTarget
+from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
+from petastorm.reading.options import ReaderOptions
+from petastorm.reading.worker import ReadContext, row_group_matches
 from petastorm.tables import TableStore, filter_statistics, open_dataset
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
@@ -48,6 +49,7 @@ class ReaderSetup:
             decided by the footers' statistics, or chosen by partition directories.
         row_matches: the rows each row group keeps through the predicate and filters, where not all of them (by
             piece index; see :func:`petastorm.plan.kept_rows`); None when every row of the layout is delivered.
+        schema_inferred: the store has no Petastorm metadata: its schema was inferred from the Parquet schema.
     """
 
     dataset: ParquetStore
@@ -58,6 +60,7 @@ class ReaderSetup:
     layout: ShardLayout
     rows_known: bool
     row_matches: RowMatches | None = None
+    schema_inferred: bool = False
 
 
 def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> ReaderSetup:
@@ -78,7 +81,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
                            filesystem=options.filesystem, table_format=options.table_format,
                            table_version=options.table_version)
-    stored = load_schema(dataset, options.batched_output)
+    stored, schema_inferred = stored_or_inferred_schema(dataset)
     view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
     schema = transform_schema(view, options.transform_spec)
     predicate_fields = _predicate_fields(options, stored)
@@ -133,7 +136,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
                          'count_rows out')
     rows_known = countable and (not undecided or options.count_rows)
     row_matches = _count_matches(context, undecided, options.workers_count) if rows_known and undecided else None
-    return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known, row_matches)
+    return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known, row_matches, schema_inferred)
 
 
 def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count: int) -> RowMatches:

@@ -1,4 +1,4 @@
-"""What a reader is given, checked before planning: the schema to read and the fields selected.
+"""What a reader is given, checked before planning: the fields selected, the options an NGram allows.
 
 Each check raises as early as possible with a message naming what was passed and what was expected; the
 warnings name the user's line that led to them (:func:`petastorm._warnings.warn_user`).
@@ -11,31 +11,18 @@ from typing import Any
 
 from petastorm._warnings import warn_user
 from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
-from petastorm.metadata.store import ParquetStore, data_file_schema, inferred_schema, stored_schema
+from petastorm.metadata.schemas import column_names
+from petastorm.metadata.store import ParquetStore
 from petastorm.ngram import NGram
-from petastorm.options import ReaderOptions
+from petastorm.reading.options import ReaderOptions
 from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
-__all__ = ['check_columns_exist', 'check_ngram_options', 'load_schema', 'select_fields']
+__all__ = ['PLAIN_PARQUET_WARNING', 'check_columns_exist', 'check_ngram_options', 'select_fields']
 
 
-def load_schema(store: ParquetStore, batched_output: bool) -> Unischema:
-    """The store's Petastorm schema, or one inferred from its Parquet schema (plain Parquet).
-
-    Raises:
-        PetastormMetadataError: Petastorm metadata is there but cannot be read (never silently inferred then).
-    """
-    try:
-        schema = stored_schema(store)
-    except PetastormMetadataError:
-        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
-                                                   for k in store.metadata_kv):
-            raise  # the metadata is there but unreadable or refused: never silently fall back
-        if not batched_output:
-            warn_user('Currently make_reader supports reading only Petastorm datasets. To read from a '
-                      'non-Petastorm Parquet store use make_batch_reader')
-        return inferred_schema(store)
-    return schema
+#: What ``make_reader`` says of a store without Petastorm metadata (the opening words are Petastorm's).
+PLAIN_PARQUET_WARNING = ('Currently make_reader supports reading only Petastorm datasets. To read from a '
+                         'non-Petastorm Parquet store use make_batch_reader')
 
 
 def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
@@ -111,14 +98,7 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     """
     if not store.files:
         return
-    table_schema = store.table_schema()  # a table's columns are those of its schema, not of one of its files
-    unified = store.memo.get('unified')  # a schema inferred from every file: its columns are theirs
-    if table_schema is not None:
-        file_columns = set(table_schema.names)
-    elif unified is not None:
-        file_columns = set(unified.schema.names)
-    else:
-        file_columns = set(data_file_schema(store, store.files[0]).names)
+    file_columns = column_names(store)
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.batch import ColumnBatch
 from petastorm.plan import (
     Cursor,
     RowMatches,
@@ -31,6 +30,7 @@ from petastorm.plan import (
     position_state,
     restored_stage,
 )
+from petastorm.reading.batch import ColumnBatch
 
 #: What each submitted unit is: its stage, the stage's units, the index of the first non-pending unit, its index.
 UnitTag = tuple[Stage, tuple[ScheduledItem, ...], int, int]

@@ -15,10 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from petastorm.batch import ColumnBatch
-from petastorm.column_transform import column_from_values
 from petastorm.columns import from_batch_column, num_rows
 from petastorm.ngram import NGram
+from petastorm.reading.batch import ColumnBatch
+from petastorm.reading.column_transform import column_from_values
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema
 
