@@ -64,12 +64,12 @@ def _prepare_environment() -> None:
 
 def _ship_test_modules_by_value() -> None:
     # Functions that tests hand to Spark (row generators, lambdas) would otherwise be pickled as references
-    # to test modules, which workers cannot import: test modules are not installed.
+    # to test modules (in tests/ and its folders), which workers cannot import: test modules are not installed.
     from pyspark import cloudpickle
 
     for module in list(sys.modules.values()):
         path = getattr(module, '__file__', None)
-        if path and pathlib.Path(path).resolve().parent == TESTS_DIR and module.__name__ != __name__:
+        if path and TESTS_DIR in pathlib.Path(path).resolve().parents and module.__name__ != __name__:
             cloudpickle.register_pickle_by_value(module)
 
 
