@@ -32,6 +32,12 @@ from petastorm.errors import SchemaError
 from petastorm.typemaps.hf_features import field_type_of_feature, hf_features
 from petastorm.typemaps.scalars import field_type_of_arrow, native_arrow_type
 
+__all__ = [
+    'Unischema', 'UnischemaField', 'arrow_type_of_field', 'check_storable', 'dict_to_spark_row', 'encode_row',
+    'infer_unischema', 'insert_explicit_nulls', 'match_unischema_fields', 'numpy_to_tf_dtype', 'prune_struct_field',
+    'struct_leaf_field', 'struct_leaf_paths', 'struct_type_of_field',
+]
+
 # 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
 _UNISCHEMA_FIELD_ORDER = 'preserve_input_order'
 

@@ -29,6 +29,8 @@ from petastorm.benchmark.throughput import (
     measure_throughput,
 )
 
+__all__ = ['PROG', 'format_result', 'main', 'result_as_json', 'show_progress']
+
 PROG = 'petastorm-throughput.py'
 
 

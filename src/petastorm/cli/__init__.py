@@ -30,6 +30,12 @@ from typing import Any, NoReturn
 from petastorm import __version__
 from petastorm.fs import resolve_url
 
+__all__ = [
+    'EXIT_FAILED', 'EXIT_USAGE', 'STORAGE_OPTIONS_HELP', 'UsageError', 'add_storage_options_argument',
+    'add_version_argument', 'check_target', 'configure_progress_logging', 'error_label', 'existing_directory',
+    'existing_path', 'fail', 'one_line', 'parse_storage_options', 'run',
+]
+
 #: Exit codes: 1 when the work failed, 2 when the command line is wrong (argparse uses 2 as well).
 EXIT_FAILED = 1
 EXIT_USAGE = 2

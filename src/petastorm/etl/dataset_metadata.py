@@ -1,4 +1,4 @@
-"""Dataset metadata, under Petastorm's module path: schema lookup, metadata constants and ``materialize_dataset``.
+"""Petastorm's ``petastorm.etl.dataset_metadata`` module path: schema lookup, metadata keys, ``materialize_dataset``.
 
 Re-exports only; the implementation lives in :mod:`petastorm.metadata` and :mod:`petastorm.etl.materialize`.
 """
@@ -17,9 +17,17 @@ from petastorm.metadata.store import load_row_groups as _load_row_groups
 from petastorm.unischema import Unischema
 
 __all__ = [
-    'PetastormMetadataError', 'PetastormMetadataGenerationError', 'ROW_GROUPS_PER_FILE_KEY', 'ROWGROUPS_INDEX_KEY',
-    'UNISCHEMA_KEY', 'get_schema', 'get_schema_from_dataset_url', 'infer_or_load_unischema', 'load_row_groups',
-    'materialize_dataset', 'open_dataset',
+    'ROWGROUPS_INDEX_KEY',
+    'ROW_GROUPS_PER_FILE_KEY',
+    'UNISCHEMA_KEY',
+    'PetastormMetadataError',
+    'PetastormMetadataGenerationError',
+    'get_schema',
+    'get_schema_from_dataset_url',
+    'infer_or_load_unischema',
+    'load_row_groups',
+    'materialize_dataset',
+    'open_dataset',
 ]
 
 

@@ -24,6 +24,8 @@ from petastorm.errors import PetastormMetadataError
 from petastorm.typemaps.spark import arrow_type_from_spark
 from petastorm.unischema import Unischema, UnischemaField
 
+__all__ = ['LegacyPickleRefusedError', 'legacy_indexes_from_pickle', 'restricted_loads', 'unischema_from_legacy_pickle']
+
 logger = logging.getLogger(__name__)
 
 

@@ -39,6 +39,27 @@ from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
 from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 
+__all__ = [
+    'COMMON_METADATA',
+    'DELTA_LOG',
+    'SUMMARY_METADATA',
+    'ParquetStore',
+    'RowGroupPiece',
+    'check_no_missing_files',
+    'data_file_schema',
+    'footer_row_counts',
+    'glob_files',
+    'list_data_files',
+    'load_row_groups',
+    'open_store',
+    'partition_keys_of',
+    'read_footers',
+    'store_footers',
+    'table_format_of',
+    'typed_partition_value',
+    'unified_file_schema',
+]
+
 COMMON_METADATA = '_common_metadata'
 #: The log directory of a Delta table.
 DELTA_LOG = '_delta_log'

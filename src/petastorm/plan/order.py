@@ -13,6 +13,8 @@ import numpy as np
 
 from petastorm.plan.items import ScheduledItem, WorkItem
 
+__all__ = ['RowMatches', 'epoch_order', 'epoch_rng', 'epoch_schedule', 'kept_rows', 'row_permutation', 'unit_rows']
+
 # Large prime mixed into per-epoch seeds so that (seed, epoch) streams never collide with user seeds.
 _EPOCH_STREAM = 0x9E3779B1
 

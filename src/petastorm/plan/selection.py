@@ -21,6 +21,8 @@ from petastorm.selectors import RowGroupSelectorBase
 from petastorm.tables.read import table_partition_values
 from petastorm.unischema import Unischema
 
+__all__ = ['make_layout', 'partition_values', 'select_row_groups']
+
 
 def partition_values(piece: RowGroupPiece, schema: Unischema) -> dict[str, Any]:
     """The hive partition values of ``piece``'s directory, typed as the schema's fields (strings otherwise).

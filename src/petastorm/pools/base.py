@@ -30,6 +30,22 @@ import numpy as np
 from petastorm._checks import check_positive_int
 from petastorm.errors import PetastormError
 
+__all__ = [
+    'DEFAULT_MAX_BYTES_IN_FLIGHT',
+    'STOPPED',
+    'ArrayCarrier',
+    'InFlightBudget',
+    'PoolBase',
+    'PoolOptions',
+    'RemoteTraceback',
+    'SupersededError',
+    'WorkerDiedError',
+    'WorkerFunctionError',
+    'WorkerPool',
+    'default_max_bytes_in_flight',
+    'result_nbytes',
+]
+
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30
 _INITIAL_LIMIT = 2
 
@@ -215,7 +231,6 @@ class PoolOptions:
     def budget(self) -> InFlightBudget:
         """A fresh in-flight budget for these options."""
         return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, workers_count=self.workers_count)
-
 
 
 class _Stopped:

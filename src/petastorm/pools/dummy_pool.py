@@ -8,6 +8,8 @@ from typing import Any
 from petastorm._checks import check_positive_int
 from petastorm.pools.base import InFlightBudget, PoolBase
 
+__all__ = ['DummyPool']
+
 
 class DummyPool(PoolBase):
     """Runs ``worker_fn`` inside ``imap`` in the calling thread; no threads or processes are started.

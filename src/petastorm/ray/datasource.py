@@ -36,6 +36,8 @@ from petastorm.reading.worker import ReadContext, read_item
 from petastorm.tables import matching_row_groups
 from petastorm.unischema import UnischemaField, arrow_type_of_field
 
+__all__ = ['PetastormDatasource']
+
 try:  # A block of rows without columns (ds.count()) keeps its row count in a null column Ray knows to ignore.
     from ray.data._internal.arrow_block import _BATCH_SIZE_PRESERVING_STUB_COL_NAME as _ROW_COUNT_COLUMN
 except ImportError:  # pragma: no cover - the name Ray has used for it

@@ -17,6 +17,8 @@ import numpy as np
 from petastorm.columns import Column, flatten_columns, unflatten_columns
 from petastorm.plan import WorkItem
 
+__all__ = ['ColumnBatch']
+
 
 @dataclass(frozen=True)
 class ColumnBatch:

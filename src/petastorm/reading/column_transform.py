@@ -26,6 +26,8 @@ from petastorm.transform import (
 from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
+__all__ = ['TransformTarget', 'Transformed', 'apply_transform', 'column_from_values', 'pandas_column']
+
 
 @dataclass(frozen=True)
 class TransformTarget:

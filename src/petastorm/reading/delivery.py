@@ -15,6 +15,8 @@ from petastorm.ngram import NGram
 from petastorm.reading.batch import ColumnBatch
 from petastorm.unischema import Unischema
 
+__all__ = ['deliver']
+
 
 def deliver(schema: Unischema, ngram: NGram | None, batched: bool,
             batches: Iterable[ColumnBatch]) -> Generator[Any, None, None]:

@@ -32,6 +32,8 @@ from petastorm.plan import (
 )
 from petastorm.reading.batch import ColumnBatch
 
+__all__ = ['ReaderPosition', 'UnitTag']
+
 #: What each submitted unit is: its stage, the stage's units, the index of the first non-pending unit, its index.
 UnitTag = tuple[Stage, tuple[ScheduledItem, ...], int, int]
 

@@ -30,6 +30,8 @@ from petastorm.tables import TableStore, filter_statistics, open_dataset
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
+__all__ = ['ReaderSetup', 'set_up_reader']
+
 _MAX_COUNTING_THREADS = 16
 
 

@@ -43,6 +43,11 @@ from petastorm.tables.read import constant_column, logical_table, stored_columns
 from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 
+__all__ = [
+    'ReadContext', 'append_partition_columns', 'decode_columns', 'partition_column', 'read_item',
+    'resolve_image_paths', 'row_group_matches',
+]
+
 logger = logging.getLogger(__name__)
 
 

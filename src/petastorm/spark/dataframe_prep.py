@@ -17,6 +17,15 @@ from petastorm._checks import check_positive_int
 from petastorm._optional import import_optional
 from petastorm.errors import PetastormError
 
+__all__ = [
+    'DEFAULT_ROW_GROUP_SIZE_BYTES',
+    'FLOAT_DTYPES',
+    'PARQUET_CODECS',
+    'ConversionOptions',
+    'ConverterOptionError',
+    'prepare_dataframe',
+]
+
 DEFAULT_ROW_GROUP_SIZE_BYTES = 32 * 1024 * 1024
 
 #: Parquet codecs that Spark writes and pyarrow reads (``none`` is Spark's other name for uncompressed).

@@ -25,6 +25,12 @@ from petastorm.plan import AUTO, detect_rank_and_world_size
 from petastorm.spark import cache_dir, in_use
 from petastorm.unischema import arrow_type_of_field
 
+__all__ = [
+    'DEFAULT_TF_BATCH_SIZE', 'DEFAULT_WORKERS_COUNT', 'check_rank_and_size_consistent_with_horovod',
+    'horovod_rank_and_size', 'open_reader', 'shared_order_kwargs', 'tf_dataset', 'torch_dataloader',
+    'warn_if_every_rank_reads_everything',
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORKERS_COUNT = 4

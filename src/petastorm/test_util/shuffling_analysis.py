@@ -24,8 +24,12 @@ import numpy as np
 from petastorm.codecs import ScalarCodec
 from petastorm.unischema import Unischema, UnischemaField
 
-__all__ = ['ShuffleAnalysisSchema', 'CorrelationDistribution', 'compute_correlation_distribution',
-           'generate_shuffle_analysis_dataset']
+__all__ = [
+    'CorrelationDistribution',
+    'ShuffleAnalysisSchema',
+    'compute_correlation_distribution',
+    'generate_shuffle_analysis_dataset',
+]
 
 _INT64_BYTES = 8
 _MB = 1 << 20

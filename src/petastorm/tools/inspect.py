@@ -43,6 +43,8 @@ from petastorm.tables import TABLE_FORMATS, TableStore
 from petastorm.tables import open_dataset as open_table_or_store
 from petastorm.unischema import UnischemaField
 
+__all__ = ['PROG', 'describe_value', 'format_description', 'head_rows', 'inspect_dataset', 'main']
+
 PROG = 'petastorm-inspect'
 _MAX_FOOTER_READERS = 16
 

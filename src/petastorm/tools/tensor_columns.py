@@ -40,6 +40,8 @@ from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, open_sto
 from petastorm.metadata.write import update_common_metadata, write_dataset_metadata
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
+__all__ = ['PROG', 'convert_to_tensor_columns', 'main', 'tensor_schema']
+
 PROG = 'petastorm-tensor-columns'
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,8 @@ import pyarrow as pa
 from petastorm.codecs import ClassLabelCodec, HFImageCodec, ScalarCodec
 from petastorm.codecs._hf import hf_image_shape
 
+__all__ = ['HF_METADATA_KEY', 'field_type_of_feature', 'hf_features']
+
 logger = logging.getLogger(__name__)
 
 #: The schema metadata key ``datasets`` writes its features under.

@@ -31,6 +31,11 @@ from petastorm.columns import (
 )
 from petastorm.errors import CodecError, SchemaError
 
+__all__ = [
+    'arrow_type_from_json', 'arrow_type_to_json', 'field_type_of_arrow', 'fit_shape', 'native_arrow_type',
+    'numpy_type_of_arrow', 'scalar_column_to_numpy', 'to_arrow_scalar', 'to_arrow_value',
+]
+
 # numpy scalar type -> Arrow type of a native column, following Spark's mapping so that datasets written with
 # Spark and without it are interchangeable (uint8 is stored as a 16-bit integer, uint16 as 32-bit, ...).
 _NUMPY_TO_ARROW = {

@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from petastorm.errors import SchemaError
 
+__all__ = ['arrow_type_from_spark', 'is_spark_type', 'spark_type_from_arrow']
+
 # Spark type class name -> Arrow type (all parameterless Spark types).
 _SPARK_NAME_TO_ARROW = {
     'ByteType': pa.int8(),
