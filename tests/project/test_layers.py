@@ -37,8 +37,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Upward imports that are allowed, each for a stated reason: (importer, imported).
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ('petastorm.unischema', 'petastorm.tf_utils._dtypes'):
-        'Unischema.as_tf_dtypes() and petastorm.unischema.numpy_to_tf_dtype stay for users; the TensorFlow type '
-        'table they call lives in the TF adapter, imported only when they are called',
+        'Unischema.as_tf_dtypes() and petastorm.unischema.numpy_to_tf_dtype (two imports) stay where Petastorm\'s '
+        'users call them; the TensorFlow type table they call needs TensorFlow, so it lives in the TF adapter, '
+        'imported only when they are called',
 }
 
 
