@@ -8,7 +8,8 @@ import pytest
 HEAVY = ('torch', 'tensorflow', 'pyspark', 'cv2', 'PIL')
 CORE_MODULES = ['petastorm', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.etl.dataset_metadata',
                 'petastorm.utils', 'petastorm.writer', 'petastorm.metadata.legacy', 'petastorm.generator',
-                'petastorm.tf_utils']
+                'petastorm.tf_utils', 'petastorm.reader', 'petastorm.reading', 'petastorm.typemaps.scalars',
+                'petastorm.cli']
 
 
 @pytest.mark.parametrize('module', CORE_MODULES)

@@ -54,12 +54,12 @@ def running_connect_server(work_dir: pathlib.Path, jvm_options: str = '') -> Ite
     Raises:
         RuntimeError: the server exited or did not listen within the start timeout (the message holds its log).
     """
-    from conftest import _LOG4J2_PROPERTIES  # the errors-only logging of the other Spark tests
+    from support.spark_settings import LOG4J2_PROPERTIES  # the errors-only logging of the other Spark tests
 
     work_dir.mkdir(parents=True, exist_ok=True)
     log_path = work_dir / 'connect-server.log'
     log4j = work_dir / 'log4j2.properties'
-    log4j.write_text(_LOG4J2_PROPERTIES)
+    log4j.write_text(LOG4J2_PROPERTIES)
     environment = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                        SPARK_LOCAL_IP='127.0.0.1')
     for key in ('SPARK_REMOTE', 'SPARK_CONNECT_MODE_ENABLED'):
