@@ -13,21 +13,9 @@ import sys
 
 import pytest
 
+from support.spark_settings import FAST_START_JVM_OPTIONS, LOG4J2_PROPERTIES
+
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
-
-# Only errors from the JVM: Spark's default profile prints several WARN lines per session.
-_LOG4J2_PROPERTIES = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
-
-# Test jobs are tiny: the quick JIT tier and the serial collector start the JVM in about half the time.
-FAST_START_JVM_OPTIONS = '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC'
 
 _SPARK_SETTINGS = {
     'spark.master': 'local[2]',
@@ -64,12 +52,12 @@ def _prepare_environment() -> None:
 
 def _ship_test_modules_by_value() -> None:
     # Functions that tests hand to Spark (row generators, lambdas) would otherwise be pickled as references
-    # to test modules, which workers cannot import: test modules are not installed.
+    # to test modules (in tests/ and its folders), which workers cannot import: test modules are not installed.
     from pyspark import cloudpickle
 
     for module in list(sys.modules.values()):
         path = getattr(module, '__file__', None)
-        if path and pathlib.Path(path).resolve().parent == TESTS_DIR and module.__name__ != __name__:
+        if path and TESTS_DIR in pathlib.Path(path).resolve().parents and module.__name__ != __name__:
             cloudpickle.register_pickle_by_value(module)
 
 
@@ -88,7 +76,7 @@ def spark(tmp_path_factory):
     _prepare_environment()
     _ship_test_modules_by_value()
     log4j = tmp_path_factory.mktemp('spark-conf') / 'log4j2.properties'
-    log4j.write_text(_LOG4J2_PROPERTIES)
+    log4j.write_text(LOG4J2_PROPERTIES)
     builder = pyspark_sql.SparkSession.builder
     for key, value in _SPARK_SETTINGS.items():
         builder = builder.config(key, value)

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from node_ranks import run_ranks_together
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.cache import (
     LOCAL_DISK_DECODED_CACHE,
@@ -33,6 +32,7 @@ from petastorm.ngram import NGram
 from petastorm.predicates import in_lambda
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema, UnischemaField
+from support.node_ranks import run_ranks_together
 
 ROWS = 60
 BENCH = Path(__file__).resolve().parent.parent / 'benchmarks' / 'decoded_cache_bench.py'

@@ -25,7 +25,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from node_ranks import run_ranks_together
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.cache import CacheBase, FileStamp, NullCache, RowGroupCache, make_cache
 from petastorm.cache._values import MAGIC
@@ -35,6 +34,7 @@ from petastorm.ngram import NGram
 from petastorm.predicates import in_lambda
 from petastorm.test_util.latency_fs import SlowLocalHandler
 from petastorm.unischema import Unischema, UnischemaField
+from support.node_ranks import run_ranks_together
 
 ROWS = 120
 LIMIT = 100 << 20

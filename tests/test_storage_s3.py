@@ -31,7 +31,7 @@ from petastorm.unischema import Unischema, UnischemaField
 s3fs = pytest.importorskip('s3fs')
 pytest.importorskip('moto')
 
-from conftest_s3 import BUCKET, SECRET_KEY, FaultPlan, FaultProxy, MotoServer  # noqa: E402
+from support.conftest_s3 import BUCKET, SECRET_KEY, FaultPlan, FaultProxy, MotoServer  # noqa: E402
 
 ROWS = 300
 WIDE_ROWS = 40_000

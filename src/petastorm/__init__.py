@@ -11,7 +11,7 @@ from petastorm.errors import NoDataAvailableError
 
 __version__ = '0.14.0.dev0'
 
-__all__ = ['NoDataAvailableError', 'TransformSpec', 'make_batch_reader', 'make_reader', 'write_dataset', '__version__']
+__all__ = ['NoDataAvailableError', 'TransformSpec', '__version__', 'make_batch_reader', 'make_reader', 'write_dataset']
 
 _LAZY = {
     'make_reader': 'petastorm.reader',

@@ -7,6 +7,14 @@ for the original Petastorm keeps catching what it caught before.
 
 from __future__ import annotations
 
+__all__ = [
+    'CodecError', 'CorruptDataError', 'CorruptFooterError', 'DataFileChangedError', 'DatasetWriteError',
+    'DecodeFieldError', 'MissingDataFilesError', 'MissingDependencyError', 'NoDataAvailableError',
+    'NoMatchingFieldsError', 'PetastormError', 'PetastormMetadataError', 'PetastormMetadataGenerationError',
+    'SchemaError', 'StorageCredentialsError', 'StorageError', 'StorageNotFoundError', 'StoragePermissionError',
+    'TableVersionError', 'UnsupportedTableFeatureError',
+]
+
 
 class PetastormError(Exception):
     """Root of every exception defined by petastorm."""

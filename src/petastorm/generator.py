@@ -9,6 +9,8 @@ import numpy as np
 
 from petastorm.unischema import Unischema
 
+__all__ = ['LIST_SIZE', 'generate_datapoint']
+
 #: size given to dimensions declared as ``None``.
 LIST_SIZE = 13
 

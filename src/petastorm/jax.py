@@ -10,7 +10,7 @@
   Grain's own checkpoint handler (``grain.checkpoint.CheckpointHandler``, also through Orbax) saves and restores
   the reader's position with the rest of a pipeline built on it (``.map``, ``.batch``, ...).
 
-The iteration rules are those of :class:`petastorm.batch_stream.BatchStream`: each ``iter()`` (each epoch) starts
+The iteration rules are those of :class:`petastorm.reading.BatchStream`: each ``iter()`` (each epoch) starts
 the reader's next pass, an endless reader (``num_epochs=None``) continues, ``len()`` is the batches of a pass.
 
 Importing this module imports jax; :class:`ReaderIterDataset` needs grain (``pip install 'neo-petastorm[jax]'``).
@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from petastorm._checks import check_positive_int
 from petastorm._optional import import_optional
-from petastorm.batch_stream import ROW_IDS, BatchStream
+from petastorm.reading.batch_stream import ROW_IDS, BatchStream
+from petastorm.reading.source import as_column_source
 from petastorm.shuffle import Table
-from petastorm.source import as_column_source
 
 __all__ = ['DataLoader', 'ReaderIterDataset']
 
@@ -37,12 +38,6 @@ except ImportError:
     _grain = None
 _IterDataset: Any = object if _grain is None else _grain.IterDataset
 _DatasetIterator: Any = object if _grain is None else _grain.DatasetIterator
-
-
-def _check_positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)
 
 
 def _check_capacity(value: Any) -> int:
@@ -81,7 +76,7 @@ class DataLoader:
             if device is not None and sharding is not None:
                 raise ValueError('give DataLoader either device= or sharding=, not both')
             self.reader = reader
-            self.batch_size = _check_positive('batch_size', batch_size)
+            self.batch_size = check_positive_int('batch_size', batch_size)
             self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
             self.device = device
             self.sharding = sharding
@@ -163,7 +158,7 @@ class ReaderIterDataset(_IterDataset):
         source = as_column_source(type(self).__name__, reader)
         rows = batch_size is None
         self.reader = reader
-        self._stream = BatchStream(source, 1 if rows else _check_positive('batch_size', batch_size),
+        self._stream = BatchStream(source, 1 if rows else check_positive_int('batch_size', batch_size),
                                    _check_capacity(shuffling_queue_capacity), finish=_rows if rows else _columns,
                                    name='petastorm.jax.ReaderIterDataset')
 

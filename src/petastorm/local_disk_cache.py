@@ -1,4 +1,4 @@
-"""Compatibility path of the local disk cache: it lives in :mod:`petastorm.cache`, re-exported here."""
+"""Petastorm's ``petastorm.local_disk_cache`` module path. Re-exports only; see :mod:`petastorm.cache`."""
 
 from petastorm.cache import EVICTION_POLICIES, CacheLocationError, LocalDiskCache, UncacheableValueError
 

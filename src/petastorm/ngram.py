@@ -16,6 +16,8 @@ import numpy as np
 
 from petastorm.unischema import Unischema, UnischemaField, match_unischema_fields
 
+__all__ = ['NGram']
+
 
 def _check_field_list(value: Any, what: str) -> None:
     if not isinstance(value, list):

@@ -21,6 +21,11 @@ import numpy as np
 
 from petastorm.errors import PetastormError
 
+__all__ = [
+    'PredicateBase', 'PredicateError', 'in_intersection', 'in_lambda', 'in_negate', 'in_pseudorandom_split',
+    'in_reduce', 'in_set',
+]
+
 
 class PredicateError(PetastormError, ValueError):
     """A predicate could not be evaluated as the reader calls it (the message names the predicate and the fix)."""

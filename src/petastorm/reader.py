@@ -21,10 +21,15 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
-from petastorm.batch import ColumnBatch
-from petastorm.delivery import deliver
+from petastorm._warnings import warn_user
 from petastorm.fs import normalize_dir_url
-from petastorm.options import (
+from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
+from petastorm.pools import default_max_bytes_in_flight, make_pool
+from petastorm.predicates import PredicateBase
+from petastorm.reading.batch import ColumnBatch
+from petastorm.reading.delivery import deliver
+from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
+from petastorm.reading.options import (
     LOCAL_DISK_CACHE,
     NULL_CACHE,
     CacheType,
@@ -34,12 +39,9 @@ from petastorm.options import (
     TableVersionChange,
     validate_options,
 )
-from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
-from petastorm.pools import default_max_bytes_in_flight, make_pool
-from petastorm.predicates import PredicateBase
-from petastorm.read import read_item
-from petastorm.reader_position import ReaderPosition, UnitTag
-from petastorm.reader_setup import set_up_reader
+from petastorm.reading.position import ReaderPosition, UnitTag
+from petastorm.reading.setup import set_up_reader
+from petastorm.reading.worker import read_item
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
 from petastorm.tables import TableFormat, is_iceberg_table
@@ -105,7 +107,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         cur_shard: this reader's shard (with ``shard_count``): row group ``i`` goes to shard ``i % shard_count``;
             with fewer row groups than shards, rows are split into equal contiguous ranges. ``'auto'``: the rank
             from ``torch.distributed`` (if initialized) or the launcher's environment (``RANK``, Horovod, MPI,
-            SLURM), read once here; see :func:`petastorm.distributed.detect_rank_and_world_size`.
+            SLURM), read once here; see :func:`petastorm.plan.detect_rank_and_world_size`.
         shard_count: number of shards (``'auto'``: the world size, found as for ``cur_shard``).
         shard_seed: deprecated; use ``seed``.
         cache_type: ``'null'`` (default), ``'local-disk'``: keep the raw row-group columns read from the files
@@ -153,9 +155,20 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
     Returns:
         A :class:`Reader`: an iterator and context manager.
     """
-    arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
-    url = normalize_dataset_url_or_urls(arguments.pop('dataset_url'))
-    return Reader(validate_options(dataset_url_or_urls=url, batched_output=False, **arguments))
+    return Reader(validate_options(
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=False,
+        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
+        pyarrow_serialize=pyarrow_serialize, results_queue_size=results_queue_size, seed=seed,
+        shuffle_rows=shuffle_rows, shuffle_row_groups=shuffle_row_groups,
+        shuffle_row_drop_partitions=shuffle_row_drop_partitions,
+        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
+        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
+        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
+        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
+        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
+        convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
+        table_version=table_version, table_format=table_format, table_version_change=table_version_change,
+        count_rows=count_rows))
 
 
 def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any = None,
@@ -184,21 +197,31 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
     function gets one pandas Series per field, so it must work element by element (``(x > 5) & (x < 10)``, not
     ``5 < x < 10``).
     """
-    arguments = dict(locals())  # every argument by name: ReaderOptions declares them with the same defaults
-    url = normalize_dataset_url_or_urls(arguments.pop('dataset_url_or_urls'))
-    return Reader(validate_options(dataset_url_or_urls=url, batched_output=True, **arguments))
+    return Reader(validate_options(
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url_or_urls), batched_output=True,
+        schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
+        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+        shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
+        predicate=predicate, rowgroup_selector=rowgroup_selector, num_epochs=num_epochs, cur_shard=cur_shard,
+        shard_count=shard_count, shard_seed=shard_seed, cache_type=cache_type, cache_location=cache_location,
+        cache_size_limit=cache_size_limit, cache_row_size_estimate=cache_row_size_estimate,
+        cache_extra_settings=cache_extra_settings, hdfs_driver=hdfs_driver, transform_spec=transform_spec,
+        filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
+        convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
+        table_version=table_version, table_format=table_format, table_version_change=table_version_change,
+        count_rows=count_rows))
 
 
 class Reader:
     """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
 
     Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
-    :class:`~petastorm.source.ColumnSource` the loaders read.
+    :class:`~petastorm.reading.source.ColumnSource` the loaders read.
 
-    Made by the factories from checked :class:`~petastorm.options.ReaderOptions`. Petastorm's direct construction
+    Made by the factories from checked :class:`~petastorm.reading.ReaderOptions`. Petastorm's direct construction
     works too, with its arguments: ``Reader(filesystem, dataset_path, schema_fields=..., reader_pool=ThreadPool(5),
     ...)`` (a pool of :mod:`petastorm.workers_pool` picks the pool kind and worker count; see
-    :func:`petastorm.reader_legacy.legacy_reader_options`).
+    :func:`petastorm.reading.legacy.legacy_reader_options`).
 
     Attributes:
         schema: the Unischema of what is yielded (after field selection and the transform).
@@ -209,13 +232,13 @@ class Reader:
         is_batched_reader: True for ``make_batch_reader``.
         cache: the cache of row groups (a ``NullCache`` unless ``cache_type`` is a local-disk type).
         read_context: what every worker receives; executors other than the pool (Ray Data read tasks) read work
-            items with :func:`petastorm.read.read_item` and it.
+            items with :func:`petastorm.reading.worker.read_item` and it.
     """
 
     def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
                  **legacy_kwargs: Any) -> None:
         if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
-            from petastorm.reader_legacy import legacy_reader_options
+            from petastorm.reading.legacy import legacy_reader_options
 
             options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
         elif legacy_args or legacy_kwargs:
@@ -230,6 +253,8 @@ class Reader:
         # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
         self._stage_totals = StageTotals() if time_stages else None
         setup = set_up_reader(options, time_stages=time_stages)
+        if setup.schema_inferred and not options.batched_output:
+            warn_user(PLAIN_PARQUET_WARNING)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
         self._rows_known = setup.rows_known
@@ -305,15 +330,6 @@ class Reader:
                 self._position.delivered()
                 batch = dataclasses.replace(batch, row_ids=self._position.row_ids())
             yield batch
-
-    def iter_column_batches(self) -> Iterator[dict[str, Any]]:
-        """:meth:`column_batches` as dicts: ``{field name: column}`` plus ``'.meta'``.
-
-        ``'.meta'`` holds ``{'num_rows': n, 'tuple': bool, 'row_ids': array or None}``. When a ``make_reader``
-        transform returns tuples, ``'tuple'`` is True and the columns are named ``'0'``, ``'1'``, ... by position.
-        """
-        for batch in self.column_batches():
-            yield batch.to_dict()
 
     # -- what is known before reading ---------------------------------------------------------------------------
 

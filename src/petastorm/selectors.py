@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+__all__ = ['IntersectIndexSelector', 'RowGroupSelectorBase', 'SingleIndexSelector', 'UnionIndexSelector']
+
 
 class RowGroupSelectorBase(ABC):
     """Selects row groups (piece indexes) from the dataset's indexes."""

@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
+from petastorm.metadata.schemas import stored_schema_at
 from petastorm.spark.session import require_classic_session
 from petastorm.unischema import Unischema, UnischemaField, _namedtuple_class
 from petastorm.utils import decode_row
@@ -65,7 +65,7 @@ def dataset_as_rdd(dataset_url: str, spark_session: Any,
     """
     require_classic_session(spark_session, 'dataset_as_rdd', 'Read decoded rows with petastorm.make_reader(url) '
                             '(or make_batch_reader), or the raw columns as a DataFrame with spark.read.parquet(url).')
-    schema = get_schema_from_dataset_url(dataset_url, hdfs_driver)
+    schema = stored_schema_at(dataset_url)
     if schema_fields is not None:
         schema = schema.create_schema_view(list(schema_fields))
     names = list(schema.fields)

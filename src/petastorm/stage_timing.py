@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
+__all__ = ['WORKER_STAGES', 'StageClock', 'StageTotals', 'lap']
+
 T = TypeVar('T')
 
 #: Worker-side stages, in the order a work item goes through them.

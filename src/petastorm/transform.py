@@ -12,6 +12,11 @@ from petastorm._warnings import warn_user
 from petastorm.errors import SchemaError
 from petastorm.unischema import Unischema, UnischemaField
 
+__all__ = [
+    'TransformResultError', 'TransformSpec', 'check_row_result', 'check_transformed_values', 'describe_function',
+    'edit_field', 'transform_schema',
+]
+
 
 class TransformResultError(SchemaError, TypeError):
     """What a ``TransformSpec`` function returned does not match the transformed schema.

@@ -10,8 +10,8 @@ Parquet cells, and a nullability flag::
     ])
 
 Spark and TensorFlow are imported only by the methods that render to them. The model is layered: native
-column types (:mod:`petastorm.scalars`) and codecs sit below this module, and the TensorFlow dtype table lives in
-the TensorFlow adapter, which ``as_tf_dtypes`` and :func:`numpy_to_tf_dtype` call into.
+column types (:mod:`petastorm.typemaps.scalars`) and codecs sit below this module, and the TensorFlow dtype table
+lives in the TensorFlow adapter, which ``as_tf_dtypes`` and :func:`numpy_to_tf_dtype` call into.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import decimal
 import functools
 import re
-import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -30,8 +29,14 @@ import pyarrow as pa
 from petastorm._warnings import warn_user
 from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
 from petastorm.errors import SchemaError
-from petastorm.hf_features import field_type_of_feature, hf_features
-from petastorm.scalars import field_type_of_arrow, native_arrow_type
+from petastorm.typemaps.hf_features import field_type_of_feature, hf_features
+from petastorm.typemaps.scalars import field_type_of_arrow, native_arrow_type
+
+__all__ = [
+    'Unischema', 'UnischemaField', 'arrow_type_of_field', 'check_storable', 'dict_to_spark_row', 'encode_row',
+    'infer_unischema', 'insert_explicit_nulls', 'match_unischema_fields', 'numpy_to_tf_dtype', 'prune_struct_field',
+    'struct_leaf_field', 'struct_leaf_paths', 'struct_type_of_field',
+]
 
 # 'preserve_input_order' keeps fields as given; 'alphabetical' is the legacy ordering of old Petastorm releases.
 _UNISCHEMA_FIELD_ORDER = 'preserve_input_order'
@@ -110,14 +115,14 @@ class Unischema:
                                   f'{field!r}); field names must be unique')
             seen[field[0]] = field
             if _scalar_codec_with_shape(field):
-                warnings.warn(f'Unischema {name!r}: {_scalar_shape_message(field)}. Such a field cannot be '
+                warn_user(f'Unischema {name!r}: {_scalar_shape_message(field)}. Such a field cannot be '
                               f'written (as_spark_schema, dict_to_spark_row and write_dataset refuse it)',
-                              UserWarning, stacklevel=2)
+                              UserWarning)
         self._fields = OrderedDict((f.name, f) for f in fields)
         for field in self._fields.values():
             if hasattr(type(self), field.name) or field.name in ('_name', '_fields'):
-                warnings.warn(f'Can not create dynamic property {field.name} because it conflicts with an '
-                              f'existing property of Unischema', UserWarning, stacklevel=2)
+                warn_user(f'Can not create dynamic property {field.name} because it conflicts with an '
+                              f'existing property of Unischema', UserWarning)
             else:
                 setattr(self, field.name, field)
 
@@ -217,7 +222,7 @@ class Unischema:
     def as_spark_schema(self) -> Any:
         """A ``pyspark.sql.types.StructType`` of the stored columns (imports pyspark)."""
         from petastorm._optional import import_optional
-        from petastorm.spark_types import spark_type_from_arrow
+        from petastorm.typemaps.spark import spark_type_from_arrow
 
         types = import_optional('pyspark.sql.types', 'Unischema.as_spark_schema()')
         struct_fields = []
@@ -320,8 +325,8 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
     Fields of scalars and one-level lists get no codec; Arrow tensor extension columns of numbers
     (``arrow.fixed_shape_tensor``, ``arrow.variable_shape_tensor``) become n-d fields decoded by
     ``ArrowTensorCodec``; nested lists, structs, maps, times and decimals carry their Arrow type in a
-    ``ScalarCodec`` (see :func:`petastorm.scalars.field_type_of_arrow`). Files written by Hugging Face ``datasets``
-    have their features read (:mod:`petastorm.hf_features`): images, class labels, n-d arrays.
+    ``ScalarCodec`` (see :func:`petastorm.typemaps.scalars.field_type_of_arrow`). Files written by Hugging Face
+    ``datasets`` have their features read (:mod:`petastorm.typemaps.hf_features`): images, class labels, n-d arrays.
 
     Args:
         source: a ``pyarrow.Schema``, or anything with a ``schema`` attribute holding one (a
@@ -362,8 +367,8 @@ def _inferred_field(arrow_field: pa.Field, omit_unsupported: bool) -> UnischemaF
         if not omit_unsupported:
             raise ValueError(f'Cannot auto-create unischema due to unsupported column type {arrow_field.type} '
                              f'of column {arrow_field.name!r}')
-        warnings.warn(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
-                      UserWarning, stacklevel=4)
+        warn_user(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
+                      UserWarning)
         return None
     numpy_type, shape, needs_codec = described
     codec = ScalarCodec(_plain_type(arrow_field.type)) if needs_codec else None

@@ -1,6 +1,6 @@
 """Mix several readers into one stream, drawing each item from a reader chosen with given probabilities.
 
-A mix is also a column source for the loaders (:mod:`petastorm.source`): the torch and JAX loaders read it
+A mix is also a column source for the loaders (:mod:`petastorm.reading.source`): the torch and JAX loaders read it
 as columns (rows of row readers are mixed column-wise, with the very draws row iteration makes) and save its
 position exactly: every reader's, with the rows the mix or the loader holds counted as not delivered, and the
 state of the draw (rewound over held rows when they are the last ones taken, so the same seed gives the same
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.batch import ColumnBatch
-from petastorm.source import ColumnSource, ItemSource
+from petastorm.reading.batch import ColumnBatch
+from petastorm.reading.source import ColumnSource, ItemSource
 
 __all__ = ['WeightedSamplingReader']
 

@@ -44,6 +44,8 @@ from petastorm.metadata.write import write_dataset_metadata
 from petastorm.tables.delta_write import DeltaWrite
 from petastorm.unischema import Unischema, arrow_type_of_field, encode_row
 
+__all__ = ['FileRoller', 'StagedWrite', 'WriteResult', 'check_write_options', 'encode_rows', 'write_dataset']
+
 logger = logging.getLogger(__name__)
 
 _MB = 1024 * 1024

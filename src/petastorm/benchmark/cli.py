@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Sequence
 
+from petastorm import cli as _cli
 from petastorm.benchmark.throughput import (
     BenchmarkResult,
     Loader,
@@ -27,7 +28,8 @@ from petastorm.benchmark.throughput import (
     _matching_fields,
     measure_throughput,
 )
-from petastorm.tools import _cli
+
+__all__ = ['PROG', 'format_result', 'main', 'result_as_json', 'show_progress']
 
 PROG = 'petastorm-throughput.py'
 

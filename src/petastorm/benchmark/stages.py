@@ -17,6 +17,8 @@ from typing import Any
 
 from petastorm.stage_timing import WORKER_STAGES
 
+__all__ = ['STAGES', 'StageBreakdown', 'stage_breakdown']
+
 #: Every stage, in the order they are shown.
 STAGES = (*WORKER_STAGES, 'collate', 'queue_wait')
 _LABELS = {'io': 'I/O', 'filter': 'filter', 'decode': 'decode', 'transform': 'transform', 'collate': 'collate',

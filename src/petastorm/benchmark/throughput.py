@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -38,7 +39,6 @@ ProgressCallback = Callable[[str, int, int], None]
 _PROGRESS_EVERY_SECONDS = 0.25
 _DEBUG_EVERY_CYCLES = 1000
 # The reader's own warning for make_reader on plain Parquet; the benchmark says it with the option to pass instead.
-_READER_PLAIN_PARQUET_WARNING = 'Currently make_reader supports reading only Petastorm datasets'
 
 
 class WorkerPoolType(Enum):
@@ -335,11 +335,12 @@ def describe_result(result: BenchmarkResult, cycles: int | None = None, rows: in
 
 def _warn_if_plain_parquet(dataset_url: str, reader_args: dict[str, Any]) -> None:
     """Say, naming the option, that ``make_reader`` is measured on a store without Petastorm metadata."""
-    from petastorm.etl.dataset_metadata import open_dataset
+    from petastorm.fs import resolve_location
+    from petastorm.metadata.schemas import has_petastorm_metadata
+    from petastorm.metadata.store import open_store
 
-    store = open_dataset(dataset_url, reader_args.get('hdfs_driver', 'libhdfs3'), reader_args.get('storage_options'),
-                         reader_args.get('filesystem'))
-    if any(key.startswith((b'petastorm.', b'dataset-toolkit.')) for key in store.metadata_kv):
+    store = open_store(resolve_location(dataset_url, reader_args.get('storage_options'), reader_args.get('filesystem')))
+    if has_petastorm_metadata(store):
         return
     logger.warning('%s is a plain Parquet store (no Petastorm metadata): make_reader reads it one row per cycle, '
                    'with a schema inferred from the files. Pass --batch (batch=True) to measure make_batch_reader, '
@@ -348,14 +349,15 @@ def _warn_if_plain_parquet(dataset_url: str, reader_args: dict[str, Any]) -> Non
 
 def _open_reader(dataset_url: str, batch: bool, reader_args: dict[str, Any], time_stages: bool) -> Any:
     """``make_reader``/``make_batch_reader`` with the same arguments, optionally timing its stages."""
-    from petastorm.options import validate_options
     from petastorm.reader import Reader, normalize_dataset_url_or_urls
+    from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
+    from petastorm.reading.options import validate_options
 
     options = validate_options(dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=batch,
                                **reader_args)
     with warnings.catch_warnings():
         # _warn_if_plain_parquet said it already, naming the option to pass.
-        warnings.filterwarnings('ignore', message=_READER_PLAIN_PARQUET_WARNING, category=UserWarning)
+        warnings.filterwarnings('ignore', message=re.escape(PLAIN_PARQUET_WARNING), category=UserWarning)
         return Reader(options, time_stages=time_stages)
 
 
@@ -373,14 +375,15 @@ def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: boo
                      reader_args: dict[str, Any]) -> list[Any]:
     if not field_regex:
         return []
-    from petastorm.etl.dataset_metadata import infer_or_load_unischema, open_dataset
+    from petastorm.fs import resolve_location
+    from petastorm.metadata.schemas import stored_or_inferred_schema
+    from petastorm.metadata.store import open_store
     from petastorm.unischema import match_unischema_fields
 
     # The schema is read with the same storage settings the reader gets (credentials, endpoint).
-    store = open_dataset(dataset_url, reader_args.get('hdfs_driver', 'libhdfs3'), reader_args.get('storage_options'),
-                         reader_args.get('filesystem'))
+    store = open_store(resolve_location(dataset_url, reader_args.get('storage_options'), reader_args.get('filesystem')))
     # make_reader falls back to the inferred schema on a plain Parquet store too.
-    schema = infer_or_load_unischema(store)
+    schema = stored_or_inferred_schema(store).schema
     fields = match_unischema_fields(schema, field_regex)
     if not fields:
         raise ValueError(f'--field-regex {field_regex} matches no field of {dataset_url} '

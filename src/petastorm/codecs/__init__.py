@@ -30,7 +30,7 @@ from petastorm.codecs._ndarray import CompressedNdarrayCodec, NdarrayCodec
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.codecs._tensor import ArrowTensorCodec
 from petastorm.errors import SchemaError
-from petastorm.scalars import native_arrow_type, to_arrow_scalar, to_arrow_value
+from petastorm.typemaps.scalars import native_arrow_type, to_arrow_scalar, to_arrow_value
 
 __all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ClassLabelCodec', 'ColumnBuilder', 'CompressedImageCodec',
            'CompressedNdarrayCodec', 'DataframeColumnCodec', 'HFImageCodec', 'NdarrayCodec', 'ScalarCodec',

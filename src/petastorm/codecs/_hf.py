@@ -5,7 +5,7 @@ it was given (PNG for arrays, the original file for images read from disk: JPEG,
 or only a path. :class:`HFImageCodec` decodes a whole column of them: plain PNGs and JPEGs through the fast decoders
 of :class:`~petastorm.codecs.CompressedImageCodec`, straight into the column's array, anything else through
 Pillow (which ``datasets`` itself uses, so the pixels are those it gives). Rows stored as a path only are read by
-the reader from the dataset's directory before decoding (see :func:`petastorm.read.resolve_image_paths`).
+the reader from the dataset's directory before decoding (see :func:`petastorm.reading.worker.resolve_image_paths`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from petastorm.codecs._image import _backends, _iter_buffers
 from petastorm.codecs._image_formats import plain_layout
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
-from petastorm.scalars import arrow_type_from_json, arrow_type_to_json
+from petastorm.typemaps.scalars import arrow_type_from_json, arrow_type_to_json
 
 #: The stored type of a ``datasets`` ``Image`` feature.
 HF_IMAGE_TYPE = pa.struct([pa.field('bytes', pa.binary()), pa.field('path', pa.string())])

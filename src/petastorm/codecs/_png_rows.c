@@ -325,7 +325,7 @@ static uint32_t crc32_by_zlib(const uint8_t *p, size_t n)
  * at a time, then into one, then over the last whole blocks; the zlib call finishes on the folded block and the
  * remaining bytes. The usual starting value (all ones) is xored into the first four bytes, so zlib continues from
  * a zero register, which is what passing it all ones gives. The constants are K(544), K(480) for 64 bytes and
- * K(160), K(96) for 16; tests/test_png_reader.py compares this function with zlib on every length to 300.
+ * K(160), K(96) for 16; tests/model/test_png_reader.py compares this function with zlib on every length to 300.
  */
 __attribute__((target("pclmul"))) static inline __m128i fold(__m128i block, __m128i k, __m128i next)
 {

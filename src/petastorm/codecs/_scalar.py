@@ -9,14 +9,14 @@ import pyarrow as pa
 
 from petastorm.codecs._base import DataframeColumnCodec, _field_name
 from petastorm.errors import SchemaError
-from petastorm.scalars import (
+from petastorm.typemaps.scalars import (
     arrow_type_from_json,
     arrow_type_to_json,
     scalar_column_to_numpy,
     to_arrow_scalar,
     to_arrow_value,
 )
-from petastorm.spark_types import arrow_type_from_spark, is_spark_type
+from petastorm.typemaps.spark import arrow_type_from_spark, is_spark_type
 
 
 class ScalarCodec(DataframeColumnCodec):
@@ -45,7 +45,7 @@ class ScalarCodec(DataframeColumnCodec):
         if not isinstance(self._spark_type, pa.DataType) and is_spark_type(self._spark_type):
             return self._spark_type
         from petastorm._optional import import_optional
-        from petastorm.spark_types import spark_type_from_arrow
+        from petastorm.typemaps.spark import spark_type_from_arrow
 
         return spark_type_from_arrow(self._arrow_type, import_optional('pyspark.sql.types', 'spark_dtype()'))
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from petastorm.codecs._base import DataframeColumnCodec, _field_name, check_array
 from petastorm.errors import CodecError, SchemaError
-from petastorm.scalars import numpy_type_of_arrow
+from petastorm.typemaps.scalars import numpy_type_of_arrow
 
 FIXED_SHAPE_TENSOR = 'arrow.fixed_shape_tensor'
 VARIABLE_SHAPE_TENSOR = 'arrow.variable_shape_tensor'
@@ -284,7 +284,7 @@ class ArrowTensorCodec(DataframeColumnCodec):
     def spark_dtype(self, unischema_field: Any = None) -> Any:
         """A flat ``ArrayType`` of the row-major values; for variable shapes a struct of it and the shape."""
         from petastorm._optional import import_optional
-        from petastorm.spark_types import spark_type_from_arrow
+        from petastorm.typemaps.spark import spark_type_from_arrow
 
         types = import_optional('pyspark.sql.types', 'ArrowTensorCodec.spark_dtype()')
         if unischema_field is None:

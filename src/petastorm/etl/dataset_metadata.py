@@ -1,4 +1,4 @@
-"""Dataset metadata, under Petastorm's module path: schema lookup, metadata constants and ``materialize_dataset``.
+"""Petastorm's ``petastorm.etl.dataset_metadata`` module path: schema lookup, metadata keys, ``materialize_dataset``.
 
 Re-exports only; the implementation lives in :mod:`petastorm.metadata` and :mod:`petastorm.etl.materialize`.
 """
@@ -11,14 +11,23 @@ from petastorm.errors import PetastormMetadataError, PetastormMetadataGeneration
 from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_location
 from petastorm.metadata.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
-from petastorm.metadata.store import ParquetStore, RowGroupPiece, inferred_schema, open_store, stored_schema
+from petastorm.metadata.schemas import stored_or_inferred_schema, stored_schema, stored_schema_at
+from petastorm.metadata.store import ParquetStore, RowGroupPiece, open_store
 from petastorm.metadata.store import load_row_groups as _load_row_groups
 from petastorm.unischema import Unischema
 
 __all__ = [
-    'PetastormMetadataError', 'PetastormMetadataGenerationError', 'ROW_GROUPS_PER_FILE_KEY', 'ROWGROUPS_INDEX_KEY',
-    'UNISCHEMA_KEY', 'get_schema', 'get_schema_from_dataset_url', 'infer_or_load_unischema', 'load_row_groups',
-    'materialize_dataset', 'open_dataset',
+    'ROWGROUPS_INDEX_KEY',
+    'ROW_GROUPS_PER_FILE_KEY',
+    'UNISCHEMA_KEY',
+    'PetastormMetadataError',
+    'PetastormMetadataGenerationError',
+    'get_schema',
+    'get_schema_from_dataset_url',
+    'infer_or_load_unischema',
+    'load_row_groups',
+    'materialize_dataset',
+    'open_dataset',
 ]
 
 
@@ -44,19 +53,12 @@ def get_schema(dataset: Any) -> Unischema:
 def get_schema_from_dataset_url(dataset_url_or_urls: Any, hdfs_driver: str = 'libhdfs3',
                                 storage_options: dict | None = None, filesystem: Any = None) -> Unischema:
     """The Unischema stored in the dataset at ``dataset_url_or_urls``."""
-    return stored_schema(open_dataset(dataset_url_or_urls, hdfs_driver, storage_options, filesystem))
+    return stored_schema_at(dataset_url_or_urls, storage_options, filesystem)
 
 
 def infer_or_load_unischema(dataset: Any) -> Unischema:
     """The stored Unischema, or one inferred from the Parquet schema when the store has no Petastorm metadata."""
-    store = _as_store(dataset)
-    try:
-        return stored_schema(store)
-    except PetastormMetadataError:
-        if store.metadata_path is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.'))
-                                                   for k in store.metadata_kv):
-            raise  # metadata is there but unreadable or refused: never silently fall back
-        return inferred_schema(store)
+    return stored_or_inferred_schema(_as_store(dataset)).schema
 
 
 def load_row_groups(dataset: Any) -> list[RowGroupPiece]:

@@ -38,6 +38,8 @@ from petastorm.metadata.write import write_dataset_metadata
 from petastorm.spark.session import is_connect_session
 from petastorm.unischema import Unischema
 
+__all__ = ['materialize_dataset', 'row_groups_from_summary', 'write_petastorm_metadata']
+
 logger = logging.getLogger(__name__)
 
 _MB = 1024 * 1024

@@ -238,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--master', help='accepted for compatibility; no Spark job is needed')
     parser.add_argument('--spark-driver-memory', default='4g', help='accepted for compatibility; not used')
     parser.add_argument('--hdfs-driver', default='libhdfs3', help='accepted for compatibility; not used')
-    from petastorm.tools import _cli
+    from petastorm import cli as _cli
 
     _cli.add_storage_options_argument(parser)
     _cli.add_version_argument(parser)
@@ -265,7 +265,7 @@ def _main(argv: Sequence[str]) -> None:
     It raises what :func:`generate_petastorm_metadata` raises; :func:`main` is the command line (exit codes,
     one-line errors).
     """
-    from petastorm.tools import _cli
+    from petastorm import cli as _cli
 
     args = _parse(argv)
     generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
@@ -274,7 +274,7 @@ def _main(argv: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-generate-metadata.py``."""
-    from petastorm.tools import _cli
+    from petastorm import cli as _cli
 
     args = _parse(argv)
 

@@ -1,6 +1,7 @@
-"""Row-group indexers: which row groups hold which values of a column (re-exports).
+"""Petastorm's ``petastorm.etl.rowgroup_indexers`` module path. Re-exports only.
 
-The classes are defined in :mod:`petastorm.metadata.row_group_indexes`; this is their public path.
+Row-group indexers say which row groups hold which values of a column; they live in
+:mod:`petastorm.metadata.row_group_indexes`.
 """
 
 from petastorm.metadata.row_group_indexes import INDEXERS_BY_KIND, FieldNotNullIndexer, SingleFieldIndexer

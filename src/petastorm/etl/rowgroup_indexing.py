@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
 from petastorm.fs import resolve_location
@@ -29,7 +28,9 @@ from petastorm.metadata.row_group_indexes import (
     load_row_group_indexes,
     storable_kind,
 )
-from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store, stored_schema
+from petastorm.metadata.row_groups import read_row_group
+from petastorm.metadata.schemas import stored_schema
+from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store
 from petastorm.metadata.write import update_common_metadata
 from petastorm.unischema import UnischemaField
 
@@ -51,11 +52,10 @@ def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_in
     the local threads share the given objects. Hive partition columns are not in the files: their values come
     from the piece's directory, as in reading.
     """
-    from petastorm.read import append_partition_columns, decode_columns
+    from petastorm.reading.worker import append_partition_columns, decode_columns
 
     file_columns = [f.name for f in fields if f.name not in partition_names]
-    with filesystem.open_input_file(piece.path) as handle:
-        table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=file_columns)
+    table = read_row_group(filesystem, piece.path, piece.row_group, file_columns)
     table = append_partition_columns(table, piece, [f for f in fields if f.name in partition_names])
     columns = decode_columns(list(fields), table, f'{piece.path} (row group {piece.row_group})')
     return [copy.deepcopy(indexer).build_index(columns, piece_index) for indexer in indexers]

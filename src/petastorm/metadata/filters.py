@@ -18,6 +18,11 @@ import pyarrow.parquet as pq
 
 from petastorm.metadata.store import SUMMARY_METADATA, ParquetStore, summary_footer
 
+__all__ = [
+    'FilterStatistics', 'columns_of_expression', 'filter_expression', 'filter_statistics', 'filters_error',
+    'matching_row_groups',
+]
+
 
 def filter_expression(filters: Any) -> Any:
     """The ``pyarrow.compute.Expression`` of DNF ``filters`` (an expression passes through; None stays None).

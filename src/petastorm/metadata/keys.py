@@ -4,6 +4,11 @@ Ours hold versioned JSON. Petastorm's keys are read (and the row-group count map
 Petastorm itself finds the row groups of datasets we write).
 """
 
+__all__ = [
+    'INDEXES_JSON_KEY', 'ROWGROUPS_INDEX_KEY', 'ROW_GROUPS_FORMAT_VERSION', 'ROW_GROUPS_JSON_KEY',
+    'ROW_GROUPS_PER_FILE_KEY', 'SCHEMA_JSON_KEY', 'UNISCHEMA_KEY',
+]
+
 #: Our schema: JSON from :mod:`petastorm.metadata.schema_json`.
 SCHEMA_JSON_KEY = b'petastorm.unischema.json'
 #: Our row-group map: ``{"format_version": 1, "files": {relative path: [rows of each row group]}}``.

@@ -21,8 +21,10 @@ import numpy as np
 
 from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, NdarrayCodec, ScalarCodec
 from petastorm.errors import PetastormMetadataError
-from petastorm.spark_types import arrow_type_from_spark
+from petastorm.typemaps.spark import arrow_type_from_spark
 from petastorm.unischema import Unischema, UnischemaField
+
+__all__ = ['LegacyPickleRefusedError', 'legacy_indexes_from_pickle', 'restricted_loads', 'unischema_from_legacy_pickle']
 
 logger = logging.getLogger(__name__)
 

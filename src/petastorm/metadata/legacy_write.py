@@ -30,6 +30,16 @@ from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, Ndarr
 from petastorm.errors import PetastormMetadataError
 from petastorm.unischema import Unischema, UnischemaField
 
+__all__ = [
+    'PROTOCOL',
+    'LegacySchemaError',
+    'PickledGlobal',
+    'PickledObject',
+    'describe_unischema',
+    'dumps_description',
+    'unischema_to_legacy_pickle',
+]
+
 #: The pickle protocol Petastorm's writer used on Python 3.8+.
 PROTOCOL = 4
 

@@ -29,6 +29,17 @@ from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.legacy import legacy_indexes_from_pickle
 from petastorm.metadata.store import ParquetStore
 
+__all__ = [
+    'INDEXERS_BY_KIND',
+    'INDEXES_FORMAT_VERSION',
+    'FieldNotNullIndexer',
+    'RowGroupIndexerBase',
+    'SingleFieldIndexer',
+    'indexes_to_json',
+    'load_row_group_indexes',
+    'storable_kind',
+]
+
 #: Version of the JSON document under INDEXES_JSON_KEY: ``{"format_version": 1, "indexes": {name: indexer}}``.
 INDEXES_FORMAT_VERSION = 1
 

@@ -21,6 +21,11 @@ from petastorm.codecs import codec_from_json
 from petastorm.errors import PetastormMetadataError, SchemaError
 from petastorm.unischema import Unischema, UnischemaField
 
+__all__ = [
+    'FORMAT_VERSION', 'dtype_from_name', 'dtype_to_name', 'field_from_json', 'field_to_json', 'unischema_from_json',
+    'unischema_to_json',
+]
+
 FORMAT_VERSION = 1
 
 _DTYPES_BY_NAME: dict[str, Any] = {

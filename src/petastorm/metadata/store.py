@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -37,10 +38,33 @@ from petastorm.errors import (
 from petastorm.fs import ResolvedLocation
 from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
-from petastorm.metadata.legacy import unischema_from_legacy_pickle
-from petastorm.metadata.schema_json import unischema_from_json
 from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
-from petastorm.unischema import Unischema, infer_unischema
+
+__all__ = [
+    'COMMON_METADATA',
+    'DELTA_LOG',
+    'LOCAL_FOOTER_THREADS',
+    'REMOTE_FOOTER_THREADS',
+    'SUMMARY_METADATA',
+    'ParquetStore',
+    'RowGroupPiece',
+    'StoreListing',
+    'check_no_missing_files',
+    'data_file_schema',
+    'footer_row_counts',
+    'glob_files',
+    'list_data_files',
+    'load_row_groups',
+    'look_at',
+    'open_store',
+    'partition_keys_of',
+    'read_footers',
+    'store_footers',
+    'summary_footer',
+    'table_format_of',
+    'typed_partition_value',
+    'unified_file_schema',
+]
 
 COMMON_METADATA = '_common_metadata'
 #: The log directory of a Delta table.
@@ -130,6 +154,18 @@ def partition_keys_of(relative_path: str) -> tuple[tuple[str, str], ...]:
             name, value = part.split('=', 1)
             keys_found.append((name, value))
     return tuple(keys_found)
+
+
+def typed_partition_value(raw: str, numpy_type: Any) -> int | str:
+    """A hive directory's value as its field holds it: an ``int`` for an integer field, else the string itself.
+
+    Args:
+        raw: the value as the directory name spells it (``'3'`` of ``part=3``).
+        numpy_type: the field's numpy type (``np.str_`` for a partition column the schema does not name).
+    """
+    if isinstance(numpy_type, type) and issubclass(numpy_type, np.integer):
+        return int(raw)
+    return raw
 
 
 @dataclass(frozen=True)
@@ -381,32 +417,6 @@ def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_
     return ParquetStore(fs, url, directory, files, file_sizes=file_sizes or {})
 
 
-def stored_schema(store: ParquetStore) -> Unischema:
-    """The Unischema stored in the store's metadata: our JSON, else Petastorm's legacy pickle.
-
-    Raises:
-        PetastormMetadataError: there is no metadata file, no schema in it, or the schema is unreadable/refused.
-    """
-    if store.metadata_path is None:
-        raise PetastormMetadataError(
-            f'Could not find _common_metadata file in {store.url}. Use materialize_dataset(..) in '
-            f'petastorm.etl.dataset_metadata.py to generate this file in your ETL code or use '
-            f'petastorm.write_dataset(...). You can generate it on an existing dataset using '
-            f'petastorm-generate-metadata.py')
-    where = f'{store.metadata_path}'
-    if keys.SCHEMA_JSON_KEY in store.metadata_kv:
-        return unischema_from_json(store.metadata_kv[keys.SCHEMA_JSON_KEY],
-                                   f'{where} (key {keys.SCHEMA_JSON_KEY.decode()})')
-    if keys.UNISCHEMA_KEY in store.metadata_kv:
-        return unischema_from_legacy_pickle(store.metadata_kv[keys.UNISCHEMA_KEY],
-                                            f'{where} (key {keys.UNISCHEMA_KEY.decode()})')
-    raise PetastormMetadataError(
-        f'Could not find the unischema in the dataset common metadata file {where}. Please provide or generate '
-        f'dataset with the unischema attached. Common Metadata file might not be generated properly. Make sure '
-        f'to use materialize_dataset(..) in petastorm.etl.dataset_metadata to properly generate this file in '
-        f'your ETL code. You can generate it on an existing dataset using petastorm-generate-metadata.py')
-
-
 #: footers read at a time from local disk (parsing them is the cost) and from remote storage (a round trip each).
 LOCAL_FOOTER_THREADS = 16
 REMOTE_FOOTER_THREADS = 64
@@ -639,31 +649,3 @@ def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
         partition = partition_keys_of(store.relpath(path)) if store.root else ()
         pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
     return pieces
-
-
-def inferred_schema(store: ParquetStore) -> Unischema:
-    """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
-
-    Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
-    names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
-    table says).
-
-    Raises:
-        PetastormMetadataError: no data file, or one that is not readable Parquet.
-        SchemaError: the files' schemas cannot be unified.
-    """
-    table_schema = store.table_schema()
-    if table_schema is not None:
-        return infer_unischema(table_schema)
-    if not store.files:
-        raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    unified = unified_file_schema(store)
-    if unified.differs:
-        warn_user(f'the files of {store.url} differ in their schemas, and are read as one: {unified.describe()}')
-    arrow_schema = unified.schema
-    partitions: dict[str, list[str]] = {}
-    if store.root:
-        for path in store.files:
-            for name, value in partition_keys_of(store.relpath(path)):
-                partitions.setdefault(name, []).append(value)
-    return infer_unischema(arrow_schema, partitions=partitions)

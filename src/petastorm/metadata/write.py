@@ -24,6 +24,8 @@ from petastorm.metadata.schema_json import unischema_to_json
 from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, footer_row_counts, list_data_files
 from petastorm.unischema import Unischema
 
+__all__ = ['update_common_metadata', 'write_dataset_metadata']
+
 logger = logging.getLogger(__name__)
 
 

@@ -22,7 +22,6 @@ from petastorm.plan.order import (
     epoch_schedule,
     kept_rows,
     row_permutation,
-    schedule,
     unit_rows,
 )
 from petastorm.plan.resume import (
@@ -67,6 +66,6 @@ __all__ = [
     'epoch_rng', 'epoch_schedule', 'kept_rows', 'make_layout', 'merge_runs', 'partition_values', 'pass_stages',
     'position_state', 'rank_share',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
-    'runs_of_rows', 'schedule', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
+    'runs_of_rows', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
     'split_drop_partitions', 'unit_rows', 'units_of_runs',
 ]

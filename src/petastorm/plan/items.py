@@ -18,6 +18,8 @@ import numpy as np
 
 from petastorm.errors import NoDataAvailableError
 
+__all__ = ['ScheduledItem', 'WorkItem', 'shard_items', 'split_drop_partitions']
+
 
 @dataclass(frozen=True)
 class WorkItem:

@@ -17,6 +17,8 @@ from petastorm.plan.order import epoch_order
 from petastorm.plan.runs import Remainder, Run, rank_share, runs_length, share_size, slice_runs, units_of_runs
 from petastorm.plan.shard import ShardMode
 
+__all__ = ['ShardLayout', 'Stage', 'pass_stages']
+
 
 @dataclass(frozen=True)
 class Stage:

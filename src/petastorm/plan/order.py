@@ -7,11 +7,13 @@ seed gives the same sequence of rows for every pool kind, worker count and insta
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from petastorm.plan.items import ScheduledItem, WorkItem
+
+__all__ = ['RowMatches', 'epoch_order', 'epoch_rng', 'epoch_schedule', 'kept_rows', 'row_permutation', 'unit_rows']
 
 # Large prime mixed into per-epoch seeds so that (seed, epoch) streams never collide with user seeds.
 _EPOCH_STREAM = 0x9E3779B1
@@ -31,17 +33,6 @@ def epoch_schedule(items: Sequence[WorkItem], epoch: int, seed: int | None,
     order = rng.permutation(len(items)) if shuffle_row_groups else np.arange(len(items))
     shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items))
     return [ScheduledItem(items[i], epoch, int(shuffle_seeds[i])) for i in order]
-
-
-def schedule(items: Sequence[WorkItem], seed: int | None, shuffle_row_groups: bool, num_epochs: int | None,
-             first_epoch: int = 0) -> Iterator[ScheduledItem]:
-    """Every scheduled item of ``num_epochs`` epochs (forever when None), starting at ``first_epoch``."""
-    epoch = first_epoch
-    while num_epochs is None or epoch < first_epoch + num_epochs:
-        yield from epoch_schedule(items, epoch, seed, shuffle_row_groups)
-        epoch += 1
-        if not items:
-            return
 
 
 def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,

@@ -19,6 +19,16 @@ from petastorm.plan.items import ScheduledItem
 from petastorm.plan.layout import ShardLayout, Stage
 from petastorm.plan.runs import Remainder, Run, encode_rows, merge_runs, remaining_runs, runs_length, share_size
 
+__all__ = [
+    'STATE_VERSION',
+    'Cursor',
+    'check_state',
+    'cursor_row_ids',
+    'cursor_stage',
+    'position_state',
+    'restored_stage',
+]
+
 STATE_VERSION = 1
 
 

@@ -19,6 +19,12 @@ import numpy as np
 
 from petastorm.plan.items import ScheduledItem, WorkItem
 
+__all__ = [
+    'EPOCH_SPAN', 'REMAINDER_POLICIES', 'Remainder', 'Run', 'encode_rows', 'merge_runs', 'rank_share',
+    'remainder_rows', 'remaining_runs', 'run_table_of_rows', 'runs_length', 'runs_of_rows', 'share_size', 'slice_runs',
+    'units_of_runs',
+]
+
 #: Positions ``[start, stop)`` of the global order of one epoch: ``(epoch, start, stop)``.
 Run = tuple[int, int, int]
 #: What happens to the rows left over when the global order does not split evenly across shards.

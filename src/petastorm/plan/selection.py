@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.metadata.store import RowGroupPiece
+from petastorm.metadata.store import RowGroupPiece, typed_partition_value
 from petastorm.plan.items import shard_items, split_drop_partitions
 from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec
@@ -20,6 +20,8 @@ from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.tables.read import table_partition_values
 from petastorm.unischema import Unischema
+
+__all__ = ['make_layout', 'partition_values', 'select_row_groups']
 
 
 def partition_values(piece: RowGroupPiece, schema: Unischema) -> dict[str, Any]:
@@ -33,7 +35,7 @@ def partition_values(piece: RowGroupPiece, schema: Unischema) -> dict[str, Any]:
     for name, raw in piece.partition_keys:
         field = schema.fields.get(name)
         dtype = field.numpy_dtype if field is not None else np.str_
-        values[name] = dtype(int(raw)) if issubclass(dtype, np.integer) else dtype(raw)
+        values[name] = dtype(typed_partition_value(raw, dtype))
     return values
 
 

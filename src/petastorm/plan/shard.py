@@ -15,6 +15,10 @@ from typing import Any, Literal
 
 from petastorm.plan.runs import Remainder
 
+__all__ = [
+    'AUTO', 'RANK_ENVIRONMENT', 'SHARD_MODES', 'ShardMode', 'ShardSpec', 'detect_rank_and_world_size', 'resolve_shard',
+]
+
 AUTO = 'auto'
 #: How shards split the data: whole row groups (Petastorm's rule) or equal shares of every epoch's rows.
 ShardMode = Literal['row_groups', 'rows']

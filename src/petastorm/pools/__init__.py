@@ -31,13 +31,13 @@ How the modules fit:
 
 from __future__ import annotations
 
+from petastorm._checks import check_positive_int
 from petastorm.pools.base import (
     ArrayCarrier,
     RemoteTraceback,
     WorkerDiedError,
     WorkerFunctionError,
     WorkerPool,
-    check_positive_int,
     default_max_bytes_in_flight,
 )
 from petastorm.pools.dummy_pool import DummyPool

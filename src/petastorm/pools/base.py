@@ -27,7 +27,24 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from petastorm._checks import check_positive_int
 from petastorm.errors import PetastormError
+
+__all__ = [
+    'DEFAULT_MAX_BYTES_IN_FLIGHT',
+    'STOPPED',
+    'ArrayCarrier',
+    'InFlightBudget',
+    'PoolBase',
+    'PoolOptions',
+    'RemoteTraceback',
+    'SupersededError',
+    'WorkerDiedError',
+    'WorkerFunctionError',
+    'WorkerPool',
+    'default_max_bytes_in_flight',
+    'result_nbytes',
+]
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30
 _INITIAL_LIMIT = 2
@@ -107,13 +124,6 @@ class ArrayCarrier(Protocol):
 
 class SupersededError(PetastormError, RuntimeError):
     """An ``imap`` iterator was resumed after a later ``imap`` call on the same pool had cancelled its work."""
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is a positive int (bools are refused), else raise a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)
 
 
 def result_nbytes(result: Any) -> int:
@@ -221,7 +231,6 @@ class PoolOptions:
     def budget(self) -> InFlightBudget:
         """A fresh in-flight budget for these options."""
         return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, workers_count=self.workers_count)
-
 
 
 class _Stopped:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from petastorm.pools.base import InFlightBudget, PoolBase, check_positive_int
+from petastorm._checks import check_positive_int
+from petastorm.pools.base import InFlightBudget, PoolBase
+
+__all__ = ['DummyPool']
 
 
 class DummyPool(PoolBase):

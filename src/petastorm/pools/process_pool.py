@@ -41,6 +41,8 @@ from petastorm.pools._posix_shm import missing_reason
 from petastorm.pools._process_core import ProcessCore
 from petastorm.pools.base import DEFAULT_MAX_BYTES_IN_FLIGHT, STOPPED, PoolBase, PoolOptions
 
+__all__ = ['START_METHODS', 'ProcessPool', 'oversubscribed', 'usable_cores', 'warn_if_oversubscribed']
+
 logger = logging.getLogger(__name__)
 
 # Kept for compatibility: every worker is a fresh interpreter, whatever the name.

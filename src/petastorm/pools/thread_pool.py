@@ -18,6 +18,8 @@ from petastorm.pools.base import (
     SupersededError,
 )
 
+__all__ = ['THREAD_NAME_PREFIX', 'ThreadPool']
+
 logger = logging.getLogger(__name__)
 
 THREAD_NAME_PREFIX = 'petastorm-worker'

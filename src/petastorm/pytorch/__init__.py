@@ -35,6 +35,16 @@ from petastorm.pytorch._loaders import _LoaderBase as LoaderBase
 from petastorm.pytorch._nested import JaggedTensor
 from petastorm.pytorch._tensors import TorchTypeError
 
-__all__ = ['BatchedDataLoader', 'DataLoader', 'InMemBatchedDataLoader', 'JaggedTensor', 'LoaderArgumentError',
-           'LoaderBase', 'ReaderIterableDataset',
-           'TorchTypeError', 'decimal_friendly_collate', '_load_rows_into_mem', '_sanitize_pytorch_types']
+__all__ = [
+           'BatchedDataLoader',
+           'DataLoader',
+           'InMemBatchedDataLoader',
+           'JaggedTensor',
+           'LoaderArgumentError',
+           'LoaderBase',
+           'ReaderIterableDataset',
+           'TorchTypeError',
+           '_load_rows_into_mem',
+           '_sanitize_pytorch_types',
+           'decimal_friendly_collate',
+]

@@ -2,7 +2,7 @@
 
 For torch's ``DataLoader`` and torchdata's ``StatefulDataLoader``, which iterate a dataset (in worker processes
 when ``num_workers > 0``) and save its ``state_dict()``. Batches are cut from the reader's columns by the same
-:class:`~petastorm.batch_stream.BatchStream` as the petastorm loaders, so a saved position names the rows not
+:class:`~petastorm.reading.batch_stream.BatchStream` as the petastorm loaders, so a saved position names the rows not
 delivered yet.
 """
 
@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from petastorm.batch_stream import ROW_IDS, BatchStream
-from petastorm.pytorch._loaders import _check_batch_size, _check_capacity
+from petastorm._checks import check_positive_int
+from petastorm.pytorch._loaders import _check_capacity
 from petastorm.pytorch._tensors import torch
+from petastorm.reading.batch_stream import ROW_IDS, BatchStream
+from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.shuffle import Table
-from petastorm.source import ColumnSource, as_column_source
 
 _IterableDataset: Any = torch.utils.data.IterableDataset
 
@@ -35,7 +36,7 @@ class ReaderIterableDataset(_IterableDataset):
 
     With torchdata's ``StatefulDataLoader`` the dataset's ``state_dict``/``load_state_dict`` are saved and restored
     with the loader's, so a restored loader continues with exactly the rows not delivered yet. Iteration follows
-    :class:`petastorm.batch_stream.BatchStream`: each ``iter()`` (each epoch) starts the reader's next pass, an
+    :class:`petastorm.reading.batch_stream.BatchStream`: each ``iter()`` (each epoch) starts the reader's next pass, an
     endless reader (``num_epochs=None``) continues.
 
     Args:
@@ -60,7 +61,7 @@ class ReaderIterableDataset(_IterableDataset):
             self._factory = reader
         else:
             self._source = as_column_source(type(self).__name__, reader)
-        self.batch_size = None if batch_size is None else _check_batch_size(batch_size)
+        self.batch_size = None if batch_size is None else check_positive_int('batch_size', batch_size)
         self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
         self._stream_core: BatchStream | None = None
         self._pending_state: dict[str, Any] | None = None
@@ -97,7 +98,7 @@ class ReaderIterableDataset(_IterableDataset):
         return rows
 
     def state_dict(self) -> dict[str, Any]:
-        """The position (see :meth:`petastorm.batch_stream.BatchStream.state_dict`)."""
+        """The position (see :meth:`petastorm.reading.batch_stream.BatchStream.state_dict`)."""
         if self._stream_core is None and self._pending_state is not None:
             return self._pending_state
         return self._stream().state_dict()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from petastorm._checks import check_positive_int
+from petastorm._warnings import warn_user
 from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._loaders import (
     _batch_columns,
@@ -22,9 +23,9 @@ from petastorm.pytorch._loaders import (
 )
 from petastorm.pytorch._nested import TorchForms, VariableLength
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
+from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows, slice_rows
 from petastorm.shuffle._nested import NestedColumns
-from petastorm.source import ColumnSource, as_column_source
 
 
 class InMemBatchedDataLoader(_LoaderBase):
@@ -70,11 +71,8 @@ class InMemBatchedDataLoader(_LoaderBase):
             check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
             super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
                              torch_arguments=torch_arguments)
-            if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)) or num_epochs < 1:
-                raise ValueError(f'num_epochs must be a positive integer, got {num_epochs!r}')
-            if isinstance(rows_capacity, bool) or not isinstance(rows_capacity, (int, np.integer)) or \
-                    rows_capacity < 1:
-                raise ValueError(f'rows_capacity must be a positive integer, got {rows_capacity!r}')
+            check_positive_int('num_epochs', num_epochs)
+            check_positive_int('rows_capacity', rows_capacity)
             _check_tensor_fields(type(self).__name__, self._source)
             self._forms = _forms(type(self).__name__, self._source, _batched_variable_length(variable_length),
                                  padding_value, nulls, tensors=True,
@@ -283,8 +281,8 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capa
         store.write(loaded, table)
         loaded += take
     if dropped:
-        warnings.warn(f'InMemBatchedDataLoader kept the first {rows_capacity} rows (rows_capacity) and dropped '
-                      f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning, stacklevel=3)
+        warn_user(f'InMemBatchedDataLoader kept the first {rows_capacity} rows (rows_capacity) and dropped '
+                      f'{dropped} more; pass a larger rows_capacity to keep them all', UserWarning)
     if store is None:
         store = _TensorColumns()
     return keys, store, loaded, as_tuple, nested

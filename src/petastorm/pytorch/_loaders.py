@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from petastorm.batch_stream import ROW_IDS as _ROW_IDS
-from petastorm.batch_stream import BatchStream
+from petastorm._checks import check_positive_int
+from petastorm._warnings import warn_user
 from petastorm.columns import is_nested
 from petastorm.pytorch._arguments import check_callable, check_torch_arguments
 from petastorm.pytorch._collate import (
@@ -40,8 +39,10 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
+from petastorm.reading.batch_stream import ROW_IDS as _ROW_IDS
+from petastorm.reading.batch_stream import BatchStream
+from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.shuffle import NumpyOps, Table
-from petastorm.source import ColumnSource, as_column_source
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +62,6 @@ class _ReaderDataset(_IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         raise TypeError('iterate the petastorm loader itself, not its .dataset')
-
-
-def _check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
-    return int(batch_size)
 
 
 def _check_bool_dtype(loader: str, bool_dtype: Any) -> bool:
@@ -130,7 +125,7 @@ def _column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator
 
 
 class _LoaderBase(_TorchDataLoader):
-    """Iteration rules shared by the loaders that stream from a reader (:class:`petastorm.batch_stream.BatchStream`).
+    """Iteration rules shared by the loaders that stream from a reader (:class:`petastorm.reading.BatchStream`).
 
     One pass of the loader is one pass of the reader (its ``num_epochs`` epochs). A new ``iter()`` starts over, as
     torch's ``DataLoader`` does: after a finished pass, a pass left with ``break``, a pass a trainer stopped after
@@ -154,7 +149,7 @@ class _LoaderBase(_TorchDataLoader):
             torch_arguments['dataset'] = dataset
         check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
-        batch_size = _check_batch_size(batch_size)
+        batch_size = check_positive_int('batch_size', batch_size)
         if not isinstance(drop_last, (bool, np.bool_)):
             raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
         self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
@@ -165,8 +160,8 @@ class _LoaderBase(_TorchDataLoader):
         self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
         self._pin = bool(pin_memory) and accelerator_available()
         if pin_memory and not self._pin:
-            warnings.warn('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
-                          'memory', UserWarning, stacklevel=3)
+            warn_user('pin_memory=True needs an accelerator, and none is available: batches stay in ordinary '
+                          'memory', UserWarning)
         self._core: BatchStream | None = None  # made at first use: subclasses set their options after this
 
     def _stream(self) -> BatchStream:

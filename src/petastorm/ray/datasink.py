@@ -22,6 +22,8 @@ from petastorm.fs import resolve_url
 from petastorm.unischema import Unischema
 from petastorm.writer import StagedWrite, check_write_options, encode_rows
 
+__all__ = ['PetastormDatasink']
+
 logger = logging.getLogger(__name__)
 
 _MB = 1024 * 1024

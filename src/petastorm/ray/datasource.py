@@ -1,9 +1,9 @@
 """A Ray Data datasource of Petastorm datasets: our plan decides the read tasks, our worker code decodes.
 
-The driver plans exactly as ``make_reader`` does (:func:`petastorm.reader_setup.set_up_reader`, without a reader
+The driver plans exactly as ``make_reader`` does (:func:`petastorm.reading.setup.set_up_reader`, without a reader
 or workers): fields, predicate, ``filters`` and ``rowgroup_selector`` select the row groups, partition values and
 Parquet statistics prune them. Each read task gets a handful of the planned work items and reads, filters and
-decodes them with :func:`petastorm.read.read_item` in the Ray worker process, yielding one Arrow block per row
+decodes them with :func:`petastorm.reading.worker.read_item` in the Ray worker process, yielding one Arrow block per row
 group. n-d arrays and images become Ray tensor columns (:class:`ray.data.extensions.ArrowTensorArray`, in the
 tensor format the ``DataContext`` is configured for), so every numpy or torch batch API of Ray sees them with
 their dtype and shape.
@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import logging
 import math
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,13 +28,15 @@ from petastorm.codecs import ScalarCodec
 from petastorm.columns import densified, is_nested, to_arrow
 from petastorm.metadata.filters import columns_of_expression
 from petastorm.ngram import NGram
-from petastorm.options import validate_options
 from petastorm.plan import ScheduledItem, WorkItem, split_drop_partitions
-from petastorm.read import ReadContext, read_item
 from petastorm.reader import normalize_dataset_url_or_urls
-from petastorm.reader_setup import set_up_reader
+from petastorm.reading.options import validate_options
+from petastorm.reading.setup import set_up_reader
+from petastorm.reading.worker import ReadContext, read_item
 from petastorm.tables import matching_row_groups
 from petastorm.unischema import UnischemaField, arrow_type_of_field
+
+__all__ = ['PetastormDatasource']
 
 try:  # A block of rows without columns (ds.count()) keeps its row count in a null column Ray knows to ignore.
     from ray.data._internal.arrow_block import _BATCH_SIZE_PRESERVING_STUB_COL_NAME as _ROW_COUNT_COLUMN
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 # Reading plain Parquet (no Petastorm metadata) is what Ray users do on purpose: make_reader's warning about it
 # does not apply here.
-_PLAIN_PARQUET_WARNING = 'Currently make_reader supports reading only Petastorm datasets'
 # Guess of the decoded bytes per value of a field whose size the schema does not fix (strings, images of any
 # size), used only for Ray's estimate of the in-memory size.
 _UNKNOWN_FIELD_BYTES = 64
@@ -76,9 +76,7 @@ class PetastormDatasource(Datasource):
             predicate=predicate, rowgroup_selector=rowgroup_selector, filters=filters,
             storage_options=storage_options, filesystem=filesystem, table_version=table_version,
             table_format=table_format)
-        with warnings.catch_warnings():
-            warnings.filterwarnings('ignore', message=_PLAIN_PARQUET_WARNING, category=UserWarning)
-            setup = set_up_reader(options)
+        setup = set_up_reader(options)
         self._context: ReadContext = setup.context
         self._items: tuple[WorkItem, ...] = setup.layout.items
         self._store = setup.dataset

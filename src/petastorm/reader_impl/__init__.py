@@ -9,3 +9,5 @@
 
 The loaders of :mod:`petastorm.pytorch` use the columnar buffers of :mod:`petastorm.shuffle` instead.
 """
+
+__all__: list[str] = []

@@ -29,6 +29,22 @@ import pyarrow.parquet as pq
 
 from petastorm.fs import display_url, resolve_location, resolve_url
 
+__all__ = [
+    'PARENT_CACHE_DIR_URL_CONF',
+    'DeleteDirHandler',
+    'StoreDescription',
+    'check_parent_cache_dir_url',
+    'delete_dir',
+    'describe_store',
+    'dir_exists',
+    'make_sub_dir_url',
+    'new_cache_dir_name',
+    'normalize_dbfs_url',
+    'wait_files_available',
+    'warn_if_files_small',
+    'warn_if_local_dir_on_cluster',
+]
+
 logger = logging.getLogger(__name__)
 
 PARENT_CACHE_DIR_URL_CONF = 'petastorm.spark.converter.parentCacheDirUrl'

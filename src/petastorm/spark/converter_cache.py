@@ -25,6 +25,8 @@ from petastorm.fs import display_url
 from petastorm.spark import cache_dir, in_use
 from petastorm.spark.dataframe_prep import ConversionOptions
 
+__all__ = ['CacheEntry', 'ConverterCache']
+
 logger = logging.getLogger(__name__)
 
 _SESSION_ATTRIBUTE = '_petastorm_converter_cache'

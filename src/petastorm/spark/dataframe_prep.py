@@ -13,8 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from petastorm._checks import check_positive_int
 from petastorm._optional import import_optional
 from petastorm.errors import PetastormError
+
+__all__ = [
+    'DEFAULT_ROW_GROUP_SIZE_BYTES',
+    'FLOAT_DTYPES',
+    'PARQUET_CODECS',
+    'ConversionOptions',
+    'ConverterOptionError',
+    'prepare_dataframe',
+]
 
 DEFAULT_ROW_GROUP_SIZE_BYTES = 32 * 1024 * 1024
 
@@ -45,11 +55,9 @@ class ConversionOptions:
         Raises:
             ConverterOptionError: a value is not supported; the message lists what is.
         """
-        if isinstance(parquet_row_group_size_bytes, bool) or not isinstance(
-                parquet_row_group_size_bytes, (int, np.integer)) or parquet_row_group_size_bytes <= 0:
-            raise ConverterOptionError(f'parquet_row_group_size_bytes must be a positive integer (bytes), got '
-                                       f'{parquet_row_group_size_bytes!r}')
-        return cls(parent_dir_url, int(parquet_row_group_size_bytes), _check_codec(compression_codec),
+        row_group_bytes = check_positive_int('parquet_row_group_size_bytes', parquet_row_group_size_bytes,
+                                             unit='bytes', error=ConverterOptionError)
+        return cls(parent_dir_url, row_group_bytes, _check_codec(compression_codec),
                    _check_dtype(dtype))
 
 

@@ -29,6 +29,11 @@ import pyarrow.fs as pafs
 from petastorm.fs import display_url, resolve_url
 from petastorm.spark import cache_dir
 
+__all__ = [
+    'DELETE_WHEN_UNUSED', 'MARKER_PREFIX', 'Marker', 'hand_over', 'live_markers', 'markers', 'other_live_readers',
+    'reading',
+]
+
 logger = logging.getLogger(__name__)
 
 MARKER_PREFIX = '_petastorm_in_use-'

@@ -25,13 +25,19 @@ from petastorm.plan import AUTO, detect_rank_and_world_size
 from petastorm.spark import cache_dir, in_use
 from petastorm.unischema import arrow_type_of_field
 
+__all__ = [
+    'DEFAULT_TF_BATCH_SIZE', 'DEFAULT_WORKERS_COUNT', 'check_rank_and_size_consistent_with_horovod',
+    'horovod_rank_and_size', 'open_reader', 'shared_order_kwargs', 'tf_dataset', 'torch_dataloader',
+    'warn_if_every_rank_reads_everything',
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORKERS_COUNT = 4
 DEFAULT_TF_BATCH_SIZE = 32
 
 #: The variables through which MPI launchers (Horovod, Open MPI, MPICH) tell a process its rank: the converter
-#: checks only these pairs of :data:`petastorm.distributed.RANK_ENVIRONMENT`, as Petastorm did (torchrun's RANK
+#: checks only these pairs of :data:`petastorm.plan.RANK_ENVIRONMENT`, as Petastorm did (torchrun's RANK
 #: and SLURM's are left to ``cur_shard='auto'``).
 _RANK_SIZE_VARIABLES = (('HOROVOD_RANK', 'HOROVOD_SIZE'), ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),
                         ('PMI_RANK', 'PMI_SIZE'))

@@ -14,6 +14,11 @@ from typing import Any
 
 from petastorm.errors import PetastormError
 
+__all__ = [
+    'ClassicSessionRequiredError', 'application_id', 'conf_value', 'connect_server_host', 'is_connect_session',
+    'remote_connect_host', 'require_classic_session', 'spark_master',
+]
+
 logger = logging.getLogger(__name__)
 
 _LOOPBACK_HOSTS = frozenset({'localhost', '127.0.0.1', '::1', '[::1]', '0.0.0.0'})

@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from petastorm.scalars import scalar_column_to_numpy
 from petastorm.tables._model import TableRowGroup
+from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import Unischema, UnischemaField
 
 __all__ = ['constant_column', 'logical_table', 'stored_columns', 'table_partition_values']

@@ -24,8 +24,12 @@ import numpy as np
 from petastorm.codecs import ScalarCodec
 from petastorm.unischema import Unischema, UnischemaField
 
-__all__ = ['ShuffleAnalysisSchema', 'CorrelationDistribution', 'compute_correlation_distribution',
-           'generate_shuffle_analysis_dataset']
+__all__ = [
+    'CorrelationDistribution',
+    'ShuffleAnalysisSchema',
+    'compute_correlation_distribution',
+    'generate_shuffle_analysis_dataset',
+]
 
 _INT64_BYTES = 8
 _MB = 1 << 20
@@ -71,7 +75,7 @@ def generate_shuffle_analysis_dataset(spark: Any, output_dataset_url: str, num_r
         write_dataset(output_dataset_url, ShuffleAnalysisSchema, ({'id': i} for i in range(num_rows)),
                       row_group_size_mb=row_group_size * _INT64_BYTES / _MB, mode='overwrite')
         return
-    from petastorm.etl.dataset_metadata import materialize_dataset
+    from petastorm.etl.materialize import materialize_dataset
     from petastorm.unischema import dict_to_spark_row
 
     schema = ShuffleAnalysisSchema

@@ -24,6 +24,13 @@ from petastorm.tf_utils._dataset import make_petastorm_dataset
 from petastorm.tf_utils._graph import RANDOM_SHUFFLING_QUEUE_SIZE, tf_tensors
 from petastorm.tf_utils._layout import _numpy_to_tf_dtypes, _schema_to_tf_dtypes, make_namedtuple_tf_ngram
 
-__all__ = ['RANDOM_SHUFFLING_QUEUE_SIZE', 'date_to_nsec_from_epoch', 'make_namedtuple_tf_ngram',
-           'make_petastorm_dataset', 'tf_tensors', '_numpy_to_tf_dtypes', '_sanitize_field_tf_types',
-           '_schema_to_tf_dtypes']
+__all__ = [
+           'RANDOM_SHUFFLING_QUEUE_SIZE',
+           '_numpy_to_tf_dtypes',
+           '_sanitize_field_tf_types',
+           '_schema_to_tf_dtypes',
+           'date_to_nsec_from_epoch',
+           'make_namedtuple_tf_ngram',
+           'make_petastorm_dataset',
+           'tf_tensors',
+]

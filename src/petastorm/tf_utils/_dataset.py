@@ -16,15 +16,15 @@ dataset also leaves out the prefetch TF2 would add at its end, so that a session
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from petastorm._optional import import_optional
+from petastorm._warnings import warn_user
 from petastorm.columns import ListColumn, MaskedColumn, densified, num_rows
-from petastorm.source import ColumnSource, as_column_source
+from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.tf_utils._convert import (
     RaggedColumnError,
     column_for_tf,
@@ -89,7 +89,7 @@ def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
 
     def generate() -> Iterator[Any]:
         if source.last_row_consumed:
-            warnings.warn(_RESET_WARNING, UserWarning, stacklevel=2)
+            warn_user(_RESET_WARNING, UserWarning)
             source.reset()
         try:
             flats = column_batches(source, layout) if own_columns else element_values(reader, layout,

@@ -6,10 +6,10 @@ Kept for graphs written for TensorFlow 1 (``tf.compat.v1`` sessions and queue ru
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from petastorm._optional import import_optional
+from petastorm._warnings import warn_user
 from petastorm.tf_utils._convert import columns_for_tf, values_for_tf
 from petastorm.tf_utils._layout import ElementLayout
 
@@ -54,9 +54,9 @@ def tf_tensors(reader: Any, shuffling_queue_capacity: int = 0, min_after_dequeue
     if layout.nested:
         # Graph-mode tensors of one shape each: list, map and struct fields, which make_petastorm_dataset delivers
         # as ragged tensors and dicts, are left out here, with a warning naming them.
-        warnings.warn(f'tf_tensors leaves out the list, map and struct fields {sorted(layout.nested)} (a TF1 graph '
+        warn_user(f'tf_tensors leaves out the list, map and struct fields {sorted(layout.nested)} (a TF1 graph '
                       f'tensor has one dtype and shape); make_petastorm_dataset delivers them as tf.RaggedTensor and '
-                      f'dicts', UserWarning, stacklevel=2)
+                      f'dicts', UserWarning)
         layout = layout.without_nested(reader.schema)
     layout.warn_about_unicode()
     dtypes = layout.dtypes()

@@ -8,15 +8,15 @@ order inside each) and converts between that flat list and the nested structure.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from petastorm.batch import ColumnBatch
+from petastorm._warnings import warn_user
 from petastorm.columns import take_column
+from petastorm.reading.batch import ColumnBatch
 from petastorm.tf_utils._dtypes import numpy_to_tf_dtype, tf_dtype_name
 from petastorm.tf_utils._nested import nested_type, spec_of
 from petastorm.unischema import Unischema, UnischemaField
@@ -132,7 +132,7 @@ class ElementLayout:
         return ElementLayout(view, self.ngram, self.ragged)
 
     def batch_columns(self, batch: ColumnBatch) -> list[Any]:
-        """The flat columns of one :class:`~petastorm.batch.ColumnBatch` of a reader.
+        """The flat columns of one :class:`~petastorm.reading.batch.ColumnBatch` of a reader.
 
         For an NGram, the i-th row of each column is the i-th window's row at that column's offset.
         """
@@ -160,9 +160,9 @@ class ElementLayout:
         """Tell once that unicode fields come back as bytes (the original warned the same way)."""
         names = self.unicode_fields()
         if names:
-            warnings.warn(f'Tensorflow will convert all unicode strings back to bytes type: fields {names} arrive '
+            warn_user(f'Tensorflow will convert all unicode strings back to bytes type: fields {names} arrive '
                           f"as tf.string (UTF-8 bytes); decode them with .decode('utf-8') where text is needed.",
-                          UnicodeWarning, stacklevel=3)
+                          UnicodeWarning)
 
     def groups(self) -> Iterator[tuple[int | None, type, tuple[UnischemaField, ...]]]:
         """``(offset, namedtuple class, fields)`` of each namedtuple of an element."""

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm.columns import ListColumn, MapColumn, MaskedColumn, StructColumn, leaf_validity
-from petastorm.scalars import numpy_type_of_arrow
 from petastorm.tf_utils._convert import column_for_tf, none_error
 from petastorm.tf_utils._dtypes import tf_dtype_name
+from petastorm.typemaps.scalars import numpy_type_of_arrow
 from petastorm.unischema import UnischemaField, arrow_type_of_field
 
 

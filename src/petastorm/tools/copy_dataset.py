@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from petastorm import cli as _cli
 from petastorm._progress import SparkJobProgress, check_progress_argument
-from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_url
-from petastorm.tools import _cli
+from petastorm.metadata.schemas import stored_schema_at
 from petastorm.tools.spark_session_cli import add_configure_spark_arguments, configure_spark
 from petastorm.unischema import Unischema, match_unischema_fields
 
@@ -81,7 +81,7 @@ def copy_dataset(spark: Any, source_url: str, target_url: str, field_regex: Sequ
         pyspark.errors.AnalysisException: ``target_url`` exists and ``overwrite_output`` is False.
     """
     progress = check_progress_argument(progress)
-    schema = _target_schema(get_schema_from_dataset_url(source_url, hdfs_driver, storage_options, filesystem),
+    schema = _target_schema(stored_schema_at(source_url, storage_options, filesystem),
                             field_regex)
     _check_not_null_fields(schema, not_null_fields)
     if partitions_count is not None and partitions_count < 1:
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                   f'{args.row_group_size_mb:g}')
         _cli.check_target(args.target_url, args.overwrite_output, storage_options)
         # Resolve the fields before paying for a JVM: bad regexes and not-null fields fail in a second.
-        schema = get_schema_from_dataset_url(args.source_url, storage_options=storage_options)
+        schema = stored_schema_at(args.source_url, storage_options)
         try:
             schema = _target_schema(schema, args.field_regex)
             _check_not_null_fields(schema, args.not_null_fields)

@@ -33,14 +33,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from petastorm import cli as _cli
 from petastorm.errors import PetastormMetadataError
-from petastorm.etl.dataset_metadata import infer_or_load_unischema
 from petastorm.metadata import keys
+from petastorm.metadata.row_group_indexes import load_row_group_indexes
+from petastorm.metadata.schemas import stored_or_inferred_schema
 from petastorm.metadata.store import ParquetStore
 from petastorm.tables import TABLE_FORMATS, TableStore
 from petastorm.tables import open_dataset as open_table_or_store
-from petastorm.tools import _cli
 from petastorm.unischema import UnischemaField
+
+__all__ = ['PROG', 'describe_value', 'format_description', 'head_rows', 'inspect_dataset', 'main']
 
 PROG = 'petastorm-inspect'
 _MAX_FOOTER_READERS = 16
@@ -83,12 +86,10 @@ def _describe_file(store: ParquetStore, path: str) -> dict[str, Any]:
 
 
 def _describe_indexes(store: ParquetStore) -> dict[str, Any]:
-    from petastorm.etl.rowgroup_indexing import INDEXES_JSON_KEY, get_row_group_indexes
-
-    if INDEXES_JSON_KEY not in store.metadata_kv and keys.ROWGROUPS_INDEX_KEY not in store.metadata_kv:
+    if keys.INDEXES_JSON_KEY not in store.metadata_kv and keys.ROWGROUPS_INDEX_KEY not in store.metadata_kv:
         return {}
     try:
-        indexes = get_row_group_indexes(store)
+        indexes = load_row_group_indexes(store)
     except (ValueError, PetastormMetadataError) as err:
         return {'error': _cli.one_line(err)}
     return {name: {'kind': type(indexer).__name__, 'columns': sorted(indexer.column_names),
@@ -120,7 +121,7 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
     store = open_table_or_store(dataset_url, storage_options=storage_options, filesystem=filesystem,
                                 table_format=table_format, table_version=table_version)
     if isinstance(store, TableStore) and not store.files:
-        schema = infer_or_load_unischema(store)
+        schema = stored_or_inferred_schema(store).schema
         return {'url': str(store.url), 'metadata': _metadata_kind(store), 'metadata_file': None,
                 'schema_name': schema._name, 'fields': [_describe_field(f) for f in schema.fields.values()],
                 'partition_columns': store.partition_names, 'total_rows': 0, 'total_bytes': 0, 'num_row_groups': 0,
@@ -132,7 +133,7 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
             files = list(pool.map(lambda path: _describe_file(store, path), store.files))
     except PetastormMetadataError as err:
         raise PetastormMetadataError(f'{dataset_url} is not a Parquet dataset: {err}') from err
-    schema = infer_or_load_unischema(store)
+    schema = stored_or_inferred_schema(store).schema
     table = None
     if isinstance(store, TableStore):
         table = _describe_table(store)

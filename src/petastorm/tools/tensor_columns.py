@@ -30,14 +30,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm import cli as _cli
 from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCodec
 from petastorm.errors import CodecError, SchemaError
 from petastorm.fs import resolve_location, resolve_url
 from petastorm.metadata import keys
-from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, open_store, stored_schema
+from petastorm.metadata.schemas import stored_schema
+from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, open_store
 from petastorm.metadata.write import update_common_metadata, write_dataset_metadata
-from petastorm.tools import _cli
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
+
+__all__ = ['PROG', 'convert_to_tensor_columns', 'main', 'tensor_schema']
 
 PROG = 'petastorm-tensor-columns'
 logger = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from petastorm._checks import check_positive_int
 from petastorm.workers_pool import EmptyResultError
 
 # How often a consumer waiting for the ventilator to hand in an item looks again (it is also woken by ventilate).
@@ -22,9 +23,7 @@ class LegacyPool:
     """Base of the ``petastorm.workers_pool`` pools (see the package docstring for the protocol)."""
 
     def __init__(self, workers_count: int) -> None:
-        if isinstance(workers_count, bool) or not isinstance(workers_count, int) or workers_count < 1:
-            raise ValueError(f'workers_count must be a positive integer, got {workers_count!r}')
-        self.workers_count = workers_count
+        self.workers_count = check_positive_int('workers_count', workers_count)
         self._cond = threading.Condition()
         self._pending: deque[Any] = deque()  # handles of the ventilated items not handed out yet, in order
         self._ready: deque[Any] = deque()  # results of the first item, not taken yet

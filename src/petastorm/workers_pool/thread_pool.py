@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 
+from petastorm._warnings import warn_user
 from petastorm.workers_pool._protocol import LegacyPool, collecting_worker
 
 __all__ = ['ThreadPool']
@@ -35,8 +35,8 @@ class ThreadPool(LegacyPool):
                  shuffle_rows: bool = False, seed: int | None = None) -> None:
         super().__init__(workers_count)
         if profiling_enabled:
-            warnings.warn('ThreadPool(profiling_enabled=True) has no effect; profile a DummyPool instead, whose '
-                          'work runs in the thread that calls get_results', UserWarning, stacklevel=2)
+            warn_user('ThreadPool(profiling_enabled=True) has no effect; profile a DummyPool instead, whose '
+                          'work runs in the thread that calls get_results', UserWarning)
         self._results_queue_size = results_queue_size
         self._shuffle_rows = shuffle_rows
         self._seed = seed

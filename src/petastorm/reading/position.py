@@ -1,0 +1,162 @@
+"""Where a reader is: the pass being read, the result being handed out, and how much of it reached the caller.
+
+A pass reads ``num_epochs`` epochs of the shard's layout, starting at a stage (a fresh epoch, or the rest of one
+after :meth:`ReaderPosition.restore`). The reader tells the position which result it starts handing out and how
+many rows of it the caller received; from that alone (rows read ahead by workers never count) the position
+writes a state that a new reader continues from exactly, and numbers every delivered row. The bookkeeping is
+the pure functions of :mod:`petastorm.plan`; this class only holds the current values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from petastorm.plan import (
+    Cursor,
+    RowMatches,
+    ScheduledItem,
+    ShardLayout,
+    Stage,
+    check_state,
+    cursor_row_ids,
+    cursor_stage,
+    kept_rows,
+    pass_stages,
+    position_state,
+    restored_stage,
+)
+from petastorm.reading.batch import ColumnBatch
+
+__all__ = ['ReaderPosition', 'UnitTag']
+
+#: What each submitted unit is: its stage, the stage's units, the index of the first non-pending unit, its index.
+UnitTag = tuple[Stage, tuple[ScheduledItem, ...], int, int]
+
+
+class ReaderPosition:
+    """The position of one reader (not thread-safe: the reader holds its lock around every call).
+
+    Args:
+        layout: the shard's layout of epochs.
+        num_epochs: epochs per pass (None: forever).
+    """
+
+    def __init__(self, layout: ShardLayout, num_epochs: int | None) -> None:
+        self._layout = layout
+        self._num_epochs = num_epochs
+        self._next_epoch = 0
+        self._first = Stage(0)
+        self._pass_start = 0
+        self._cursor: Cursor | None = None
+        self._delivered = 0
+        self.started = False
+        self.new_pass()
+
+    @property
+    def layout(self) -> ShardLayout:
+        """The shard's layout (its seed is the saved one after :meth:`restore`)."""
+        return self._layout
+
+    def new_pass(self, stage: Stage | None = None, pass_start: int | None = None) -> None:
+        """The next reading is a pass of ``num_epochs`` epochs from ``pass_start`` (default: after the last pass)."""
+        pass_start = self._next_epoch if pass_start is None else pass_start
+        self._first = Stage(pass_start) if stage is None else stage
+        self._pass_start = pass_start
+        self._next_epoch = pass_start + (self._num_epochs or 0)
+        self._cursor = None
+        self.started = False
+
+    def stages(self) -> Iterator[Stage]:
+        """The stages of the current pass."""
+        return pass_stages(self._layout, self._first, self._pass_start, self._num_epochs)
+
+    def units(self, tags: deque[UnitTag]) -> Iterator[ScheduledItem]:
+        """Every scheduled item of the pass, in reading order; each one's tag is appended to ``tags`` first."""
+        for stage in self.stages():
+            scheduled, main_from = self._layout.units(stage)
+            units = tuple(scheduled)
+            for index, unit in enumerate(units):
+                tags.append((stage, units, main_from, index))
+                yield unit
+
+    def begin(self, tag: UnitTag, batch: ColumnBatch) -> None:
+        """The result ``batch`` of the unit tagged ``tag`` is being handed out; nothing of it delivered yet."""
+        stage, units, main_from, index = tag
+        self._cursor = Cursor(stage, units, main_from, index, batch.num_rows, batch.positions, batch.untracked)
+        self._delivered = 0
+
+    def delivered(self, rows: int | None = None) -> None:
+        """``rows`` more rows of the current result reached the caller (None: all of them)."""
+        # Called once per row by make_reader's iteration: a counter, not a new cursor.
+        assert self._cursor is not None, 'delivered() before begin()'
+        self._delivered = self._cursor.num_rows if rows is None else self._delivered + rows
+
+    def row_ids(self) -> np.ndarray | None:
+        """Numbers naming the rows of the current result across epochs (None when a transform hid them)."""
+        assert self._cursor is not None, 'row_ids() before begin()'
+        return cursor_row_ids(self._cursor)
+
+    def rows_this_pass(self, matches: RowMatches | None = None, whole: bool = False) -> int:
+        """Rows the pass delivers from where it starts (walks the stages).
+
+        Args:
+            matches: the rows each row group keeps through the filters (None: before filters).
+            whole: count the pass from the start of its first epoch, even when it was restored in the middle.
+        """
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(kept_rows(unit, shuffle_rows, matches) for unit in self._units(whole))
+
+    def units_this_pass(self, matches: RowMatches | None = None) -> int:
+        """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
+        if matches is None:
+            return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+        shuffle_rows = self._layout.shuffle_rows
+        return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
+
+    def _units(self, whole: bool) -> Iterator[ScheduledItem]:
+        stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
+            else self.stages()
+        for stage in stages:
+            yield from self._layout.units(stage)[0]
+
+    @property
+    def restarted(self) -> bool:
+        """True when the current pass does not start at the beginning of its first epoch."""
+        return self._first != Stage(self._pass_start)
+
+    def state(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The state from which a new reader delivers exactly the rows not delivered yet."""
+        cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
+        return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, extra)
+
+    def restore(self, states: Sequence[dict[str, Any]], seed: int | None,
+                table_version_change: str = 'refuse') -> None:
+        """Continue from saved states (one, or every rank's), checked against this layout; before reading.
+
+        Args:
+            states: the saved states.
+            seed: the seed the reader was made with (None: unseeded, it adopts the saved one).
+            table_version_change: ``'refuse'`` states saved on another version of the table, or
+                ``'restart_epoch'``: read the saved epoch from its start on this reader's version.
+
+        Raises:
+            ValueError: a state does not match this reader's layout and options.
+            RuntimeError: reading has started.
+        """
+        changed = [check_state(one, self._layout, f'load_state_dict (state {index})', table_version_change)
+                   for index, one in enumerate(states)]
+        if seed is not None and states[0]['seed'] != seed:
+            raise ValueError(f"the state was saved with seed={states[0]['seed']}, this reader has seed={seed}")
+        if self.started:
+            raise RuntimeError('load_state_dict() must be called before reading from the reader')
+        # An unseeded reader adopts the saved order.
+        self._layout = self._layout.with_seed(int(states[0]['seed']))
+        if any(changed):  # positions of another table version name other rows: the saved epoch starts again
+            self.new_pass(Stage(min(int(s['epoch']) for s in states)), int(states[0]['pass_start']))
+            return
+        self.new_pass(restored_stage(states, self._layout), int(states[0]['pass_start']))

@@ -1,0 +1,79 @@
+"""The ``huggingface`` schema metadata of Parquet files written by ``datasets``: what its features make of fields.
+
+``Dataset.to_parquet`` (and the Hub's Parquet files) store the dataset's features as JSON under the schema
+metadata key ``huggingface``. Arrow's types say most of it (``Value``, ``Sequence``/``List``); the features add
+what they do not:
+
+* ``Image``: the ``struct<bytes, path>`` column is an image field, decoded by
+  :class:`~petastorm.codecs.HFImageCodec` (``mode`` kept);
+* ``ClassLabel``: an integer field whose :class:`~petastorm.codecs.ClassLabelCodec` holds the class names;
+* ``Array2D`` ... ``Array5D``: an n-d field of the feature's shape and dtype (a ``None`` first dimension varies).
+
+Other features (``Audio``, ``Video``, translations...) are read as their Arrow types say (structs of bytes and
+paths, dicts of strings). Nothing is fetched: the metadata is all that is read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from petastorm.codecs import ClassLabelCodec, HFImageCodec, ScalarCodec
+from petastorm.codecs._hf import hf_image_shape
+
+__all__ = ['HF_METADATA_KEY', 'field_type_of_feature', 'hf_features']
+
+logger = logging.getLogger(__name__)
+
+#: The schema metadata key ``datasets`` writes its features under.
+HF_METADATA_KEY = b'huggingface'
+_ARRAY_FEATURES = {'Array2D', 'Array3D', 'Array4D', 'Array5D'}
+
+
+def hf_features(arrow_schema: pa.Schema) -> dict[str, Any]:
+    """The top-level features of a ``datasets`` schema (``{column: feature JSON}``), empty for other files.
+
+    Metadata that is not valid JSON, or not of the expected form, is ignored with a warning in the log: the
+    columns are then read as their Arrow types say.
+    """
+    metadata = arrow_schema.metadata or {}
+    raw = metadata.get(HF_METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        features = json.loads(raw)['info']['features']
+    except (ValueError, KeyError, TypeError):
+        logger.warning('the huggingface schema metadata is not what datasets writes; its features are ignored')
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
+def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> tuple[Any, tuple[int | None, ...], Any] | None:
+    """``(numpy type, shape, codec)`` of the field a ``datasets`` feature makes of a column, or None.
+
+    None means that the feature adds nothing to the column's Arrow type (the field is inferred from it).
+    """
+    if not isinstance(feature, dict):
+        return None
+    kind = feature.get('_type')
+    if kind == 'Image' and pa.types.is_struct(arrow_type) and arrow_type.get_field_index('bytes') >= 0 and \
+            feature.get('decode', True):
+        mode = feature.get('mode')
+        return np.uint8, hf_image_shape(mode), HFImageCodec(mode)
+    if kind == 'ClassLabel' and pa.types.is_integer(arrow_type):
+        names = feature.get('names') or []
+        numpy_type = np.dtype(arrow_type.to_pandas_dtype()).type
+        return numpy_type, (), ClassLabelCodec(list(names), arrow_type)
+    if kind in _ARRAY_FEATURES and isinstance(feature.get('shape'), list):
+        try:
+            numpy_type = np.dtype(feature.get('dtype', 'float32')).type
+        except TypeError:
+            return None
+        shape = tuple(None if d is None else int(d) for d in feature['shape'])
+        storage = arrow_type.storage_type if isinstance(arrow_type, pa.BaseExtensionType) else arrow_type
+        return numpy_type, shape, ScalarCodec(storage)
+    return None
