@@ -25,6 +25,9 @@ _S3FS_CACHE_OPTIONS = frozenset({'default_block_size', 'default_fill_cache', 'de
                                  'cache_regions', 'max_concurrency'})
 #: botocore ``Config`` settings that pyarrow's client replaces with its own.
 _CONFIG_HANDLED_BY_PYARROW = frozenset({'max_pool_connections', 'tcp_keepalive', 'user_agent_extra'})
+#: pyarrow's I/O threads (and so its S3 client's connections) once a reader uses its S3 client: as many as the
+#: footers read at a time (metadata.store.REMOTE_FOOTER_THREADS).
+IO_THREADS = 64
 #: what the AWS SDK reads from the environment itself (no region or endpoint given: the SDK's own chain).
 _ENDPOINT_VARIABLES = ('AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')
 
@@ -144,6 +147,11 @@ def native_s3_filesystem(storage_options: Mapping[str, Any] | None, environ: Map
     arguments = native_s3_options(storage_options, environ)
     if arguments is None:
         return None
+    import pyarrow as pa
     import pyarrow.fs as pafs
 
+    # The client keeps as many connections as pyarrow's I/O pool has threads (8 by default): footers and row
+    # groups are read as many at a time as the reader asks only with more. The pool is pyarrow's, for the process.
+    if pa.io_thread_count() < IO_THREADS:
+        pa.set_io_thread_count(IO_THREADS)
     return pafs.S3FileSystem(**arguments)

@@ -1,19 +1,21 @@
-"""The data files of one store on remote storage, read with one request per row group.
+"""The data files of one store, read with as few requests as their filesystem allows.
 
 Every request to remote storage waits a round trip. Reading a row group through ``pyarrow.parquet`` the plain way
 costs three: the client asks for the file's size when it opens it (pyarrow's S3 client sends a ``HEAD``), the
 footer is read to find the row group, then its column chunks. The reader knows the first two already: the listing
-gave every file's size, and planning read the footers (or the metadata told the row groups without them). So
-:class:`DataFiles` keeps, per process, one ``pyarrow.dataset`` fragment per file, created with the listed size
-(no size request) and holding its footer once read; a row group is then its column chunks only, fetched in few
-coalesced requests (``pre_buffer``).
+gave every file's size, and planning read the footers (or the metadata told the row groups without them).
+:class:`DataFiles` keeps that knowledge for the reader's workers:
 
-A file that changed since it was listed is still refused (:class:`~petastorm.errors.DataFileChangedError`): the
-first time a process reads a file, its size and modification time are asked for beside the read, in a thread of
-their own, and compared with the listing's, so the check costs a request per file and process but no round trip.
-
-This serves pyarrow's own remote filesystems (S3, GCS, HDFS, or one given as ``filesystem=``). Local disk is
-memory-mapped instead, and our fsspec layer (:mod:`petastorm.fs`) keeps sizes and footers itself.
+* on pyarrow's own remote filesystems (S3, GCS, HDFS, or one given as ``filesystem=``), one ``pyarrow.dataset``
+  fragment per file and process, made with the listed size (no size request) and holding its footer once read,
+  so that a row group is its column chunks only, fetched in few coalesced requests (``pre_buffer``). The first
+  time a process reads a file, its size and modification time are asked for beside the read, in a thread of
+  their own, and compared with the listing's: a file that changed since is refused at the cost of a request per
+  file and process, but of no round trip;
+* on local disk, the file memory-mapped for each row group (pages are read from the page cache in place), its
+  size compared with the listed one;
+* through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footers and ETags itself), the file opened
+  and its size compared with the listed one.
 """
 
 from __future__ import annotations
@@ -29,19 +31,18 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import DataFileChangedError, StorageNotFoundError
 from petastorm.fs._files import file_url
-from petastorm.fs._handler import StorageHandler
 
 __all__ = ['DataFiles', 'reads_by_fragments']
 
-#: files whose footers a process keeps (the oldest are read again if needed).
+#: files whose fragments (and footers) a process keeps; the oldest are read again if needed.
 _KEPT_FILES = 4096
 
 
 def reads_by_fragments(filesystem: pafs.FileSystem) -> bool:
     """Whether row groups on ``filesystem`` are read through :class:`DataFiles`: pyarrow's remote filesystems."""
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        return False
-    return not (isinstance(filesystem, pafs.PyFileSystem) and isinstance(filesystem.handler, StorageHandler))
+    # Not: local disk, our fsspec layer (or another Python handler), an object that only opens files.
+    return isinstance(filesystem, pafs.FileSystem) and \
+        not isinstance(filesystem, (pafs.LocalFileSystem, pafs.PyFileSystem))
 
 
 class DataFiles:
@@ -52,7 +53,7 @@ class DataFiles:
 
     Args:
         filesystem: where the files are.
-        sizes: each file's size in bytes when the store was listed, by path.
+        sizes: each file's size in bytes when the store was listed, by path (a file not in it is not checked).
         mtimes: each file's modification time (ns) when listed, by path, where the filesystem reports one.
     """
 
@@ -61,6 +62,7 @@ class DataFiles:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
         self.mtimes = dict(mtimes or {})
+        self.by_fragments = reads_by_fragments(filesystem)
         self._fragments: OrderedDict[str, Any] = OrderedDict()
         self._checked: set[str] = set()
         self._lock = threading.Lock()
@@ -71,8 +73,11 @@ class DataFiles:
     # -- footers ----------------------------------------------------------------------------------------------
 
     def footer(self, path: str) -> pq.FileMetaData:
-        """The Parquet footer of ``path``: one request the first time in this process, none after."""
-        return self._fragment(path).metadata
+        """The Parquet footer of ``path``: on a remote filesystem, one request the first time in this process."""
+        if self.by_fragments:
+            return self._fragment(path).metadata
+        with self.filesystem.open_input_file(path) as handle:
+            return pq.read_metadata(handle)
 
     def _fragment(self, path: str) -> Any:
         with self._lock:
@@ -115,6 +120,13 @@ class DataFiles:
         return table
 
     def _read(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
+        if not self.by_fragments:
+            with _open_data_file(self.filesystem, path) as handle:
+                self._check_opened(path, handle)
+                # Through our fsspec layer, pre_buffer fetches the selected column chunks in few coalesced ranged
+                # requests, not one each. A memory-mapped local file is read in place: pre-buffering would copy it.
+                remote = not isinstance(handle, pa.MemoryMappedFile)
+                return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(row_group, columns=columns)
         fragment = self._fragment(path)
         if any('.' in column for column in columns):
             # A struct's leaves by their paths: the dataset scanner would return the leaves as top-level columns,
@@ -124,7 +136,22 @@ class DataFiles:
                     row_group, columns=columns)
         return fragment.subset(row_group_ids=[row_group]).to_table(columns=columns, use_threads=False)
 
+    def _check_opened(self, path: str, handle: pa.NativeFile) -> None:
+        """Raise DataFileChangedError if the file opened is not the size it was listed with."""
+        expected = self.sizes.get(path)
+        if expected is None:
+            return
+        actual = handle.size()
+        if actual != expected:
+            raise DataFileChangedError(
+                f'data file {file_url(self.filesystem, path)} changed after the reader was made: it had {expected} '
+                f'bytes when listed and has {actual} now, so the row groups planned from it may not be its row '
+                f'groups. Make a new reader to read the new contents (writers that replace files should write new '
+                f'names instead)')
+
     def _start_check(self, path: str) -> _ChangeCheck | None:
+        if not self.by_fragments:
+            return None  # checked on opening (sizes), or by our fsspec layer (sizes and ETags)
         with self._lock:
             if path in self._checked or path not in self.sizes:
                 return None
@@ -132,6 +159,19 @@ class DataFiles:
         check = _ChangeCheck(self, path)
         check.start()
         return check
+
+
+def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
+    """The data file, memory-mapped when it is on local disk.
+
+    Parquet pages are then read straight from the page cache instead of being copied into the process first,
+    which takes about a third off the time to read the row groups of an image store (measured on the hello-world
+    store: 69 against 39-49 µs per row). The map lives only while one row group is read; a file truncated in
+    place during that read would fault the process, but writers (ours, Spark's) write new files.
+    """
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return pa.memory_map(path)
+    return filesystem.open_input_file(path)
 
 
 class _ChangeCheck(threading.Thread):

@@ -38,6 +38,7 @@ from petastorm.errors import (
 from petastorm.fs import ResolvedLocation
 from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
+from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 
 __all__ = [
@@ -102,10 +103,14 @@ class ParquetStore:
     metadata_path: str | None = None
     #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
     file_sizes: dict[str, int] = field(default_factory=dict)
+    #: the modification time (ns) of each data file when it was listed, where the filesystem reports one.
+    file_mtimes: dict[str, int] = field(default_factory=dict, compare=False)
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
     #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
     has_summary: bool | None = None
+    #: the size of the metadata files the listing found, by path (read without asking for their size).
+    metadata_sizes: dict[str, int] = field(default_factory=dict, compare=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -249,13 +254,20 @@ def _sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
     return {info.path: info.size for info in infos if info.size is not None}
 
 
-def _read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
-    """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
-    def read() -> pq.FileMetaData:
-        with filesystem.open_input_file(path) as f:
-            return pq.read_metadata(f)
+def _mtimes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    return {info.path: info.mtime_ns for info in infos if info.mtime_ns is not None}
 
-    return with_retries(filesystem, read, 'reading the Parquet footer of', path)
+
+def _read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
+    """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
+    return with_retries(files.filesystem, lambda: files.footer(path), 'reading the Parquet footer of', path)
+
+
+def store_data_files(store: ParquetStore) -> DataFiles:
+    """The store's data files as its readers read them: the listing's sizes and times, the footers read once."""
+    if 'data_files' not in store.memo:
+        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes, store.file_mtimes)
+    return store.memo['data_files']  # type: ignore[no-any-return]
 
 
 def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
@@ -268,7 +280,7 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
     if info is None or info.type != pafs.FileType.File:
         return None
     try:
-        metadata = _read_footer(filesystem, path)
+        metadata = _read_footer(DataFiles(filesystem, {path: info.size} if info.size is not None else None), path)
     except StorageError:
         raise
     except (OSError, pa.ArrowException) as err:
@@ -355,8 +367,10 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             kv, metadata_path = found, posixpath.join(root, name)
             break
     summary = listing.child(SUMMARY_METADATA)
+    metadata_files = [info for name in (COMMON_METADATA, SUMMARY_METADATA) if (info := listing.child(name))]
     return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed),
-                        has_summary=summary is not None and summary.type == pafs.FileType.File)
+                        has_summary=summary is not None and summary.type == pafs.FileType.File,
+                        file_mtimes=_mtimes_of(listed), metadata_sizes=_sizes_of(metadata_files))
 
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
@@ -422,15 +436,23 @@ LOCAL_FOOTER_THREADS = 16
 REMOTE_FOOTER_THREADS = 64
 
 
-def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
+def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles | None = None
+                 ) -> dict[str, pq.FileMetaData]:
     """The Parquet footers of the files, read 16 at a time from local disk and 64 at a time from remote storage.
+
+    Args:
+        filesystem: where the files are.
+        paths: the files.
+        files: the store's data files, which keep the footers for its readers (default: read them here only).
 
     Raises:
         CorruptFooterError: a file is not readable Parquet (the message names its URL); a
             ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
+    through = files if files is not None else DataFiles(filesystem)
+
     def read(path: str) -> pq.FileMetaData:
-        return _footer_of_data_file(filesystem, path)
+        return _footer_of_data_file(through, path)
 
     if not paths:
         return {}
@@ -463,7 +485,7 @@ def _row_counts(metadata: pq.FileMetaData) -> list[int]:
 def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
     """The footers of every data file of the store, read once (and kept in ``store.memo``)."""
     if 'footers' not in store.memo:
-        store.memo['footers'] = read_footers(store.filesystem, list(store.files))
+        store.memo['footers'] = read_footers(store.filesystem, list(store.files), store_data_files(store))
     return store.memo['footers']  # type: ignore[no-any-return]
 
 
@@ -490,9 +512,10 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
     return store.memo['unified']  # type: ignore[no-any-return]
 
 
-def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None = None) -> pq.FileMetaData:
+def _footer_of_data_file(files: DataFiles, path: str, url: str | None = None) -> pq.FileMetaData:
+    filesystem = files.filesystem
     try:
-        return _read_footer(filesystem, path)
+        return _read_footer(files, path)
     except StorageError:
         raise  # the storage failed (or the file vanished): the file itself may be fine
     except (OSError, pa.ArrowException) as err:
@@ -512,7 +535,7 @@ def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
     summary = summary_footer(store)
     if summary is not None:
         return summary.schema.to_arrow_schema()
-    return _footer_of_data_file(store.filesystem, path, store.url_of(path)).schema.to_arrow_schema()
+    return _footer_of_data_file(store_data_files(store), path, store.url_of(path)).schema.to_arrow_schema()
 
 
 def _metadata_file_names(store: ParquetStore) -> set[str]:
@@ -595,7 +618,7 @@ def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:
         store.filesystem.get_file_info(summary).type == pafs.FileType.File
     if not present:
         return None
-    metadata = _read_footer(store.filesystem, summary)
+    metadata = _read_footer(DataFiles(store.filesystem, store.metadata_sizes), summary)
     if metadata.num_row_groups == 0:
         return None
     named = {metadata.row_group(i).column(0).file_path for i in range(metadata.num_row_groups)}

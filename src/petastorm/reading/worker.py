@@ -30,6 +30,7 @@ from petastorm.errors import (
     MissingDependencyError,
 )
 from petastorm.fs._files import file_url
+from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.row_groups import read_row_group
 from petastorm.metadata.store import RowGroupPiece, typed_partition_value
 from petastorm.metadata.unify import conform_table
@@ -71,9 +72,8 @@ class ReadContext:
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them with
             the batch; off by default, then nothing is measured.
-        file_sizes: the size of each data file when the reader listed it, by path: a file found with another size
-            when read changed since (:class:`~petastorm.errors.DataFileChangedError`). Files not in it are not
-            checked.
+        data_files: the store's data files: what the listing said of them (a file found otherwise when read
+            changed since: :class:`~petastorm.errors.DataFileChangedError`) and, per process, their footers.
         column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
             of struct fields (reading them reads only the struct fields the schema holds).
         file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
@@ -95,7 +95,7 @@ class ReadContext:
     ngram: NGram | None = None
     cache: RowGroupCache | None = None
     time_stages: bool = False
-    file_sizes: dict[str, int] | None = None
+    data_files: DataFiles | None = None
     column_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
     file_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     unified_types: tuple[tuple[str, pa.DataType], ...] = ()
@@ -146,10 +146,10 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     # A table's row group: its file stores the logical columns under its own names (or not at all).
     stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
 
-    expected_size = ctx.file_sizes.get(piece.path) if ctx.file_sizes else None
+    files = ctx.data_files if ctx.data_files is not None else DataFiles(ctx.filesystem)
 
     def read() -> pa.Table:
-        return read_row_group(ctx.filesystem, piece.path, piece.row_group, stored, expected_size=expected_size)
+        return read_row_group(files, piece.path, piece.row_group, stored)
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
