@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
+import pyarrow.fs as pafs
+
 from petastorm._warnings import warn_user
 from petastorm.fs import normalize_dir_url
 from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
@@ -260,10 +262,13 @@ class Reader:
         self._rows_known = setup.rows_known
         self._row_matches = setup.row_matches
         self._position = ReaderPosition(setup.layout, options.num_epochs)
+        # From remote storage the first items wait on round trips, not on the CPU: every worker starts one at once.
+        remote = not isinstance(self.read_context.filesystem, pafs.LocalFileSystem)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
-                               max_bytes_in_flight=default_max_bytes_in_flight())
+                               max_bytes_in_flight=default_max_bytes_in_flight(),
+                               initial_in_flight=options.workers_count if remote else None)
         self._pool.start(read_item, self.read_context)
         self._start_pass()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,

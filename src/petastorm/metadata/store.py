@@ -103,14 +103,13 @@ class ParquetStore:
     metadata_path: str | None = None
     #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
     file_sizes: dict[str, int] = field(default_factory=dict)
-    #: the modification time (ns) of each data file when it was listed, where the filesystem reports one.
+    #: the modification time (ns) of each data file when it was listed, where the filesystem reports one (the
+    #: caches key row groups by it).
     file_mtimes: dict[str, int] = field(default_factory=dict, compare=False)
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
     #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
     has_summary: bool | None = None
-    #: the size of the metadata files the listing found, by path (read without asking for their size).
-    metadata_sizes: dict[str, int] = field(default_factory=dict, compare=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -264,9 +263,9 @@ def _read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
 
 
 def store_data_files(store: ParquetStore) -> DataFiles:
-    """The store's data files as its readers read them: the listing's sizes and times, the footers read once."""
+    """The store's data files as its readers read them: the listing's sizes, the footers read once per process."""
     if 'data_files' not in store.memo:
-        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes, store.file_mtimes)
+        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes)
     return store.memo['data_files']  # type: ignore[no-any-return]
 
 
@@ -367,10 +366,9 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             kv, metadata_path = found, posixpath.join(root, name)
             break
     summary = listing.child(SUMMARY_METADATA)
-    metadata_files = [info for name in (COMMON_METADATA, SUMMARY_METADATA) if (info := listing.child(name))]
     return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed),
                         has_summary=summary is not None and summary.type == pafs.FileType.File,
-                        file_mtimes=_mtimes_of(listed), metadata_sizes=_sizes_of(metadata_files))
+                        file_mtimes=_mtimes_of(listed))
 
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
@@ -618,7 +616,7 @@ def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:
         store.filesystem.get_file_info(summary).type == pafs.FileType.File
     if not present:
         return None
-    metadata = _read_footer(DataFiles(store.filesystem, store.metadata_sizes), summary)
+    metadata = _read_footer(DataFiles(store.filesystem), summary)
     if metadata.num_row_groups == 0:
         return None
     named = {metadata.row_group(i).column(0).file_path for i in range(metadata.num_row_groups)}
