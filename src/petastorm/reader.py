@@ -43,7 +43,7 @@ from petastorm.reading.options import (
 )
 from petastorm.reading.position import ReaderPosition, UnitTag
 from petastorm.reading.setup import set_up_reader
-from petastorm.reading.worker import read_item
+from petastorm.reading.worker import prefetch_item, read_item
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
 from petastorm.tables import TableFormat, is_iceberg_table
@@ -282,7 +282,7 @@ class Reader:
         """The pool's batches of the current pass, each registered with the position as it is handed out."""
         self._position.started = True
         tags: deque[UnitTag] = deque()  # what each submitted unit is, in submission order
-        results: Iterator[ColumnBatch] = self._pool.imap(self._position.units(tags))
+        results: Iterator[ColumnBatch] = self._pool.imap(self._fetching_ahead(self._position.units(tags)))
         totals = self._stage_totals
         if totals is not None:
             results = totals.timed(results)
@@ -293,6 +293,16 @@ class Reader:
             if batch.num_rows:
                 self._position.begin(tag, batch)
                 yield batch
+
+    def _fetching_ahead(self, units: Iterator[Any]) -> Iterator[Any]:
+        """The units, each one's row group fetched ahead as the pool takes it (remote stores, thread pool)."""
+        files = self.read_context.data_files
+        if self._options.reader_pool_type != 'thread' or files is None or not files.keeps_open:
+            yield from units
+            return
+        for unit in units:
+            prefetch_item(self.read_context, unit)
+            yield unit
 
     # -- iterator protocol --------------------------------------------------------------------------------------
 
@@ -572,6 +582,8 @@ class Reader:
                 except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()
+        if self.read_context.data_files is not None:
+            self.read_context.data_files.close()  # the threads that fetched row groups ahead
 
     def cleanup_cache(self) -> None:
         """Remove the local disk cache and print ``Cache cleanup complete.``, as Petastorm did.

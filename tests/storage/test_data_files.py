@@ -104,3 +104,63 @@ def test_only_pyarrows_remote_filesystems_keep_files_open(server):
     ours, _ = resolve_url(f's3://{BUCKET}', {'key': 'k', 'secret': 's', 'endpoint_url': server.endpoint,
                                              'config_kwargs': {'read_timeout': 30}})
     assert not keeps_files_open(ours)  # s3fs through our layer keeps sizes and footer bytes itself
+
+
+def _far(server: S3DirectoryServer, proxy) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=proxy.endpoint.split('://')[1], scheme='http', access_key='k',
+                             secret_key='s', region='us-east-1')
+
+
+def test_far_away_row_groups_are_fetched_ahead_and_read_once(server):
+    import threading
+    import time
+
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    path = _write(server, 'ahead.parquet')
+    with DelayProxy(('127.0.0.1', server.port), delay=0.03) as proxy:
+        fs = _far(server, proxy)
+        files = _listed(fs, path)
+        files.footer(path)  # opening the file shows a round trip of 60 ms
+        server.reset_stats()
+        files.prefetch(path, 1, ['id'])
+        files.prefetch(path, 2, ['id'])
+        time.sleep(1.0)
+        assert server.stats().requests == {'GET': 2}  # fetched before anyone read them
+        assert files.read_row_group(path, 2, ['id']).column('id')[0].as_py() == 20_000
+        assert files.read_row_group(path, 1, ['id']).column('id')[0].as_py() == 10_000
+        assert server.stats().requests == {'GET': 2}  # and not fetched again
+        files.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
+
+
+def test_near_row_groups_are_not_fetched_ahead(server):
+    import time
+
+    fs = _s3(server)
+    path = _write(server, 'near.parquet')
+    files = _listed(fs, path)
+    files.footer(path)
+    server.reset_stats()
+    files.prefetch(path, 1, ['id'])
+    time.sleep(0.3)
+    assert server.stats().requests == {}
+    files.close()
+
+
+def test_a_reader_far_away_fetches_ahead_and_joins_its_threads(server):
+    import threading
+
+    from petastorm import make_batch_reader
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    os.makedirs(os.path.join(server.root, BUCKET, 'far'))
+    for index in range(3):
+        _write(server, f'far/part-{index}.parquet')
+    with DelayProxy(('127.0.0.1', server.port), delay=0.03) as proxy, \
+            make_batch_reader(f's3://{BUCKET}/far', filesystem=_far(server, proxy), reader_pool_type='thread',
+                              workers_count=2, schema_fields=['id']) as reader:
+        ids = sorted(int(i) for batch in reader for i in batch.id)
+    assert ids == sorted(list(range(40_000)) * 3)
+    assert reader.read_context.data_files.fetched_ahead > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
