@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
+import pyarrow.fs as pafs
+
 from petastorm._warnings import warn_user
 from petastorm.fs import normalize_dir_url
 from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
@@ -41,7 +43,7 @@ from petastorm.reading.options import (
 )
 from petastorm.reading.position import ReaderPosition, UnitTag
 from petastorm.reading.setup import set_up_reader
-from petastorm.reading.worker import read_item
+from petastorm.reading.worker import prefetch_item, read_item
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
 from petastorm.tables import TableFormat, is_iceberg_table
@@ -260,10 +262,13 @@ class Reader:
         self._rows_known = setup.rows_known
         self._row_matches = setup.row_matches
         self._position = ReaderPosition(setup.layout, options.num_epochs)
+        # From remote storage the first items wait on round trips, not on the CPU: every worker starts one at once.
+        remote = not isinstance(self.read_context.filesystem, pafs.LocalFileSystem)
         self._pool = make_pool(options.reader_pool_type, options.workers_count,
                                max_in_flight=max(options.workers_count,
                                                  min(options.results_queue_size, 2 * options.workers_count)),
-                               max_bytes_in_flight=default_max_bytes_in_flight())
+                               max_bytes_in_flight=default_max_bytes_in_flight(),
+                               initial_in_flight=options.workers_count if remote else None)
         self._pool.start(read_item, self.read_context)
         self._start_pass()
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
@@ -277,7 +282,7 @@ class Reader:
         """The pool's batches of the current pass, each registered with the position as it is handed out."""
         self._position.started = True
         tags: deque[UnitTag] = deque()  # what each submitted unit is, in submission order
-        results: Iterator[ColumnBatch] = self._pool.imap(self._position.units(tags))
+        results: Iterator[ColumnBatch] = self._pool.imap(self._fetching_ahead(self._position.units(tags)))
         totals = self._stage_totals
         if totals is not None:
             results = totals.timed(results)
@@ -288,6 +293,16 @@ class Reader:
             if batch.num_rows:
                 self._position.begin(tag, batch)
                 yield batch
+
+    def _fetching_ahead(self, units: Iterator[Any]) -> Iterator[Any]:
+        """The units, each one's row group fetched ahead as the pool takes it (remote stores, thread pool)."""
+        files = self.read_context.data_files
+        if self._options.reader_pool_type != 'thread' or files is None or not files.keeps_open:
+            yield from units
+            return
+        for unit in units:
+            prefetch_item(self.read_context, unit)
+            yield unit
 
     # -- iterator protocol --------------------------------------------------------------------------------------
 
@@ -567,6 +582,8 @@ class Reader:
                 except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()
+        if self.read_context.data_files is not None:
+            self.read_context.data_files.close()  # the threads that fetched row groups ahead
 
     def cleanup_cache(self) -> None:
         """Remove the local disk cache and print ``Cache cleanup complete.``, as Petastorm did.

@@ -38,6 +38,7 @@ from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
+from petastorm.fs._files import remove_dir, with_retries
 from petastorm.metadata.store import DELTA_LOG
 from petastorm.metadata.write import write_dataset_metadata
 from petastorm.tables.delta_write import DeltaWrite
@@ -338,7 +339,7 @@ class StagedWrite:
         for name in row_groups:
             fs.move(posixpath.join(self.staging, name), posixpath.join(self.root, name))
             self._moved.append(name)
-        fs.delete_dir(self.staging)
+        remove_dir(fs, self.staging)
         write_dataset_metadata(fs, self.root, schema, dict(row_groups), legacy_metadata=legacy_metadata)
 
     def roll_back(self) -> None:
@@ -420,15 +421,16 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     fs, root = resolve_url(dataset_url, storage_options, filesystem)
     arrow_schema = schema.as_pyarrow_schema()
     staged: StagedWrite | DeltaWrite
-    if _writes_delta(fs, root, table_format, mode):
+    # The checks of the target are retried where the client does not, and say which URL the storage refused.
+    if with_retries(fs, lambda: _writes_delta(fs, root, table_format, mode), 'looking at the target', root):
         staged = DeltaWrite(dataset_url, fs, root, schema, mode, storage_options)
-        staged.begin()
+        with_retries(fs, staged.begin, 'preparing the write to', root)
         roller = FileRoller(fs, root, arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
                             compression)
         staged.track(roller)
     else:
         staged = StagedWrite(dataset_url, fs, root, replace=mode == 'overwrite')
-        staged.begin()
+        with_retries(fs, staged.begin, 'preparing the write to', root)
         roller = staged.file_roller(arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
                                     compression)
     num_rows = 0

@@ -154,6 +154,32 @@ def test_decode_column_stacks_into_one_array(backend_setting):
         _assert_identical(column[row], _reference(payload), f'row {row}')
 
 
+@pytest.mark.parametrize('kind', ['jpeg q90 c3 61x97', 'png uint8 c3 61x97'])
+def test_decode_column_takes_the_fast_decoder_of_plain_files(monkeypatch, kind):
+    # The general decoders (OpenCV) are only for what the fast ones cannot read: a column of plain files read
+    # from Arrow's buffers must never reach them.
+    import dataclasses
+
+    import petastorm.codecs._image as image_module
+
+    def refuse(payload):
+        raise AssertionError('a plain file went to the general decoders')
+
+    fast_only = dataclasses.replace(image_backends(), any_decoders=(('refuse', refuse),))
+    monkeypatch.setattr(image_module, '_backends', lambda: fast_only)
+    codec = CompressedImageCodec(kind.split()[0])
+    field = UnischemaField('picture', np.uint8, (61, 97, 3), codec)
+    column = codec.decode_column(field, pa.array([IMAGES[kind]] * 2, pa.binary()))
+    _assert_identical(column[1], _reference(IMAGES[kind]), kind)
+
+
+def test_plain_layout_reads_a_signed_byte_view():
+    # memoryview(pyarrow.Buffer) has the format 'b': its bytes index as negative numbers.
+    view = memoryview(pa.py_buffer(IMAGES['jpeg 444']))
+    assert view.format == 'b'
+    assert plain_layout(view).shape == (61, 97, 3)
+
+
 def test_plain_layout_reads_the_header():
     assert plain_layout(IMAGES['png uint16 c3 7x13']).shape == (7, 13, 3)
     assert plain_layout(IMAGES['png uint16 c3 7x13']).dtype == np.uint16

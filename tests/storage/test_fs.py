@@ -210,18 +210,37 @@ def test_url_lists_share_scheme_and_host(memory_dataset):
         resolve_location([])
 
 
-def test_s3_gets_standard_retries_unless_the_user_sets_them():
-    pytest.importorskip('s3fs')
+def test_s3_options_pyarrow_can_take_get_its_own_client():
+    import pyarrow as pa
+
     with socket.socket() as listening:  # resolving checks that something listens at the endpoint
         listening.bind(('127.0.0.1', 0))
         listening.listen()
         endpoint = f'http://127.0.0.1:{listening.getsockname()[1]}'
         fs, path = resolve_url('s3a://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': endpoint})
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert path == 'bucket/data'
+    assert fs.region == 'us-east-1'
+    assert pa.io_thread_count() >= 64  # its connections: as many as pyarrow's I/O threads
+
+
+def test_s3fs_gets_standard_retries_and_more_connections_unless_the_user_sets_them():
+    pytest.importorskip('s3fs')
+    with socket.socket() as listening:  # resolving checks that something listens at the endpoint
+        listening.bind(('127.0.0.1', 0))
+        listening.listen()
+        endpoint = f'http://127.0.0.1:{listening.getsockname()[1]}'
+        # a read timeout is for s3fs: pyarrow's client applies its own on Windows and macOS only
+        fs, path = resolve_url('s3a://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': endpoint,
+                                                     'config_kwargs': {'read_timeout': 30}})
     assert path == 'bucket/data'
     assert fs.handler.fs.config_kwargs['retries'] == {'max_attempts': 5, 'mode': 'standard'}
     mine = {'key': 'k', 'secret': SECRET, 'config_kwargs': {'retries': {'max_attempts': 2}, 'read_timeout': 5}}
     fs, _ = resolve_url('s3://bucket/data', mine)
-    assert fs.handler.fs.config_kwargs == {'retries': {'max_attempts': 2}, 'read_timeout': 5}
+    assert fs.handler.fs.config_kwargs == {'retries': {'max_attempts': 2}, 'read_timeout': 5,
+                                           'max_pool_connections': 64}
+    fs, _ = resolve_url('s3://bucket/data', {**mine, 'config_kwargs': {'max_pool_connections': 3}})
+    assert fs.handler.fs.config_kwargs['max_pool_connections'] == 3
     assert mine == {'key': 'k', 'secret': SECRET, 'config_kwargs': {'retries': {'max_attempts': 2}, 'read_timeout': 5}}
 
 

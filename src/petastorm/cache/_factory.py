@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 from petastorm.cache._base import CacheBase, NullCache
 from petastorm.cache._decoded import DecodedRowGroupCache, decodes_in_cache
 from petastorm.cache._local_disk import LocalDiskCache
-from petastorm.cache._row_groups import RowGroupCache, file_stamps
+from petastorm.cache._row_groups import FileStamp, RowGroupCache, file_stamps
 from petastorm.unischema import UnischemaField
 
 #: A reader's ``cache_type``.
@@ -100,7 +100,8 @@ def make_cache(cache_type: str | None, location: Any, size_limit: int | None, ro
 
 def make_row_group_cache(cache_type: str, cache: CacheBase, dataset: str, filesystem: pafs.FileSystem,
                          files: Sequence[str], fields: Iterable[UnischemaField],
-                         stored_columns: Iterable[str] = ()) -> RowGroupCache | None:
+                         stored_columns: Iterable[str] = (),
+                         known_stamps: Mapping[str, FileStamp] | None = None) -> RowGroupCache | None:
     """What a reader's workers read row groups through: None without a cache.
 
     Args:
@@ -108,16 +109,18 @@ def make_row_group_cache(cache_type: str, cache: CacheBase, dataset: str, filesy
             any other type a :class:`RowGroupCache` of raw columns.
         cache: the cache made by :func:`make_cache`.
         dataset: the dataset URL (or URLs), part of every key.
-        filesystem: the dataset's filesystem, asked once for the size and modification time of every file.
+        filesystem: the dataset's filesystem, asked once for the size and modification time of every file whose
+            stamp is not known.
         files: the dataset's data files.
         fields: the stored schema's fields (those whose codec the decoded cache decodes are stored decoded).
         stored_columns: columns to keep as stored in the file even in the decoded cache: those that a filter
             expression reads.
+        known_stamps: the files' sizes and times as the store's listing gave them (the others are asked for).
     """
     if isinstance(cache, NullCache):
         return None
     # Size and modification time of every file go into the keys: a rewritten file is never served stale.
-    stamps = file_stamps(filesystem, files)
+    stamps = file_stamps(filesystem, files, known_stamps)
     if cache_type != LOCAL_DISK_DECODED_CACHE:
         return RowGroupCache(cache, dataset, stamps)
     keep = set(stored_columns)

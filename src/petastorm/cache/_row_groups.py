@@ -33,12 +33,19 @@ class FileStamp:
     mtime_ns: int | None
 
 
-def file_stamps(filesystem: pafs.FileSystem, paths: Sequence[str]) -> dict[str, FileStamp]:
-    """The size and modification time of every file, from one batched metadata call."""
+def file_stamps(filesystem: pafs.FileSystem, paths: Sequence[str],
+                known: Mapping[str, FileStamp] | None = None) -> dict[str, FileStamp]:
+    """The size and modification time of every file: ``known`` ones (the store's listing), the others asked for.
+
+    Asking is one batched metadata call, which on an object store is a request per file.
+    """
     if not paths:
         return {}
-    infos = filesystem.get_file_info(list(paths))
-    stamps = {path: FileStamp(info.size, info.mtime_ns) for path, info in zip(paths, infos, strict=True)}
+    known = known or {}
+    unknown = [path for path in paths if path not in known]
+    infos = filesystem.get_file_info(unknown) if unknown else []
+    stamps = {path: FileStamp(info.size, info.mtime_ns) for path, info in zip(unknown, infos, strict=True)}
+    stamps.update((path, known[path]) for path in paths if path in known)
     if any(stamp.mtime_ns is None for stamp in stamps.values()):
         # Some fsspec filesystems report no modification time: a rewrite that keeps the size goes unnoticed.
         logger.info('the filesystem %s reports no modification times; cached row groups are keyed by file size',

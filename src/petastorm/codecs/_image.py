@@ -150,11 +150,13 @@ def _missing_library(what: str) -> MissingDependencyError:
 
 
 def _iter_buffers(payloads: pa.Array) -> Iterator[memoryview | None]:
-    """Yield each cell of a binary array as a zero-copy memoryview (None for nulls)."""
+    """Yield each cell of a binary array as a zero-copy memoryview of unsigned bytes (None for nulls)."""
     n = len(payloads)
     offset_type = np.int64 if pa.types.is_large_binary(payloads.type) else np.int32
     offsets = np.frombuffer(payloads.buffers()[1], dtype=offset_type)[payloads.offset:payloads.offset + n + 1]
-    data = memoryview(payloads.buffers()[2]) if payloads.buffers()[2] is not None else memoryview(b'')
+    # An Arrow buffer's memoryview has the format 'b' (signed chars): its bytes read as -128..127 one at a time,
+    # so header parsers comparing them with 0xFF would never match. Cast once to 'B'.
+    data = memoryview(payloads.buffers()[2]).cast('B') if payloads.buffers()[2] is not None else memoryview(b'')
     valid = payloads.is_valid().to_numpy(zero_copy_only=False) if payloads.null_count else None
     bounds = offsets.tolist()
     for i in range(n):

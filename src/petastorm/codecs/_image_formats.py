@@ -48,6 +48,8 @@ class ImageLayout:
 
 def plain_layout(payload: memoryview | bytes) -> ImageLayout | None:
     """The layout of a plain PNG or JPEG (see :class:`ImageLayout`), else None (also for unreadable headers)."""
+    if isinstance(payload, memoryview) and payload.format != 'B':
+        payload = payload.cast('B')  # indexing must give unsigned bytes (an Arrow buffer's view gives signed ones)
     head = bytes(payload[:8])
     if head == PNG_SIGNATURE:
         return _png_layout(payload)

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
 from petastorm.fs import resolve_location
+from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.row_group_indexes import (
     INDEXES_FORMAT_VERSION,
@@ -30,7 +29,7 @@ from petastorm.metadata.row_group_indexes import (
 )
 from petastorm.metadata.row_groups import read_row_group
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store
+from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store, store_data_files
 from petastorm.metadata.write import update_common_metadata
 from petastorm.unischema import UnischemaField
 
@@ -43,7 +42,7 @@ logger = logging.getLogger(__name__)
 PARALLEL_SLICE_NUM = 2000
 
 
-def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_index: int,
+def _index_one_piece(files: DataFiles, piece: RowGroupPiece, piece_index: int,
                      fields: Sequence[UnischemaField], partition_names: Sequence[str],
                      indexers: Sequence[RowGroupIndexerBase]) -> list[RowGroupIndexerBase]:
     """Copies of ``indexers`` holding one row group's values.
@@ -55,7 +54,7 @@ def _index_one_piece(filesystem: pafs.FileSystem, piece: RowGroupPiece, piece_in
     from petastorm.reading.worker import append_partition_columns, decode_columns
 
     file_columns = [f.name for f in fields if f.name not in partition_names]
-    table = read_row_group(filesystem, piece.path, piece.row_group, file_columns)
+    table = read_row_group(files, piece.path, piece.row_group, file_columns)
     table = append_partition_columns(table, piece, [f for f in fields if f.name in partition_names])
     columns = decode_columns(list(fields), table, f'{piece.path} (row group {piece.row_group})')
     return [copy.deepcopy(indexer).build_index(columns, piece_index) for indexer in indexers]
@@ -112,7 +111,7 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
     fields = [schema.fields[c] for c in columns]
     pieces = load_row_groups(store)
     partition_names = tuple(store.partition_names)
-    fs = store.filesystem
+    files = store_data_files(store)
     if not pieces:
         raise ValueError(f'Cannot build index with empty decoded_rows: {dataset_url} has no row groups')
     description = f'indexing {dataset_url}'
@@ -120,7 +119,7 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix='petastorm-index') as pool, \
                 ProgressMeter(description, len(pieces), 'row groups', progress, logger) as meter:
             parts = []
-            for part in pool.map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers),
+            for part in pool.map(lambda i: _index_one_piece(files, pieces[i], i, fields, partition_names, indexers),
                                  range(len(pieces))):
                 parts.append(part)
                 meter.update()
@@ -131,10 +130,10 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         slices = min(len(pieces), PARALLEL_SLICE_NUM)
         with SparkJobProgress(spark_context, description, progress, logger):
             merged = spark_context.parallelize(range(len(pieces)), slices) \
-                .map(lambda i: _index_one_piece(fs, pieces[i], i, fields, partition_names, indexers)) \
+                .map(lambda i: _index_one_piece(files, pieces[i], i, fields, partition_names, indexers)) \
                 .reduce(_merge)
     result = {indexer.index_name: indexer for indexer in merged}
-    update_common_metadata(fs, store.root, {INDEXES_JSON_KEY: indexes_to_json(result)}, list(store.files))
+    update_common_metadata(store.filesystem, store.root, {INDEXES_JSON_KEY: indexes_to_json(result)}, list(store.files))
     return result
 
 

@@ -8,6 +8,7 @@ petastorm's storage errors, and :func:`redact` removes credentials from any text
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -117,9 +118,21 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+#: how pyarrow's own S3 client (the AWS SDK for C++) names an error in its message: ``AWS Error NO_SUCH_KEY``.
+_AWS_SDK_ERROR = re.compile(r'AWS Error ([A-Z][A-Z0-9_]+)')
+_HTTP_STATUS = re.compile(r'HTTP status (\d{3})')
+#: pyarrow's S3 client asked to write into a bucket that does not exist (it creates none).
+_MISSING_BUCKET = re.compile(r"Bucket '[^']*' not found")
+
+
 def _codes(err: BaseException) -> tuple[set[str], set[int]]:
     codes: set[str] = set()
     statuses: set[int] = set()
+    if isinstance(err, OSError) and not isinstance(err, PetastormError):
+        text = str(err)
+        # NO_SUCH_KEY is the service's NoSuchKey: read it as the code botocore would give.
+        codes.update(''.join(part.capitalize() for part in name.split('_')) for name in _AWS_SDK_ERROR.findall(text))
+        statuses.update(int(status) for status in _HTTP_STATUS.findall(text))
     response = getattr(err, 'response', None)
     if isinstance(response, Mapping):
         error = response.get('Error') or {}
@@ -148,7 +161,8 @@ def classify(err: BaseException) -> Kind:
         statuses |= more_statuses
     names = {type(item).__name__ for item in chain}
     text = ' '.join(str(item) for item in chain)
-    if isinstance(err, FileNotFoundError) or codes & _NOT_FOUND_CODES or 404 in statuses:
+    if isinstance(err, FileNotFoundError) or codes & _NOT_FOUND_CODES or 404 in statuses or \
+            _MISSING_BUCKET.search(text):
         return 'not_found'
     if (codes & _CREDENTIAL_CODES or names & _CREDENTIAL_CLASSES or 401 in statuses
             or (isinstance(err, PermissionError) and any(marker in text for marker in _CREDENTIAL_TEXT))):

@@ -13,8 +13,8 @@ from typing import TypeVar
 
 import pyarrow.fs as pafs
 
-from petastorm.fs._errors import translate
-from petastorm.fs._handler import StorageHandler
+from petastorm.fs._errors import classify, translate
+from petastorm.fs._handler import OBJECT_STORE_SCHEMES, StorageHandler
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
 
 T = TypeVar('T')
@@ -40,6 +40,27 @@ def file_url(filesystem: pafs.FileSystem, path: str) -> str:
     return f'{scheme}://{path}' if path.startswith('/') or scheme != 'file' else f'file:///{path}'
 
 
+def is_object_store(filesystem: pafs.FileSystem) -> bool:
+    """True when ``filesystem`` is an object store, whose directories are only key prefixes."""
+    handler = _storage_handler(filesystem)
+    if handler is not None:
+        return handler.scheme in OBJECT_STORE_SCHEMES
+    return _ARROW_SCHEMES.get(getattr(filesystem, 'type_name', '')) in OBJECT_STORE_SCHEMES
+
+
+def remove_dir(filesystem: pafs.FileSystem, path: str) -> None:
+    """Delete the directory ``path`` and what it holds; on an object store, one already emptied is gone already.
+
+    Raises:
+        FileNotFoundError: there is no such directory (on an object store: never).
+    """
+    try:
+        filesystem.delete_dir(path)
+    except FileNotFoundError:
+        if not is_object_store(filesystem):
+            raise
+
+
 def retries_itself(filesystem: pafs.FileSystem) -> bool:
     """True when ``filesystem`` retries transient errors request by request (ours), or has none (local disk)."""
     return _storage_handler(filesystem) is not None or isinstance(filesystem, pafs.LocalFileSystem)
@@ -51,7 +72,8 @@ def with_retries(filesystem: pafs.FileSystem, func: Callable[[], T], operation: 
 
     Raises:
         StorageError: every attempt failed with a transient error (the message names the URL and the attempts).
-        Exception: a non-transient error, at once and unchanged.
+        StorageNotFoundError, StorageCredentialsError, StoragePermissionError: what the storage said about access.
+        Exception: any other non-transient error, at once and unchanged.
     """
     if retries_itself(filesystem):
         return func()
@@ -60,3 +82,9 @@ def with_retries(filesystem: pafs.FileSystem, func: Callable[[], T], operation: 
         return retry.call(func, f'{operation} {url}')
     except RetriesExhausted as exhausted:
         raise translate(exhausted.error, operation, url, attempts=exhausted.attempts) from exhausted.error
+    except OSError as err:
+        # What the storage said about access (gone, credentials refused, no permission, nothing listening) names
+        # the URL, as our own layer says it; anything else (a damaged file, say) is the caller's to tell.
+        if classify(err) in ('not_found', 'credentials', 'permission', 'refused'):
+            raise translate(err, operation, url) from err
+        raise

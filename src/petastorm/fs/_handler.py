@@ -292,10 +292,34 @@ class StorageHandler(pafs.FSSpecHandler):
         return infos
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        infos = self._run('listing', selector.base_dir,
-                          lambda: super(StorageHandler, self).get_file_info_selector(selector))
+        infos = self._run('listing', selector.base_dir, lambda: self._list(selector))
         self._remember(infos)
         return infos
+
+    def _list(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        """The entries under the selector's directory, from the listing alone where it has any.
+
+        pyarrow's handler first asks whether the path is a directory and whether it exists (on S3 a HEAD and a
+        listing each) before listing it; a listing that returns entries answers both. Only an empty answer (an
+        empty directory, a file, or nothing) costs those questions.
+        """
+        base = selector.base_dir
+        # fsspec keeps listings for the life of the filesystem object, which the process shares: a reader made after
+        # another process added or removed files must see them, so every listing asks the store.
+        self.fs.invalidate_cache(base)
+        try:
+            found = self.fs.find(base, maxdepth=None if selector.recursive else 1, withdirs=True, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            found = {}
+        own = base.strip('/')
+        infos = [self._create_file_info(path, info) for path, info in found.items() if path.strip('/') != own]
+        if infos or self.fs.isdir(base):
+            return infos
+        if self.fs.exists(base):
+            raise NotADirectoryError(base)
+        if selector.allow_not_found:
+            return []
+        raise FileNotFoundError(base)
 
     def create_dir(self, path: str, recursive: bool) -> None:
         self._run('create_dir', path, lambda: super(StorageHandler, self).create_dir(path, recursive), retry=False)

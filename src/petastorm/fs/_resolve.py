@@ -6,7 +6,9 @@ scheme                                    filesystem
 ``file://``                               ``pyarrow.fs.LocalFileSystem``
 ``hdfs://``                               ``pyarrow.fs.HadoopFileSystem``, namenode from the URL or the Hadoop
                                           configuration (see :mod:`petastorm.fs.hadoop`)
-``s3://``, ``s3a://``                     s3fs (``pip install 'neo-petastorm[s3]'``)
+``s3://``, ``s3a://``                     ``pyarrow.fs.S3FileSystem`` when every ``storage_option`` means the
+                                          same to it (:mod:`petastorm.fs._native_s3`), else s3fs
+                                          (``pip install 'neo-petastorm[s3]'``)
 ``gs://``, ``gcs://``                     gcsfs (``pip install 'neo-petastorm[gcs]'``)
 ``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
 ``memory://``                             fsspec's in-memory filesystem (one per process; for tests)
@@ -17,7 +19,8 @@ fsspec filesystems are wrapped as ``PyFileSystem(StorageHandler(fs))`` (:mod:`pe
 name the URL, transient failures are retried, and reads are exact ranged requests. ``storage_options`` are the
 keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...); for S3 we add
 botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``) unless
-the options set retries themselves. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
+the options set retries themselves, and 64 pooled connections (``max_pool_connections``, botocore's default is 10)
+unless they set that. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
 filesystem) is used as it is and only the path is taken from the URL.
 """
 
@@ -37,6 +40,7 @@ from petastorm._optional import import_optional
 from petastorm.errors import MissingDependencyError, StorageError
 from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
+from petastorm.fs._native_s3 import native_s3_filesystem
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
 
 #: schemes fsspec does not register under that name, and the one it does.
@@ -44,6 +48,8 @@ _SCHEME_ALIASES = {'abfss': 'abfs'}
 _HDFS_SCHEMES = ('hdfs', 'viewfs')
 _S3_SCHEMES = ('s3', 's3a')
 S3_DEFAULT_RETRIES = {'max_attempts': 5, 'mode': 'standard'}
+#: connections an S3 client keeps open (botocore's default is 10): footers and row groups are read this many at once.
+S3_DEFAULT_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ def _options_for(scheme: str, storage_options: dict | None) -> dict:
     if scheme in _S3_SCHEMES:
         config = dict(options.get('config_kwargs') or {})
         config.setdefault('retries', dict(S3_DEFAULT_RETRIES))
+        config.setdefault('max_pool_connections', S3_DEFAULT_CONNECTIONS)
         options['config_kwargs'] = config
     return options
 
@@ -196,6 +203,8 @@ def path_in(url: str, filesystem: Any = None) -> str:
         return _local_path(parsed, url)
     if scheme in _HDFS_SCHEMES:
         return parsed.path or '/'
+    if scheme in _S3_SCHEMES and filesystem is None:
+        return (parsed.netloc + parsed.path).rstrip('/')  # bucket/key, without importing s3fs
     from fsspec import AbstractFileSystem
     from fsspec.implementations.arrow import ArrowFSWrapper
 
@@ -234,8 +243,25 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
         return pafs.LocalFileSystem(), path_in(url)
     if scheme in _HDFS_SCHEMES:
         return hdfs_filesystem(url, storage_options, hdfs_driver, hadoop_configuration), path_in(url)
+    if scheme in _S3_SCHEMES:
+        native = s3_filesystem(url, storage_options)
+        if native is not None:
+            return native, path_in(url)
     fs = fsspec_filesystem(scheme, url, storage_options)
     return pafs.PyFileSystem(StorageHandler(fs, scheme)), fs._strip_protocol(url)
+
+
+def s3_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | None:
+    """pyarrow's own S3 client for an ``s3://`` URL when the options mean the same to it (None: use s3fs).
+
+    Raises:
+        StorageError: nothing listens at the endpoint the options name.
+    """
+    options = _options_for('s3', storage_options)
+    native = native_s3_filesystem(options, os.environ)
+    if native is not None and not (options.get('config_kwargs') or {}).get('proxies'):
+        check_endpoint_listens(_s3_endpoint(options), url)
+    return native
 
 
 def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: dict | None = None,

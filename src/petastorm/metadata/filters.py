@@ -1,12 +1,14 @@
 """Reading with ``filters``: the pyarrow expression they make, and which row groups' statistics may match it.
 
-:func:`matching_row_groups` reads the Parquet footers (statistics) and partition values of a store; the planner
-keeps only the row groups it names (see :func:`petastorm.plan.select_row_groups`). :func:`filter_statistics` also
-tells which of them match in every row, so that a reader knows how many rows it delivers without reading them.
+:func:`matching_row_groups` reads the Parquet footers (statistics), or the ``_metadata`` summary that holds them
+all, and the partition values of a store; the planner keeps only the row groups it names (see
+:func:`petastorm.plan.select_row_groups`). :func:`filter_statistics` also tells which of them match in every row,
+so that a reader knows how many rows it delivers without reading them.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from petastorm.metadata.store import ParquetStore
+from petastorm.metadata.store import SUMMARY_METADATA, ParquetStore, summary_footer
 
 __all__ = [
     'FilterStatistics', 'columns_of_expression', 'filter_expression', 'filter_statistics', 'filters_error',
@@ -81,8 +83,13 @@ def filter_statistics(store: ParquetStore, expression: Any, whole: bool = True) 
     import pyarrow.dataset as ds
 
     partitioning = ds.partitioning(flavor='hive') if store.partition_names else None
-    dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
-                         partitioning=partitioning, partition_base_dir=store.root)
+    if summary_footer(store) is not None and store.root is not None:
+        # The summary holds every row group's statistics: no data file's footer is read.
+        dataset = ds.parquet_dataset(posixpath.join(store.root, SUMMARY_METADATA), filesystem=store.filesystem,
+                                     partitioning=partitioning, partition_base_dir=store.root)
+    else:
+        dataset = ds.dataset(list(store.files), filesystem=store.filesystem, format='parquet',
+                             partitioning=partitioning, partition_base_dir=store.root)
     matching: set[tuple[str, int]] = set()
     failing: set[tuple[str, int]] = set()
     try:

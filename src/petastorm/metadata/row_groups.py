@@ -1,50 +1,45 @@
 """Reading one row group of a data file: the one place every reader of row groups goes through.
 
 The reader's workers (:mod:`petastorm.reading.worker`) and the row-group indexer
-(:mod:`petastorm.etl.rowgroup_indexing`) read row groups with :func:`read_row_group`: a local file is
-memory-mapped, a remote one pre-buffered, a transient storage error retries the whole row group (so its rows are
-delivered once), a file that changed size since it was listed is refused, and what goes wrong is raised as the
-error of :mod:`petastorm.errors` that says whether the storage or the file failed.
+(:mod:`petastorm.etl.rowgroup_indexing`) read row groups with :func:`read_row_group`, through the store's
+:class:`~petastorm.metadata.data_files.DataFiles` (which opens each file as cheaply as its filesystem allows and
+refuses one that changed since it was listed): a transient storage error retries the whole row group (so its rows
+are delivered once), and what goes wrong is raised as the error of :mod:`petastorm.errors` that says whether the
+storage or the file failed.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from petastorm.errors import CorruptDataError, DataFileChangedError, PetastormError, StorageError, StorageNotFoundError
+from petastorm.errors import CorruptDataError, PetastormError, StorageError, StorageNotFoundError
 from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url, with_retries
+from petastorm.metadata.data_files import DataFiles
 
 __all__ = ['read_row_group']
 
 
-def read_row_group(filesystem: pafs.FileSystem, path: str, row_group: int, columns: list[str], *,
-                   expected_size: int | None = None) -> pa.Table:
+def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[str]) -> pa.Table:
     """Columns ``columns`` (Parquet paths: a struct's leaves as ``'s.a'``) of row group ``row_group`` of ``path``.
 
     Args:
-        filesystem: where the file is.
+        files: the store's data files (their filesystem, listed sizes and, per process, footers).
         path: the data file.
         row_group: the row group's number in the file.
         columns: the column paths to read.
-        expected_size: the file's size when it was listed; a file found with another size changed since.
 
     Raises:
         StorageNotFoundError: the file no longer exists.
         StorageError: the storage failed (after retries for transient errors).
-        DataFileChangedError: the file's size is not ``expected_size``.
+        DataFileChangedError: the file is not what it was when listed (its size, or its time where known).
         CorruptDataError: the file is not readable Parquet with that row group.
         OSError: the storage refused or failed for a reason of the operating system (permissions, network).
     """
+    filesystem = files.filesystem
+
     def attempt() -> pa.Table:
-        with _open_data_file(filesystem, path) as handle:
-            _check_unchanged(filesystem, path, handle, expected_size)
-            # Remote files: pre_buffer fetches the selected column chunks in few coalesced ranged requests,
-            # not one each. A memory-mapped local file is read in place, and pre-buffering would copy it.
-            remote = not isinstance(handle, pa.MemoryMappedFile)
-            return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(row_group, columns=columns)
+        return files.read_row_group(path, row_group, columns)
 
     url = file_url(filesystem, path)
     try:
@@ -65,32 +60,6 @@ def read_row_group(filesystem: pafs.FileSystem, path: str, row_group: int, colum
         raise CorruptDataError(f'cannot read row group {row_group} of the Parquet file {url}: '
                                f'expected a readable Parquet file with the row groups listed in the dataset '
                                f'metadata ({type(err).__name__}: {err})') from err
-
-
-def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:
-    """The data file, memory-mapped when it is on local disk.
-
-    Parquet pages are then read straight from the page cache instead of being copied into the process first,
-    which takes about a third off the time to read the row groups of an image store (measured on the hello-world
-    store: 69 against 39-49 µs per row). The map lives only while one row group is read; a file truncated in
-    place during that read would fault the process, but writers (ours, Spark's) write new files.
-    """
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        return pa.memory_map(path)
-    return filesystem.open_input_file(path)
-
-
-def _check_unchanged(filesystem: pafs.FileSystem, path: str, handle: pa.NativeFile,
-                     expected: int | None) -> None:
-    """Raise DataFileChangedError if the file opened is not the size it was listed with."""
-    if expected is None:
-        return
-    actual = handle.size()
-    if actual != expected:
-        raise DataFileChangedError(
-            f'data file {file_url(filesystem, path)} changed after the reader was made: it had {expected} bytes '
-            f'when listed and has {actual} now, so the row groups planned from it may not be its row groups. Make a '
-            f'new reader to read the new contents (writers that replace files should write new names instead)')
 
 
 def _is_access_error(err: OSError) -> bool:

@@ -11,6 +11,7 @@ found in the ``_common_metadata`` of the directory holding them (or of the datas
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import posixpath
@@ -18,7 +19,7 @@ import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -37,24 +38,30 @@ from petastorm.errors import (
 from petastorm.fs import ResolvedLocation
 from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
+from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 
 __all__ = [
     'COMMON_METADATA',
     'DELTA_LOG',
+    'LOCAL_FOOTER_THREADS',
+    'REMOTE_FOOTER_THREADS',
     'SUMMARY_METADATA',
     'ParquetStore',
     'RowGroupPiece',
+    'StoreListing',
     'check_no_missing_files',
     'data_file_schema',
     'footer_row_counts',
     'glob_files',
     'list_data_files',
     'load_row_groups',
+    'look_at',
     'open_store',
     'partition_keys_of',
     'read_footers',
     'store_footers',
+    'summary_footer',
     'table_format_of',
     'typed_partition_value',
     'unified_file_schema',
@@ -96,8 +103,13 @@ class ParquetStore:
     metadata_path: str | None = None
     #: the size of each data file when it was listed, by path (empty when unknown): a read checks it.
     file_sizes: dict[str, int] = field(default_factory=dict)
+    #: the modification time (ns) of each data file when it was listed, where the filesystem reports one (the
+    #: caches key row groups by it).
+    file_mtimes: dict[str, int] = field(default_factory=dict, compare=False)
     #: the files are some of the dataset's at ``root`` (file URLs or a glob), described by its metadata.
     subset: bool = False
+    #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
+    has_summary: bool | None = None
     #: what was read from the files once (their footers, their unified schema), kept for the next steps
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -160,24 +172,79 @@ def typed_partition_value(raw: str, numpy_type: Any) -> int | str:
     return raw
 
 
+@dataclass(frozen=True)
+class StoreListing:
+    """One look at a dataset URL: the entries directly under a directory, or what the path itself is.
+
+    Everything planning needs to know before reading a byte is here (whether the directory is a table, which
+    metadata files exist and how big they are, the data files when the directory has no subdirectories), so a
+    flat store on an object store costs one listing request, not one request per question.
+    """
+
+    root: str
+    #: the path itself: a directory (when it holds anything), a file, or not found.
+    info: pafs.FileInfo
+    #: the entries directly under a directory (files and subdirectories); empty otherwise.
+    entries: tuple[pafs.FileInfo, ...] = ()
+
+    def child(self, name: str) -> pafs.FileInfo | None:
+        """The entry ``name`` directly under the directory, or None."""
+        path = posixpath.join(self.root, name)
+        return next((entry for entry in self.entries if entry.path.rstrip('/') == path), None)
+
+    @property
+    def is_directory(self) -> bool:
+        """Whether the path is a directory with something in it."""
+        return self.info.type == pafs.FileType.Directory
+
+    @property
+    def has_subdirectories(self) -> bool:
+        """Whether a non-hidden subdirectory (a partition directory, say) holds more of the data files."""
+        return any(entry.type == pafs.FileType.Directory and not _is_hidden(posixpath.basename(entry.path))
+                   for entry in self.entries)
+
+
+def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
+    """List ``root`` once (not recursively); only an empty answer costs a second request, to tell what it is."""
+    try:
+        entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=False, allow_not_found=True))
+    except (NotADirectoryError, FileNotFoundError):
+        entries = []
+    except OSError as err:
+        if err.errno not in (errno.ENOTDIR, errno.ENOENT):
+            raise
+        entries = []
+    # An object store may answer the listing of a file's key with the file itself.
+    entries = [entry for entry in entries if entry.path.rstrip('/') != root.rstrip('/')]
+    if entries:
+        return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries))
+    return StoreListing(root, filesystem.get_file_info(root))
+
+
 def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[str]:
     """Data files under ``root``, sorted, skipping names that start with ``_`` or ``.`` and ``.crc`` files.
 
     Raises:
         StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
     """
-    return [info.path for info in _listed_data_files(filesystem, root, url)]
+    return [info.path for info in _listed_data_files(filesystem, look_at(filesystem, root), url)]
 
 
-def _listed_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[pafs.FileInfo]:
-    """What :func:`list_data_files` lists, with each file's size (one listing, no request per file)."""
-    info = filesystem.get_file_info(root)
-    if info.type == pafs.FileType.NotFound:
+def _listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: Any = None) -> list[pafs.FileInfo]:
+    """What :func:`list_data_files` lists, with each file's size (no request per file).
+
+    A directory without subdirectories is listed already; one with subdirectories is listed once more, recursively
+    (one request per thousand objects on an object store).
+    """
+    root = listing.root
+    if listing.info.type == pafs.FileType.NotFound:
         raise StorageNotFoundError(f'dataset {url or root} does not exist')
-    if info.type == pafs.FileType.File:
-        return [info]
-    selector = pafs.FileSelector(root, recursive=True)
-    files = [i for i in filesystem.get_file_info(selector)
+    if listing.info.type == pafs.FileType.File:
+        return [listing.info]
+    entries = listing.entries
+    if listing.has_subdirectories:
+        entries = tuple(filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
+    files = [i for i in entries
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
     return sorted(files, key=lambda i: i.path)
 
@@ -186,21 +253,33 @@ def _sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
     return {info.path: info.size for info in infos if info.size is not None}
 
 
-def _read_footer(filesystem: pafs.FileSystem, path: str) -> pq.FileMetaData:
+def _mtimes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    return {info.path: info.mtime_ns for info in infos if info.mtime_ns is not None}
+
+
+def _read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
     """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
-    def read() -> pq.FileMetaData:
-        with filesystem.open_input_file(path) as f:
-            return pq.read_metadata(f)
-
-    return with_retries(filesystem, read, 'reading the Parquet footer of', path)
+    return with_retries(files.filesystem, lambda: files.footer(path), 'reading the Parquet footer of', path)
 
 
-def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | None:
-    info = filesystem.get_file_info(path)
-    if info.type != pafs.FileType.File:
+def store_data_files(store: ParquetStore) -> DataFiles:
+    """The store's data files as its readers read them: the listing's sizes, the footers read once per process."""
+    if 'data_files' not in store.memo:
+        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes)
+    return store.memo['data_files']  # type: ignore[no-any-return]
+
+
+def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
+             ) -> dict[bytes, bytes] | None:
+    """The key-value metadata of the Parquet metadata file ``path``; None when there is no such file.
+
+    ``known`` is what a listing already said of the path (None: not there), so that no request asks again.
+    """
+    info = filesystem.get_file_info(path) if known == 'ask' else known
+    if info is None or info.type != pafs.FileType.File:
         return None
     try:
-        metadata = _read_footer(filesystem, path)
+        metadata = _read_footer(DataFiles(filesystem, {path: info.size} if info.size is not None else None), path)
     except StorageError:
         raise
     except (OSError, pa.ArrowException) as err:
@@ -209,23 +288,24 @@ def _read_kv(filesystem: pafs.FileSystem, path: str) -> dict[bytes, bytes] | Non
     return dict(metadata.metadata or {})
 
 
-def table_format_of(filesystem: pafs.FileSystem, root: str) -> str | None:
+def table_format_of(filesystem: pafs.FileSystem, root: str, listing: StoreListing | None = None) -> str | None:
     """The table format of the directory ``root``: None for a plain store (or a file).
 
     ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
-    (``metadata/*.metadata.json``).
+    (``metadata/*.metadata.json``). ``listing`` is :func:`look_at` of ``root`` when the caller has it.
     """
-    delta, metadata = filesystem.get_file_info([posixpath.join(root, DELTA_LOG), posixpath.join(root, 'metadata')])
-    if delta.type == pafs.FileType.Directory:
+    listing = listing or look_at(filesystem, root)
+    delta, metadata = listing.child(DELTA_LOG), listing.child('metadata')
+    if delta is not None and delta.type == pafs.FileType.Directory:
         return 'delta'
-    if metadata.type == pafs.FileType.Directory and any(
+    if metadata is not None and metadata.type == pafs.FileType.Directory and any(
             info.path.endswith('.metadata.json')
             for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
         return 'iceberg'
     return None
 
 
-def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetStore:
+def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None) -> ParquetStore:
     """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
@@ -235,6 +315,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
         location: the store's URL, resolved.
         plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
             it, those its log removed included); by default such a directory is refused.
+        listing: :func:`look_at` of the location's path, when the caller looked already.
 
     Raises:
         StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
@@ -244,10 +325,11 @@ def open_store(location: ResolvedLocation, *, plain: bool = False) -> ParquetSto
     # Listing and reading the metadata is idempotent: through a filesystem without retries of ours (pyarrow's
     # own S3 client given as filesystem=), a transient failure that its client gave up on repeats it whole.
     where = location.path[0] if isinstance(location.path, list) else location.path
-    return with_retries(location.filesystem, lambda: _open_store(location, plain), 'opening the dataset at', where)
+    return with_retries(location.filesystem, lambda: _open_store(location, plain, listing), 'opening the dataset at',
+                        where)
 
 
-def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
+def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None) -> ParquetStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in _file_or_matches(fs, path, location.url)))
@@ -262,14 +344,14 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
             infos.append(info)
         return _store_of_files(fs, location.url, files, list_given=True, file_sizes=_sizes_of(infos))
     root = location.path
-    info = fs.get_file_info(root)
-    if info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
+    listing = listing if listing is not None and listing.root == root else look_at(fs, root)
+    if listing.info.type == pafs.FileType.NotFound and _GLOB_MAGIC.search(root):
         return _store_of_files(fs, location.url, tuple(_file_or_matches(fs, root, location.url)), list_given=True)
-    listed = _listed_data_files(fs, root, location.url)
+    listed = _listed_data_files(fs, listing, location.url)
     files = tuple(item.path for item in listed)
-    if info.type != pafs.FileType.Directory:
+    if not listing.is_directory:
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=_sizes_of(listed))
-    table_format = None if plain else table_format_of(fs, root)
+    table_format = None if plain else table_format_of(fs, root, listing)
     if table_format is not None:
         raise PetastormMetadataError(
             f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
@@ -279,11 +361,14 @@ def _open_store(location: ResolvedLocation, plain: bool) -> ParquetStore:
     kv: dict[bytes, bytes] = {}
     metadata_path = None
     for name in (COMMON_METADATA, SUMMARY_METADATA):
-        found = _read_kv(fs, posixpath.join(root, name))
+        found = _read_kv(fs, posixpath.join(root, name), listing.child(name))
         if found is not None:
             kv, metadata_path = found, posixpath.join(root, name)
             break
-    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed))
+    summary = listing.child(SUMMARY_METADATA)
+    return ParquetStore(fs, location.url, root, files, kv, metadata_path, _sizes_of(listed),
+                        has_summary=summary is not None and summary.type == pafs.FileType.File,
+                        file_mtimes=_mtimes_of(listed))
 
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
@@ -344,24 +429,38 @@ def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_
     return ParquetStore(fs, url, directory, files, file_sizes=file_sizes or {})
 
 
-def read_footers(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, pq.FileMetaData]:
-    """The Parquet footers of the files (up to 16 read at a time).
+#: footers read at a time from local disk (parsing them is the cost) and from remote storage (a round trip each).
+LOCAL_FOOTER_THREADS = 16
+REMOTE_FOOTER_THREADS = 64
+
+
+def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles | None = None
+                 ) -> dict[str, pq.FileMetaData]:
+    """The Parquet footers of the files, read 16 at a time from local disk and 64 at a time from remote storage.
+
+    Args:
+        filesystem: where the files are.
+        paths: the files.
+        files: the store's data files, which keep the footers for its readers (default: read them here only).
 
     Raises:
         CorruptFooterError: a file is not readable Parquet (the message names its URL); a
             ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
+    through = files if files is not None else DataFiles(filesystem)
+
     def read(path: str) -> pq.FileMetaData:
-        return _footer_of_data_file(filesystem, path)
+        return _footer_of_data_file(through, path)
 
     if not paths:
         return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+    threads = LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
+    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 
 
 def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str, list[int]]:
-    """The rows of each row group of each file, read from the Parquet footers (up to 16 files at a time).
+    """The rows of each row group of each file, read from the Parquet footers (see :func:`read_footers`).
 
     Args:
         filesystem: where the files are.
@@ -384,7 +483,7 @@ def _row_counts(metadata: pq.FileMetaData) -> list[int]:
 def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
     """The footers of every data file of the store, read once (and kept in ``store.memo``)."""
     if 'footers' not in store.memo:
-        store.memo['footers'] = read_footers(store.filesystem, list(store.files))
+        store.memo['footers'] = read_footers(store.filesystem, list(store.files), store_data_files(store))
     return store.memo['footers']  # type: ignore[no-any-return]
 
 
@@ -396,6 +495,10 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
         SchemaError: the files' schemas cannot be unified (naming the column and files).
     """
     if 'unified' not in store.memo:
+        summary = summary_footer(store)
+        if summary is not None:  # the files a summary describes share its schema (its writers check that)
+            store.memo['unified'] = UnifiedSchema(summary.schema.to_arrow_schema())
+            return store.memo['unified']  # type: ignore[no-any-return]
         footers = store_footers(store)
         schemas = {}
         for path in store.files:
@@ -407,9 +510,10 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
     return store.memo['unified']  # type: ignore[no-any-return]
 
 
-def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None = None) -> pq.FileMetaData:
+def _footer_of_data_file(files: DataFiles, path: str, url: str | None = None) -> pq.FileMetaData:
+    filesystem = files.filesystem
     try:
-        return _read_footer(filesystem, path)
+        return _read_footer(files, path)
     except StorageError:
         raise  # the storage failed (or the file vanished): the file itself may be fine
     except (OSError, pa.ArrowException) as err:
@@ -421,12 +525,15 @@ def _footer_of_data_file(filesystem: pafs.FileSystem, path: str, url: str | None
 
 
 def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
-    """The Arrow schema of one data file of the store, from its footer.
+    """The Arrow schema of one data file of the store: from its footer, or the store's ``_metadata`` summary.
 
     Raises:
         CorruptFooterError: the footer is unreadable (the message names the file's URL).
     """
-    return _footer_of_data_file(store.filesystem, path, store.url_of(path)).schema.to_arrow_schema()
+    summary = summary_footer(store)
+    if summary is not None:
+        return summary.schema.to_arrow_schema()
+    return _footer_of_data_file(store_data_files(store), path, store.url_of(path)).schema.to_arrow_schema()
 
 
 def _metadata_file_names(store: ParquetStore) -> set[str]:
@@ -487,27 +594,45 @@ def _row_counts_from_json(store: ParquetStore) -> dict[str, list[int]] | None:
     return by_path
 
 
-def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None:
+def summary_footer(store: ParquetStore) -> pq.FileMetaData | None:
+    """The store's ``_metadata`` summary (every file's row groups and statistics in one footer), read once.
+
+    None when the store has none, or when it does not describe every data file (a file added since it was written
+    must be read from its own footer). A summary naming files that are gone is refused.
+
+    Raises:
+        MissingDataFilesError: the summary names data files that are not in the store.
+    """
+    if 'summary' not in store.memo:
+        store.memo['summary'] = _read_summary(store)
+    return store.memo['summary']  # type: ignore[no-any-return]
+
+
+def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:
     if store.metadata_path is None or store.root is None:
         return None
     summary = posixpath.join(store.root, SUMMARY_METADATA)
-    if store.filesystem.get_file_info(summary).type != pafs.FileType.File:
+    present = store.has_summary if store.has_summary is not None else \
+        store.filesystem.get_file_info(summary).type == pafs.FileType.File
+    if not present:
         return None
-    metadata = _read_footer(store.filesystem, summary)
+    metadata = _read_footer(DataFiles(store.filesystem), summary)
     if metadata.num_row_groups == 0:
+        return None
+    named = {metadata.row_group(i).column(0).file_path for i in range(metadata.num_row_groups)}
+    check_no_missing_files(store, named, summary)
+    return metadata if named >= {store.relpath(path) for path in store.files} else None
+
+
+def _row_counts_from_summary(store: ParquetStore) -> dict[str, list[int]] | None:
+    metadata = summary_footer(store)
+    if metadata is None:
         return None
     by_relpath: dict[str, list[int]] = {}
     for i in range(metadata.num_row_groups):
         row_group = metadata.row_group(i)
         by_relpath.setdefault(row_group.column(0).file_path, []).append(row_group.num_rows)
-    check_no_missing_files(store, by_relpath, summary)
-    result = {}
-    for path in store.files:
-        counts = by_relpath.get(store.relpath(path))
-        if counts is None:
-            return None
-        result[path] = counts
-    return result
+    return {path: by_relpath[store.relpath(path)] for path in store.files}
 
 
 def _warn_if_deprecated_metadata(store: ParquetStore) -> None:

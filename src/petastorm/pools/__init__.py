@@ -64,7 +64,7 @@ _POOL_CLASSES = {'dummy': DummyPool, 'thread': ThreadPool, 'process': ProcessPoo
 
 
 def make_pool(kind: str, workers_count: int, *, max_in_flight: int | None = None,
-              max_bytes_in_flight: int = 1 << 30) -> WorkerPool:
+              max_bytes_in_flight: int = 1 << 30, initial_in_flight: int | None = None) -> WorkerPool:
     """Create a (not yet started) pool of the given kind.
 
     Args:
@@ -73,6 +73,9 @@ def make_pool(kind: str, workers_count: int, *, max_in_flight: int | None = None
         max_in_flight: items submitted ahead of the consumer; default ``2 * workers_count``.
         max_bytes_in_flight: the in-flight bound also shrinks so that the results held in flight stay under
             this many bytes (estimated from the results seen so far).
+        initial_in_flight: items in flight before the first result tells their size (default 2: the first item
+            gets the machine to itself; on remote storage, where the first items wait on round trips rather than
+            on the CPU, as many as there are workers).
 
     Raises:
         ValueError: for an unknown kind or a bad option value.
@@ -81,4 +84,5 @@ def make_pool(kind: str, workers_count: int, *, max_in_flight: int | None = None
     if pool_class is None:
         raise ValueError(f'Unknown reader_pool_type: {kind!r}; expected one of {", ".join(POOL_KINDS)}')
     check_positive_int('workers_count', workers_count)
-    return pool_class(workers_count, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight)
+    return pool_class(workers_count, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight,
+                      initial_in_flight=initial_in_flight)

@@ -221,16 +221,20 @@ class InFlightBudget:
 class PoolOptions:
     """The validated options shared by every pool kind."""
 
-    def __init__(self, workers_count: int, max_in_flight: int | None, max_bytes_in_flight: int) -> None:
+    def __init__(self, workers_count: int, max_in_flight: int | None, max_bytes_in_flight: int,
+                 initial_in_flight: int | None = None) -> None:
         self.workers_count = check_positive_int('workers_count', workers_count)
         if max_in_flight is None:
             max_in_flight = 2 * self.workers_count
         self.max_in_flight = check_positive_int('max_in_flight', max_in_flight)
         self.max_bytes_in_flight = check_positive_int('max_bytes_in_flight', max_bytes_in_flight)
+        self.initial_in_flight = None if initial_in_flight is None else \
+            check_positive_int('initial_in_flight', initial_in_flight)
 
     def budget(self) -> InFlightBudget:
         """A fresh in-flight budget for these options."""
-        return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, workers_count=self.workers_count)
+        return InFlightBudget(self.max_in_flight, self.max_bytes_in_flight, initial_limit=self.initial_in_flight,
+                              workers_count=self.workers_count)
 
 
 class _Stopped:

@@ -24,15 +24,17 @@ class DummyPool(PoolBase):
         workers_count: accepted for symmetry with the other kinds (must be a positive int) and ignored.
         max_in_flight: ignored: exactly one item is in flight.
         max_bytes_in_flight: ignored.
+        initial_in_flight: ignored.
     """
 
     kind = 'dummy'
 
     def __init__(self, workers_count: int = 1, *, max_in_flight: int | None = None,
-                 max_bytes_in_flight: int = 1 << 30) -> None:
+                 max_bytes_in_flight: int = 1 << 30, initial_in_flight: int | None = None) -> None:
         check_positive_int('workers_count', workers_count)
-        if max_in_flight is not None:
-            check_positive_int('max_in_flight', max_in_flight)
+        for name, value in (('max_in_flight', max_in_flight), ('initial_in_flight', initial_in_flight)):
+            if value is not None:
+                check_positive_int(name, value)
         check_positive_int('max_bytes_in_flight', max_bytes_in_flight)
         super().__init__(1, InFlightBudget(1, max_bytes_in_flight, initial_limit=1, workers_count=1),
                          reports_budget=False)

@@ -110,9 +110,10 @@ class ProcessPool(PoolBase):
     kind = 'process'
 
     def __init__(self, workers_count: int, *, max_in_flight: int | None = None,
-                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT, start_method: str = 'spawn',
+                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT, initial_in_flight: int | None = None,
+                 start_method: str = 'spawn',
                  join_timeout: float = 5.0) -> None:
-        options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
+        options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight, initial_in_flight)
         if start_method not in START_METHODS:
             raise ValueError(f'start_method must be one of {START_METHODS} (fork is unsafe with threads; every '
                              f'worker is a fresh interpreter), got {start_method!r}')

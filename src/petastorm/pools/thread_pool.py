@@ -49,8 +49,8 @@ class ThreadPool(PoolBase):
     kind = 'thread'
 
     def __init__(self, workers_count: int, *, max_in_flight: int | None = None,
-                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
-        options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight)
+                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT, initial_in_flight: int | None = None) -> None:
+        options = PoolOptions(workers_count, max_in_flight, max_bytes_in_flight, initial_in_flight)
         super().__init__(options.workers_count, options.budget())
         self._executor: ThreadPoolExecutor | None = None
         self._finalizer: weakref.finalize | None = None

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from petastorm._warnings import warn_user
-from petastorm.cache import CacheBase, make_cache, make_row_group_cache
+from petastorm.cache import CacheBase, FileStamp, make_cache, make_row_group_cache
 from petastorm.metadata.filters import columns_of_expression, filter_expression
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store import ParquetStore, load_row_groups
+from petastorm.metadata.store import ParquetStore, load_row_groups, store_data_files
 from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
 from petastorm.reading.column_transform import TransformTarget
@@ -122,9 +122,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
         partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
         time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
-        file_columns=file_columns, unified_types=unified_types, file_sizes=dataset.file_sizes or None,
+        file_columns=file_columns, unified_types=unified_types, data_files=store_data_files(dataset),
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
-                                   stored.fields.values(), filter_columns))
+                                   stored.fields.values(), filter_columns, _listed_stamps(dataset)))
     # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the
     # statistics may still decide every row group, or the caller asks for them to be counted.
     worker_predicate = options.predicate is not None and not partition_predicate
@@ -148,6 +148,12 @@ def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count
                             thread_name_prefix='petastorm-count') as pool:
         masks = pool.map(lambda index: row_group_matches(counting, index), piece_indexes)
         return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
+
+
+def _listed_stamps(dataset: ParquetStore) -> dict[str, FileStamp]:
+    """The size and time of the files the store's listing told both of (the cache asks for the others)."""
+    return {path: FileStamp(size, dataset.file_mtimes[path]) for path, size in dataset.file_sizes.items()
+            if path in dataset.file_mtimes}
 
 
 def _transform_target(options: ReaderOptions, schema: Unischema, view: Unischema) -> TransformTarget | None:

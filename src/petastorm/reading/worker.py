@@ -30,6 +30,7 @@ from petastorm.errors import (
     MissingDependencyError,
 )
 from petastorm.fs._files import file_url
+from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.row_groups import read_row_group
 from petastorm.metadata.store import RowGroupPiece, typed_partition_value
 from petastorm.metadata.unify import conform_table
@@ -44,7 +45,7 @@ from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 
 __all__ = [
-    'ReadContext', 'append_partition_columns', 'decode_columns', 'partition_column', 'read_item',
+    'ReadContext', 'append_partition_columns', 'decode_columns', 'partition_column', 'prefetch_item', 'read_item',
     'resolve_image_paths', 'row_group_matches',
 ]
 
@@ -71,9 +72,8 @@ class ReadContext:
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
         time_stages: measure the seconds of each stage (see :mod:`petastorm.stage_timing`) and return them with
             the batch; off by default, then nothing is measured.
-        file_sizes: the size of each data file when the reader listed it, by path: a file found with another size
-            when read changed since (:class:`~petastorm.errors.DataFileChangedError`). Files not in it are not
-            checked.
+        data_files: the store's data files: what the listing said of them (a file found otherwise when read
+            changed since: :class:`~petastorm.errors.DataFileChangedError`) and, per process, their footers.
         column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
             of struct fields (reading them reads only the struct fields the schema holds).
         file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
@@ -95,7 +95,7 @@ class ReadContext:
     ngram: NGram | None = None
     cache: RowGroupCache | None = None
     time_stages: bool = False
-    file_sizes: dict[str, int] | None = None
+    data_files: DataFiles | None = None
     column_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
     file_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     unified_types: tuple[tuple[str, pa.DataType], ...] = ()
@@ -136,20 +136,44 @@ def _stored_paths(row_group: Any, paths: list[str]) -> list[str]:
     return out
 
 
+def _stored_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str]) -> list[str]:
+    """The Parquet column paths of the row group's file that hold the (non-partition) columns ``names``."""
+    paths = dict(ctx.column_paths)
+    present = dict(ctx.file_columns).get(piece.path)  # the file differs from the unified schema: read what it has
+    file_columns = [path for n in names if n not in ctx.partition_names and (present is None or n in present)
+                    for path in paths.get(n, (n,))]
+    # A table's row group: its file stores the logical columns under its own names (or not at all).
+    return file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
+
+
+def _first_read(ctx: ReadContext) -> list[str]:
+    """The columns an item reads first: with a predicate, its columns (the others only when a row matched)."""
+    first = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else [f.name for f in ctx.fields]
+    return list(dict.fromkeys(first + list(ctx.filter_columns)))
+
+
+def prefetch_item(ctx: ReadContext, scheduled: ScheduledItem) -> None:
+    """Start fetching what :func:`read_item` will read first of ``scheduled``, where the data files can fetch ahead.
+
+    A reader calls it as it hands an item to its thread pool, so that the item's round trips overlap the work of
+    the items before it (see :meth:`petastorm.metadata.data_files.DataFiles.prefetch`).
+    """
+    if ctx.data_files is None or ctx.cache is not None:
+        return  # with a cache, the row group may be there already
+    piece = ctx.pieces[scheduled.item.piece_index]
+    ctx.data_files.prefetch(piece.path, piece.row_group, _stored_columns(ctx, piece, _first_read(ctx)))
+
+
 def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_start: int,
                   row_stop: int) -> pa.Table:
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included."""
-    paths = dict(ctx.column_paths)
     wanted = [n for n in names if n not in ctx.partition_names]
-    present = dict(ctx.file_columns).get(piece.path)  # the file differs from the unified schema: read what it has
-    file_columns = [path for n in wanted if present is None or n in present for path in paths.get(n, (n,))]
-    # A table's row group: its file stores the logical columns under its own names (or not at all).
-    stored = file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
-
-    expected_size = ctx.file_sizes.get(piece.path) if ctx.file_sizes else None
+    present = dict(ctx.file_columns).get(piece.path)
+    stored = _stored_columns(ctx, piece, names)
+    files = ctx.data_files if ctx.data_files is not None else DataFiles(ctx.filesystem)
 
     def read() -> pa.Table:
-        return read_row_group(ctx.filesystem, piece.path, piece.row_group, stored, expected_size=expected_size)
+        return read_row_group(files, piece.path, piece.row_group, stored)
 
     # The cache holds whole row groups as read, so drop partitions and predicates share its entries.
     table = read() if ctx.cache is None else ctx.cache.read(piece.path, piece.row_group, stored, read)
@@ -314,12 +338,9 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     piece = ctx.pieces[item.piece_index]
     where = _where(ctx, scheduled)
     names = [f.name for f in ctx.fields]
-    # With a predicate, its columns are read first and the others only when a row matched.
-    first = [f.name for f in ctx.predicate_fields] if ctx.predicate is not None else names
     # An NGram window may start in this item and end in the next rows of the row group: read them too.
     row_stop = item.row_stop if ctx.ngram is None else min(item.row_stop + ctx.ngram.length - 1, piece.num_rows)
-    table = _read_columns(ctx, piece, list(dict.fromkeys(first + list(ctx.filter_columns))), item.row_start,
-                          row_stop)
+    table = _read_columns(ctx, piece, _first_read(ctx), item.row_start, row_stop)
     lap(clock, 'io')
     kept = _apply_filters(ctx, table, _unit_order(ctx, scheduled))
     lap(clock, 'filter')

@@ -25,10 +25,11 @@ from typing import Any
 from petastorm._describe import display_url
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
+from petastorm.fs._files import with_retries
 from petastorm.metadata.filters import FilterStatistics
 from petastorm.metadata.filters import filter_statistics as _plain_filter_statistics
 from petastorm.metadata.filters import matching_row_groups as _plain_matching_row_groups
-from petastorm.metadata.store import ParquetStore, open_store, table_format_of
+from petastorm.metadata.store import ParquetStore, look_at, open_store, table_format_of
 from petastorm.tables._model import (
     TABLE_FORMATS,
     TableFile,
@@ -80,10 +81,13 @@ def open_dataset(url_or_table: Any, *, storage_options: dict[str, Any] | None = 
                              f'{display_url(str(url_or_table))} is read as plain Parquet')
         return open_store(location, plain=True)
     root = str(location.path)
+    listing = None
     if str(root).endswith('.metadata.json') and table_format in ('auto', 'iceberg'):
         found: str | None = 'iceberg'
     else:
-        found = table_format_of(location.filesystem, root)
+        # One listing answers whether the directory is a table and, for a plain store, what it holds.
+        listing = with_retries(location.filesystem, lambda: look_at(location.filesystem, root), 'listing', root)
+        found = table_format_of(location.filesystem, root, listing)
     if table_format not in ('auto', found):
         raise PetastormMetadataError(f'table_format={table_format!r}, but {display_url(str(location.url))} is '
                                      f'{"not a table" if found is None else "a " + found + " table"}')
@@ -99,7 +103,7 @@ def open_dataset(url_or_table: Any, *, storage_options: dict[str, Any] | None = 
     if table_version is not None:
         raise ValueError(f'table_version={table_version!r} needs a table, but {display_url(str(location.url))} '
                          f'is not a Delta or Iceberg table')
-    return open_store(location, plain=True)
+    return open_store(location, plain=True, listing=listing)
 
 
 def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, int]]:

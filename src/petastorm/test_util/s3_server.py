@@ -73,13 +73,15 @@ class ServerStats:
     Attributes:
         requests: requests by kind (``'GET'``, ``'HEAD'``, ``'LIST'``, ``'PUT'``, ``'DELETE'``, ``'OTHER'``); each
             request of a multipart upload counts as a ``'PUT'``.
-        bytes_sent: body bytes sent (headers not counted).
+        bytes_sent: body bytes answered (headers not counted), counted as each answer starts.
         ranged_gets: ``GET`` requests that carried a ``Range`` header.
+        objects: ``GET`` and ``HEAD`` requests by object (``'bucket/key'``), found or not.
     """
 
     requests: Counter = field(default_factory=Counter)
     bytes_sent: int = 0
     ranged_gets: int = 0
+    objects: Counter = field(default_factory=Counter)
 
     @property
     def total_requests(self) -> int:
@@ -89,7 +91,7 @@ class ServerStats:
     def as_dict(self) -> dict[str, Any]:
         """The counters as plain JSON values."""
         return {'requests': dict(self.requests), 'bytes_sent': self.bytes_sent, 'ranged_gets': self.ranged_gets,
-                'total_requests': self.total_requests}
+                'total_requests': self.total_requests, 'objects': dict(self.objects)}
 
 
 class _BadRequest(Exception):
@@ -446,7 +448,8 @@ class S3DirectoryServer:
     def stats(self) -> ServerStats:
         """A copy of the counters since the last :meth:`reset_stats`."""
         with self._stats_lock:
-            return ServerStats(Counter(self._stats.requests), self._stats.bytes_sent, self._stats.ranged_gets)
+            return ServerStats(Counter(self._stats.requests), self._stats.bytes_sent, self._stats.ranged_gets,
+                               Counter(self._stats.objects))
 
     def reset_stats(self) -> ServerStats:
         """Zero the counters; returns what they held."""
@@ -454,11 +457,13 @@ class S3DirectoryServer:
             old, self._stats = self._stats, ServerStats()
         return old
 
-    def _count(self, kind: str, sent: int = 0, ranged: bool = False) -> None:
+    def _count(self, kind: str, sent: int = 0, ranged: bool = False, obj: str | None = None) -> None:
         with self._stats_lock:
             self._stats.requests[kind] += 1
             self._stats.bytes_sent += sent
             self._stats.ranged_gets += ranged
+            if obj is not None:
+                self._stats.objects[obj] += 1
 
     def _request_id(self) -> str:
         self._counter += 1
@@ -537,7 +542,7 @@ class S3DirectoryServer:
         try:
             handle = open(path, 'rb')  # noqa: SIM115 - closed below, after sendfile
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            self._count(method)
+            self._count(method, obj=f'{bucket}/{key}')
             if not os.path.isdir(self._store.bucket_dir(bucket)):
                 raise _BadRequest(404, 'NoSuchBucket', f'the bucket {bucket} does not exist') from None
             raise _BadRequest(404, 'NoSuchKey', 'The specified key does not exist.') from None
@@ -547,27 +552,29 @@ class S3DirectoryServer:
             answer = {'ETag': etag, 'Last-Modified': _http_date(stat.st_mtime), 'Accept-Ranges': 'bytes',
                       'Content-Type': 'application/octet-stream'}
             if not _etag_matches(headers.get('if-match'), etag, absent=True):
-                self._count(method)
+                self._count(method, obj=f'{bucket}/{key}')
                 raise _BadRequest(412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did '
                                                              'not hold', {'ETag': etag})
             if _etag_matches(headers.get('if-none-match'), etag, absent=False):
-                self._count(method)
+                self._count(method, obj=f'{bucket}/{key}')
                 connection.send(304, {'ETag': etag})
                 return
             try:
                 span = _byte_range(headers.get('range'), stat.st_size)
             except _BadRequest as err:
-                self._count(method)
+                self._count(method, obj=f'{bucket}/{key}')
                 err.headers['Content-Range'] = f'bytes */{stat.st_size}'
                 raise
             start, stop = span if span is not None else (0, stat.st_size)
             if span is not None:
                 answer['Content-Range'] = f'bytes {start}-{stop - 1}/{stat.st_size}'
+            # Counted before the answer leaves: a client that has its answer finds its request counted.
+            self._count(method, stop - start if method == 'GET' else 0, ranged=span is not None and method == 'GET',
+                        obj=f'{bucket}/{key}')
             connection.send(206 if span is not None else 200, answer, content_length=stop - start)
             if method == 'GET' and stop > start:
                 await connection.writer.drain()
                 await asyncio.get_running_loop().sendfile(connection.writer.transport, handle, start, stop - start)
-            self._count(method, stop - start if method == 'GET' else 0, ranged=span is not None and method == 'GET')
 
     def _delete_objects(self, bucket: str, body: bytes) -> bytes:
         """``DeleteObjects``: remove every key the XML body names; a missing key counts as deleted, as on S3."""

@@ -1,0 +1,282 @@
+"""Reading from object storage behind real latency, in one run: ours vs the raw pyarrow limit, Petastorm 0.13.1,
+Hugging Face ``datasets`` streaming and Ray Data.
+
+The set-up, all on 127.0.0.1 and without root:
+
+* ``petastorm.test_util.s3_server`` in a process of its own serves a directory of hard links to the stores (bucket
+  ``bench``); bodies go out with ``sendfile``, and it counts requests and bytes;
+* one ``petastorm.test_util.delay_proxy`` process per latency in front of it (0 ms too, so every case crosses the
+  same path): every byte leaves the proxy ``delay`` after it arrived, each way, and a new connection costs a round
+  trip more.
+
+Before the cases, ``capacity`` rows say what the set-up itself delivers: every object read whole by 8 threads of
+pyarrow's S3 client, straight from the server and through each proxy. A reader slower than that is measuring itself.
+
+The stores:
+
+* ``scalars`` and ``hello_world``, written by Petastorm 0.13.1 (``shared/bench/make_datasets.py``);
+* ``images``: 24,000 rows of a 96x96 JPEG photo crop, a label and an id, written here by our writer (with the
+  schema entry Petastorm 0.13.1 reads) when ``--data-root`` does not have it.
+
+The cache rows time a second epoch served by our local disk caches, next to the same store read from local disk
+(the requests and MB of a cache row are both epochs').
+
+Each case (see ``remote_cases.py`` for what each system does) runs in a fresh process; rounds run the cases in a
+rotated order, and the table gives the median over rounds of: rows/s for one epoch, seconds to the first batch,
+requests and MB the server answered, and the peak RSS of the reading process and its children. ``raw`` is the limit:
+pyarrow's S3 client with the same number of threads, the same columns and the same decoders as ours, and ``raw
+bytes`` the same without decoding.
+
+Usage:
+    python benchmarks/remote_bench.py --data-root /tmp/anchor-data \\
+        [--anchor-python /tmp/petastorm-anchor-venv/bin/python] [--delays 0,10,50] [--rounds 2] \\
+        [--stores scalars,hello_world,images] [--systems ours,raw,raw-bytes,petastorm,hf,ray] [--out-json F]
+
+Petastorm 0.13.1 runs only with ``--anchor-python`` (its side environment, ``shared/bench/setup_anchor_venv.sh``,
+plus ``pip install s3fs`` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from contextlib import ExitStack, contextmanager
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, 'remote_cases.py')
+BUCKET = 'bench'
+IMAGE_ROWS = 24_000
+SYSTEM_ORDER = ('ours', 'raw', 'raw-bytes', 'petastorm', 'hf', 'ray', 'ours-disk-cache', 'ours-decoded-cache',
+                'ours-local')
+SYSTEM_NAMES = {'ours': 'ours', 'raw': 'raw pyarrow + decode', 'raw-bytes': 'raw pyarrow, bytes only',
+                'petastorm': 'Petastorm 0.13.1', 'hf': 'HF datasets streaming', 'ray': 'Ray Data',
+                'ours-disk-cache': "ours, 2nd epoch from cache_type='local-disk'",
+                'ours-decoded-cache': "ours, 2nd epoch from cache_type='local-disk-decoded'",
+                'ours-local': 'ours from local disk'}
+
+
+# ------------------------------------------------------------------------------------------------ the stores
+
+
+def write_image_store(path: str, rows: int) -> None:
+    """``rows`` rows of a 96x96 JPEG (crops of scikit-image's photos, shifted per row), a label and an id."""
+    import numpy as np
+    import pyarrow as pa
+    from skimage import data as samples
+
+    from petastorm import write_dataset
+    from petastorm.codecs import CompressedImageCodec, ScalarCodec
+    from petastorm.unischema import Unischema, UnischemaField
+
+    schema = Unischema('ImageStore', [
+        UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
+        UnischemaField('label', np.int32, (), ScalarCodec(pa.int32()), False),
+        UnischemaField('image', np.uint8, (96, 96, 3), CompressedImageCodec('jpeg', quality=90), False),
+    ])
+    photos = [samples.astronaut(), samples.coffee(), samples.chelsea(), samples.rocket()]
+
+    def generate():
+        rng = np.random.default_rng(0)
+        for index in range(rows):
+            photo = photos[index % len(photos)]
+            top = int(rng.integers(0, photo.shape[0] - 96))
+            left = int(rng.integers(0, photo.shape[1] - 96))
+            yield {'id': index, 'label': index % 10, 'image': np.ascontiguousarray(photo[top:top + 96, left:left + 96])}
+
+    write_dataset('file://' + path, schema, generate(), row_group_size_mb=2, file_size_mb=8, mode='overwrite')
+
+
+def link_tree(source: str, target: str) -> None:
+    """``target`` as a tree of hard links to ``source``'s files (copies across devices)."""
+    for directory, _, files in os.walk(source):
+        destination = os.path.join(target, os.path.relpath(directory, source))
+        os.makedirs(destination, exist_ok=True)
+        for name in files:
+            try:
+                os.link(os.path.join(directory, name), os.path.join(destination, name))
+            except OSError:
+                shutil.copy2(os.path.join(directory, name), os.path.join(destination, name))
+
+
+def store_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows
+               for directory, _, files in os.walk(path) for name in files
+               if name.endswith('.parquet') and not name.startswith(('_', '.')))
+
+
+# ------------------------------------------------------------------------------------------ server and proxies
+
+
+def _start(command: list[str], stack: ExitStack) -> tuple[subprocess.Popen, str]:
+    """A child process that prints ``listening on URL ...`` once ready: the process and its first line."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    stack.callback(_stop, process)
+    line = process.stdout.readline() if process.stdout else ''
+    if not line.startswith('listening on '):
+        raise RuntimeError(f'{command[2]} did not start: {line!r}')
+    return process, line
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def serving(root: str, delays: list[int]):
+    """The server over ``root`` and a proxy per delay: ``(server endpoint, {delay: proxy endpoint})``."""
+    with ExitStack() as stack:
+        _, line = _start([sys.executable, '-m', 'petastorm.test_util.s3_server', '--root', root], stack)
+        server = line.split()[2]
+        proxies = {}
+        for delay in delays:
+            _, line = _start([sys.executable, '-m', 'petastorm.test_util.delay_proxy', '--upstream',
+                              server.split('://')[1], '--delay-ms', str(delay)], stack)
+            proxies[delay] = line.split()[2]
+        yield server, proxies
+
+
+def server_stats(server: str, reset: bool) -> dict:
+    request = urllib.request.Request(server + '/_stats', method='POST' if reset else 'GET')
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+# ------------------------------------------------------------------------------------------------- the cases
+
+
+def run_case(python: str, system: str, url: str, endpoint: str, server: str, workers: int, timeout: float,
+             first_only: bool = False, local_root: str | None = None) -> dict:
+    """One case in a fresh process (see ``remote_cases.py``), with the requests and bytes the server answered."""
+    server_stats(server, reset=True)
+    command = [python, CASES, system, url, endpoint, '--workers', str(workers)] + (['--first-only'] * first_only)
+    command += ['--local-root', local_root] if local_root else []
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {'error': f'no result in {timeout:.0f} s'}
+    stats = server_stats(server, reset=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
+    if done.returncode or not lines:
+        tail = (done.stderr.strip().splitlines() or ['(no output)'])[-1]
+        return {'error': tail[:200]}
+    result = json.loads(lines[-1])
+    result['requests'] = stats['total_requests']
+    result['requests_by_kind'] = stats['requests']
+    result['bytes'] = stats['bytes_sent']
+    return result
+
+
+def capacity(python: str, server: str, proxies: dict[int, str]) -> list[tuple[str, float]]:
+    """MB/s of every object read whole by 8 threads: straight from the server, then through each proxy."""
+    rows = []
+    for name, endpoint in [('server', server)] + [(f'proxy {d} ms', e) for d, e in proxies.items()]:
+        result = run_case(python, 'capacity', f's3://{BUCKET}', endpoint, server, 8, 600)
+        rows.append((name, result['bytes'] / result['seconds'] / 1e6 if 'error' not in result else float('nan')))
+    return rows
+
+
+def _runs_at(system: str, delay: int, delays: list[int]) -> bool:
+    """The cache rows' timed epoch reads no store: they run at the longest delay only, local disk at the first."""
+    if system == 'ours-local':
+        return delay == delays[0]
+    if system in ('ours-disk-cache', 'ours-decoded-cache'):
+        return delay == delays[-1]
+    return True
+
+
+def median(results: list[dict], key: str) -> float:
+    values = [r[key] for r in results if 'error' not in r]
+    return statistics.median(values) if values else float('nan')
+
+
+def table(results: dict, stores: list[str], delays: list[int], systems: list[str], rows_of: dict[str, int]) -> str:
+    lines = []
+    for store in stores:
+        lines += ['', f'### {store} ({rows_of[store]:,} rows)', '',
+                  '| one-way delay | system | rows/s | first batch s | vs raw | requests | MB | peak RSS MB |',
+                  '|---:|---|---:|---:|---:|---:|---:|---:|']
+        for delay in delays:
+            raw = median(results[store, delay, 'raw'], 'seconds') if 'raw' in systems else float('nan')
+            for system in systems:
+                runs = results[store, delay, system]
+                if not runs:
+                    continue
+                errors = [r['error'] for r in runs if 'error' in r]
+                if len(errors) == len(runs):
+                    lines.append(f'| {delay} ms | {SYSTEM_NAMES[system]} | failed: {errors[0]} | | | | | |')
+                    continue
+                seconds = median(runs, 'seconds')
+                lines.append(
+                    f'| {delay} ms | {SYSTEM_NAMES[system]} | {rows_of[store] / seconds:,.0f} | '
+                    f'{median(runs, "first_batch"):.2f} | {raw / seconds:.2f} | {median(runs, "requests"):,.0f} | '
+                    f'{median(runs, "bytes") / 1e6:,.0f} | {median(runs, "peak_rss") / 1e6:,.0f} |')
+    return '\n'.join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--data-root', required=True, help='holds scalars/ and hello_world/ (make_datasets.py)')
+    parser.add_argument('--anchor-python', help="the python of Petastorm 0.13.1's side environment")
+    parser.add_argument('--delays', default='0,10,50', help='one-way delays in ms')
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--stores', default='scalars,hello_world,images')
+    parser.add_argument('--systems', default=','.join(SYSTEM_ORDER))
+    parser.add_argument('--workers', type=int, default=4, help='threads of every reader that takes a number')
+    parser.add_argument('--timeout', type=float, default=600, help='seconds before a case counts as failed')
+    parser.add_argument('--out-json', help='write every result here')
+    args = parser.parse_args()
+    delays = [int(d) for d in args.delays.split(',')]
+    stores = args.stores.split(',')
+    systems = [s for s in args.systems.split(',') if s != 'petastorm' or args.anchor_python]
+    if 'images' in stores and not os.path.isdir(os.path.join(args.data_root, 'images')):
+        print(f'writing the image store ({IMAGE_ROWS:,} rows) under {args.data_root}', flush=True)
+        write_image_store(os.path.join(args.data_root, 'images'), IMAGE_ROWS)
+    rows_of = {store: store_rows(os.path.join(args.data_root, store)) for store in stores}
+
+    results: dict = defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix='remote-bench-') as root:
+        for store in stores:
+            link_tree(os.path.join(args.data_root, store), os.path.join(root, BUCKET, store))
+        with serving(root, delays) as (server, proxies):
+            print('## set-up capacity: every object read whole by 8 threads of pyarrow\'s S3 client\n')
+            for name, rate in capacity(sys.executable, server, proxies):
+                print(f'- {name}: {rate:,.0f} MB/s')
+            cases = [(store, delay, system) for store in stores for delay in delays for system in systems
+                     if _runs_at(system, delay, delays)]
+            for round_index in range(args.rounds):
+                shift = round_index * len(cases) // max(1, args.rounds)
+                for store, delay, system in cases[shift:] + cases[:shift]:
+                    python = args.anchor_python if system == 'petastorm' else sys.executable
+                    result = run_case(python, system, f's3://{BUCKET}/{store}', proxies[delay], server, args.workers,
+                                      args.timeout, local_root=root)
+                    if 'error' not in result and result['rows'] != rows_of[store]:
+                        result = {'error': f'read {result["rows"]} rows, the store has {rows_of[store]}'}
+                    results[store, delay, system].append(result)
+                    shown = result.get('error') or f'{result["seconds"]:.2f} s, first {result["first_batch"]:.2f} s'
+                    print(f'  round {round_index + 1}: {store} {delay} ms {system}: {shown}', flush=True)
+    print(table(results, stores, delays, systems, rows_of))
+    if args.out_json:
+        with open(args.out_json, 'w') as out:
+            json.dump({f'{s}|{d}|{y}': v for (s, d, y), v in results.items()}, out, indent=1)
+
+
+if __name__ == '__main__':
+    started = time.perf_counter()
+    main()
+    print(f'\n({time.perf_counter() - started:.0f} s)')

@@ -1,0 +1,99 @@
+"""Time to the first batch from stores of many small files on S3 behind latency: does planning grow with the files?
+
+Stores of 1,000 and 10,000 Parquet files (100 rows of two columns each), plain or with a ``_metadata`` summary
+(pyarrow's ``write_metadata``), served by ``petastorm.test_util.s3_server`` behind a
+``petastorm.test_util.delay_proxy`` (10 ms one way by default), as in ``remote_bench.py``. For each store, in a
+fresh process: ``make_batch_reader`` (ours, thread pool), ``pyarrow.dataset`` scanning the files (its own lazy
+planning: it reads a footer only when it reaches the file), Hugging Face ``datasets`` streaming, and the raw limit
+that plans as we do (every footer first, 4 threads). The table gives the median seconds to the first batch over
+the rounds and the requests the server answered until then.
+
+Usage:
+    python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from remote_bench import BUCKET, run_case, serving  # noqa: E402
+
+SYSTEMS = ('ours', 'arrow-dataset', 'hf', 'raw-bytes')
+NAMES = {'ours': 'ours', 'arrow-dataset': 'pyarrow.dataset', 'hf': 'HF datasets streaming',
+         'raw-bytes': 'raw pyarrow, every footer first'}
+
+
+def write_many(directory: str, files: int, summary: bool) -> None:
+    """``files`` files of 100 rows; with ``summary``, a ``_metadata`` of all their row groups and a
+    ``_common_metadata``."""
+    os.makedirs(directory)
+    rng = np.random.default_rng(0)
+    collected: list = []
+    for index in range(files):
+        table = pa.table({'id': np.arange(index * 100, (index + 1) * 100, dtype=np.int64), 'x': rng.random(100)})
+        name = f'part-{index:05d}.parquet'
+        pq.write_table(table, os.path.join(directory, name), metadata_collector=collected if summary else None)
+        if summary:
+            collected[-1].set_file_path(name)
+    if summary:
+        pq.write_metadata(table.schema, os.path.join(directory, '_common_metadata'))
+        pq.write_metadata(table.schema, os.path.join(directory, '_metadata'), metadata_collector=collected)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--files', default='1000,10000')
+    parser.add_argument('--delay-ms', type=int, default=10)
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--systems', default=','.join(SYSTEMS))
+    parser.add_argument('--timeout', type=float, default=600)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.files.split(',')]
+    systems = args.systems.split(',')
+    stores = [(files, summary) for files in counts for summary in (False, True)]
+    results: dict = defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix='planning-bench-') as root:
+        for files, summary in stores:
+            write_many(os.path.join(root, BUCKET, _name(files, summary)), files, summary)
+        with serving(root, [args.delay_ms]) as (server, proxies):
+            cases = [(store, system) for store in stores for system in systems]
+            for round_index in range(args.rounds):
+                shift = round_index * len(cases) // max(1, args.rounds)
+                for (files, summary), system in cases[shift:] + cases[:shift]:
+                    result = run_case(sys.executable, system, f's3://{BUCKET}/{_name(files, summary)}',
+                                      proxies[args.delay_ms], server, 4, args.timeout, first_only=True)
+                    results[files, summary, system].append(result)
+                    shown = result.get('error') or f'{result["first_batch"]:.2f} s, {result["requests"]} requests'
+                    print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
+                          flush=True)
+    print(f'\n### Time to the first batch, S3 at {args.delay_ms} ms one way\n')
+    print('| files | _metadata | system | first batch s | requests |')
+    print('|---:|---|---|---:|---:|')
+    for files, summary in stores:
+        for system in systems:
+            runs = [r for r in results[files, summary, system] if 'error' not in r]
+            if not runs:
+                error = results[files, summary, system][0]['error']
+                print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | failed: {error} | |')
+                continue
+            print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | '
+                  f'{statistics.median(r["first_batch"] for r in runs):.2f} | '
+                  f'{statistics.median(r["requests"] for r in runs):,.0f} |')
+
+
+def _name(files: int, summary: bool) -> str:
+    return f'files{files}{"-summary" if summary else ""}'
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,166 @@
+"""Row groups of files on pyarrow's own S3 client, one request each: petastorm.metadata.data_files.DataFiles."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm.errors import DataFileChangedError
+from petastorm.metadata.data_files import DataFiles, keeps_files_open
+from petastorm.test_util.s3_server import S3DirectoryServer
+
+BUCKET = 'files'
+
+
+@pytest.fixture(scope='module')
+def server(tmp_path_factory):
+    with S3DirectoryServer(str(tmp_path_factory.mktemp('objects')), buckets=(BUCKET,)) as running:
+        yield running
+
+
+def _s3(server: S3DirectoryServer) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=f'127.0.0.1:{server.port}', scheme='http', access_key='k',
+                             secret_key='s', region='us-east-1')
+
+
+def _write(server: S3DirectoryServer, name: str, rows: int = 40_000, row_group: int = 10_000) -> str:
+    """A file of 4 row groups, big enough that its footer and its row groups are separate requests."""
+    table = pa.table({'id': np.arange(rows, dtype=np.int64), 'x': np.arange(rows) * 0.5,
+                      's': pa.array([{'a': i, 'b': str(i)} for i in range(rows)])})
+    pq.write_table(table, os.path.join(server.root, BUCKET, name), row_group_size=row_group)
+    return f'{BUCKET}/{name}'
+
+
+def _listed(fs: pafs.FileSystem, path: str) -> DataFiles:
+    return DataFiles(fs, {path: fs.get_file_info(path).size})
+
+
+def test_a_file_is_opened_once_and_each_row_group_is_one_request(server):
+    fs = _s3(server)
+    path = _write(server, 'plain.parquet')
+    files = _listed(fs, path)
+    server.reset_stats()
+    assert files.footer(path).num_row_groups == 4
+    assert server.stats().requests == {'HEAD': 1, 'GET': 1}  # its size (checked), its footer
+    server.reset_stats()
+    first = files.read_row_group(path, 1, ['x', 'id'])
+    second = files.read_row_group(path, 2, ['id'])
+    assert server.stats().requests == {'GET': 2}
+    assert first.column_names == ['x', 'id']
+    assert first.column('id').to_pylist() == list(range(10_000, 20_000))
+    assert second.column('id').to_pylist() == list(range(20_000, 30_000))
+
+
+def test_threads_share_the_open_file(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs = _s3(server)
+    path = _write(server, 'shared.parquet')
+    files = _listed(fs, path)
+    with ThreadPoolExecutor(4) as pool:
+        tables = list(pool.map(lambda index: files.read_row_group(path, index % 4, ['id']), range(16)))
+    assert [t.column('id')[0].as_py() for t in tables] == [10_000 * (index % 4) for index in range(16)]
+
+
+def test_struct_leaves_come_in_their_struct(server):
+    fs = _s3(server)
+    path = _write(server, 'nested.parquet')
+    table = _listed(fs, path).read_row_group(path, 0, ['s.a'])
+    assert table.equals(pq.ParquetFile(os.path.join(server.root, path)).read_row_group(0, columns=['s.a']))
+
+
+def test_a_worker_process_gets_the_listing_and_opens_the_file_itself(server):
+    fs = _s3(server)
+    path = _write(server, 'shipped.parquet')
+    files = _listed(fs, path)
+    files.footer(path)
+    in_worker = pickle.loads(pickle.dumps(files))
+    assert in_worker.sizes == files.sizes
+    server.reset_stats()
+    assert in_worker.read_row_group(path, 1, ['id']).num_rows == 10_000
+    assert server.stats().requests == {'HEAD': 1, 'GET': 2}  # its size, its footer, the row group
+
+
+def test_a_file_of_another_size_than_listed_is_refused(server):
+    fs = _s3(server)
+    path = _write(server, 'changed.parquet')
+    files = _listed(fs, path)
+    _write(server, 'changed.parquet', rows=50_000)
+    with pytest.raises(DataFileChangedError, match=f's3://{path}'):
+        files.read_row_group(path, 0, ['id'])
+
+
+def test_only_pyarrows_remote_filesystems_keep_files_open(server):
+    from petastorm.fs import resolve_url
+
+    assert keeps_files_open(_s3(server))
+    assert not keeps_files_open(pafs.LocalFileSystem())
+    ours, _ = resolve_url(f's3://{BUCKET}', {'key': 'k', 'secret': 's', 'endpoint_url': server.endpoint,
+                                             'config_kwargs': {'read_timeout': 30}})
+    assert not keeps_files_open(ours)  # s3fs through our layer keeps sizes and footer bytes itself
+
+
+def _far(server: S3DirectoryServer, proxy) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=proxy.endpoint.split('://')[1], scheme='http', access_key='k',
+                             secret_key='s', region='us-east-1')
+
+
+def test_far_away_row_groups_are_fetched_ahead_and_read_once(server):
+    import threading
+    import time
+
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    path = _write(server, 'ahead.parquet')
+    with DelayProxy(('127.0.0.1', server.port), delay=0.03) as proxy:
+        fs = _far(server, proxy)
+        files = _listed(fs, path)
+        files.footer(path)  # opening the file shows a round trip of 60 ms
+        server.reset_stats()
+        files.prefetch(path, 1, ['id'])
+        files.prefetch(path, 2, ['id'])
+        time.sleep(1.0)
+        assert server.stats().requests == {'GET': 2}  # fetched before anyone read them
+        assert files.read_row_group(path, 2, ['id']).column('id')[0].as_py() == 20_000
+        assert files.read_row_group(path, 1, ['id']).column('id')[0].as_py() == 10_000
+        assert server.stats().requests == {'GET': 2}  # and not fetched again
+        files.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
+
+
+def test_near_row_groups_are_not_fetched_ahead(server):
+    import time
+
+    fs = _s3(server)
+    path = _write(server, 'near.parquet')
+    files = _listed(fs, path)
+    files.footer(path)
+    server.reset_stats()
+    files.prefetch(path, 1, ['id'])
+    time.sleep(0.3)
+    assert server.stats().requests == {}
+    files.close()
+
+
+def test_a_reader_far_away_fetches_ahead_and_joins_its_threads(server):
+    import threading
+
+    from petastorm import make_batch_reader
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    os.makedirs(os.path.join(server.root, BUCKET, 'far'))
+    for index in range(3):
+        _write(server, f'far/part-{index}.parquet')
+    with DelayProxy(('127.0.0.1', server.port), delay=0.03) as proxy, \
+            make_batch_reader(f's3://{BUCKET}/far', filesystem=_far(server, proxy), reader_pool_type='thread',
+                              workers_count=2, schema_fields=['id']) as reader:
+        ids = sorted(int(i) for batch in reader for i in batch.id)
+    assert ids == sorted(list(range(40_000)) * 3)
+    assert reader.read_context.data_files.fetched_ahead > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
