@@ -12,6 +12,9 @@ the file's content (dataset, path, size, modification time, row group, columns) 
 * with ``cache_type='local-disk-decoded'`` (:class:`DecodedRowGroupCache`), the columns with their images and
   arrays decoded, so a later epoch skips the I/O and the decoding.
 
+Either way the footers of a remote store's files are kept too (:class:`FooterCache`), so that a later reader
+plans without asking the store for them.
+
 Both hold whole row groups before any filtering, shuffling or transform, so every reader option works the same
 with or without a cache.
 
@@ -34,6 +37,7 @@ from petastorm.cache._factory import (
     make_cache,
     make_row_group_cache,
 )
+from petastorm.cache._footers import FooterCache
 from petastorm.cache._local_disk import CacheLocationError, LocalDiskCache
 from petastorm.cache._row_groups import FileStamp, RowGroupCache, file_stamps
 from petastorm.cache._values import UncacheableValueError
@@ -48,6 +52,7 @@ __all__ = [
     'CacheLocationError',
     'DecodedRowGroupCache',
     'FileStamp',
+    'FooterCache',
     'LocalDiskCache',
     'NullCache',
     'RowGroupCache',

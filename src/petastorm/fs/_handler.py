@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import threading
 from collections import OrderedDict
@@ -181,7 +182,13 @@ class StorageHandler(pafs.FSSpecHandler):
         if isinstance(etag, str) and etag:
             with self._sizes_lock:
                 self._etags[path.rstrip('/')] = etag
-        return pafs.FSSpecHandler._create_file_info(path, info)
+        found = pafs.FSSpecHandler._create_file_info(path, info)
+        if found.mtime is not None or found.type != pafs.FileType.File:
+            return found
+        # pyarrow's handler reads fsspec's 'mtime' only, which s3fs ('LastModified'), adlfs ('last_modified') and
+        # gcsfs ('updated') do not fill: without it a cache keys a file by its size alone.
+        mtime = _modification_time(info)
+        return found if mtime is None else pafs.FileInfo(path, found.type, size=found.size, mtime=mtime)
 
     def _forget(self) -> None:
         with self._sizes_lock:
@@ -427,3 +434,17 @@ class _RangedFile(io.RawIOBase):
         data = self.read(len(memoryview(buffer)))
         memoryview(buffer).cast('B')[:len(data)] = data
         return len(data)
+
+
+def _modification_time(info: dict[str, Any]) -> datetime.datetime | None:
+    """The modification time an fsspec ``info`` dict gives under another key than ``'mtime'`` (None: none)."""
+    for key in ('LastModified', 'last_modified', 'updated'):
+        value = info.get(key)
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace('Z', '+00:00'))
+            except ValueError:
+                continue
+        if isinstance(value, datetime.datetime):
+            return value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+    return None

@@ -14,7 +14,9 @@ first read of a file learned, so that the next row groups of the file cost one r
 * through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footer bytes and ETags itself), the file is
   opened for each row group and its size compared with the listed one.
 
-Planning reads footers through the same object, so the footers it read serve the thread pool's workers.
+Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
+with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
+the unchanged store, in any process, plans without asking the store for them.
 
 On pyarrow's remote filesystems far away (a round trip of 40 ms or more, seen when files are opened) a reader also
 asks for row groups ahead (:meth:`DataFiles.prefetch`): threads of the object fetch them while the workers decode
@@ -31,9 +33,9 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -42,7 +44,7 @@ import pyarrow.parquet as pq
 from petastorm.errors import DataFileChangedError
 from petastorm.fs._files import file_url
 
-__all__ = ['DataFiles', 'keeps_files_open']
+__all__ = ['DataFiles', 'FooterStore', 'keeps_files_open']
 
 #: files a process keeps open with their footers (the oldest are opened again when read again).
 _KEPT_FILES = 1024
@@ -66,6 +68,13 @@ def keeps_files_open(filesystem: pafs.FileSystem) -> bool:
         not isinstance(filesystem, (pafs.LocalFileSystem, pafs.PyFileSystem))
 
 
+class FooterStore(Protocol):
+    """Where footers read from a remote store are kept (:class:`petastorm.cache.FooterCache`)."""
+
+    def footer(self, path: str, read: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
+        """The footer of ``path``: kept, or ``read()`` (and kept)."""
+
+
 class DataFiles:
     """The data files of a store on one filesystem: their listed sizes, and per process what was read of them.
 
@@ -75,11 +84,15 @@ class DataFiles:
     Args:
         filesystem: where the files are.
         sizes: each file's size in bytes when the store was listed, by path (a file not in it is not checked).
+        footers: where footers read from a remote store are kept beyond this process (local disk is not asked:
+            its footers are as quick to read from the file).
     """
 
-    def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None) -> None:
+    def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None,
+                 footers: FooterStore | None = None) -> None:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
+        self.footers = None if isinstance(filesystem, pafs.LocalFileSystem) else footers
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
         self._lock = threading.Lock()
@@ -92,7 +105,7 @@ class DataFiles:
         self.fetched_ahead = 0
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return DataFiles, (self.filesystem, self.sizes)
+        return DataFiles, (self.filesystem, self.sizes, self.footers)
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.
@@ -126,9 +139,20 @@ class DataFiles:
             fetcher.shutdown(wait=True, cancel_futures=True)
 
     def footer(self, path: str) -> pq.FileMetaData:
-        """The Parquet footer of ``path``: on a remote filesystem, read once in this process."""
+        """The Parquet footer of ``path``: remote, read once per process (or kept in :attr:`footers`)."""
         if self.keeps_open:
-            return self._open(path)[1]
+            with self._lock:
+                opened = self._opened.get(path)
+            if opened is not None:
+                return opened[1]
+        if self.footers is not None:
+            # Kept: the file is opened when a row group of it is read, if one is.
+            return self.footers.footer(path, lambda: self._read_footer(path))
+        return self._read_footer(path)
+
+    def _read_footer(self, path: str) -> pq.FileMetaData:
+        if self.keeps_open:
+            return self._open(path, kept_footer=False)[1]  # footers.footer() is asking: it has none
         with self.filesystem.open_input_file(path) as handle:
             return pq.read_metadata(handle)
 
@@ -157,10 +181,11 @@ class DataFiles:
         with self._transfers.holding(_stored_bytes(footer, row_group, columns)):
             return pq.ParquetFile(handle, metadata=footer, pre_buffer=True).read_row_group(row_group, columns=columns)
 
-    def _open(self, path: str) -> tuple[pa.NativeFile, pq.FileMetaData]:
+    def _open(self, path: str, kept_footer: bool = True) -> tuple[pa.NativeFile, pq.FileMetaData]:
         """The file opened (its size checked) and its footer, kept for this process's next reads of it.
 
-        Threads share the open file: reads at an offset (``read_at``) do not move a shared position.
+        The footer comes from :attr:`footers` if ``kept_footer``. Threads share the open file: reads at an offset
+        (``read_at``) do not move a shared position.
         """
         with self._lock:
             opened = self._opened.get(path)
@@ -172,7 +197,10 @@ class DataFiles:
         took = time.perf_counter() - started
         self._round_trip = took if self._round_trip is None else min(self._round_trip, took)
         self._check_size(path, handle)
-        opened = handle, pq.read_metadata(handle)
+        if kept_footer and self.footers is not None:
+            opened = handle, self.footers.footer(path, lambda: pq.read_metadata(handle))
+        else:
+            opened = handle, pq.read_metadata(handle)
         with self._lock:
             # An evicted file is closed when the last read using it lets it go.
             self._opened[path] = opened

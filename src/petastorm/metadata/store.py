@@ -38,7 +38,7 @@ from petastorm.errors import (
 from petastorm.fs import ResolvedLocation
 from petastorm.fs._files import file_url, with_retries
 from petastorm.metadata import keys
-from petastorm.metadata.data_files import DataFiles
+from petastorm.metadata.data_files import DataFiles, FooterStore
 from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
 
 __all__ = [
@@ -262,10 +262,16 @@ def _read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
     return with_retries(files.filesystem, lambda: files.footer(path), 'reading the Parquet footer of', path)
 
 
-def store_data_files(store: ParquetStore) -> DataFiles:
-    """The store's data files as its readers read them: the listing's sizes, the footers read once per process."""
+def store_data_files(store: ParquetStore, footers: FooterStore | None = None) -> DataFiles:
+    """The store's data files as its readers read them: the listing's sizes, the footers read once per process.
+
+    Args:
+        store: the opened store.
+        footers: where footers read from a remote store are also kept (a reader's local disk cache), taken by
+            the first call: make it before anything reads a footer of the store.
+    """
     if 'data_files' not in store.memo:
-        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes)
+        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes, footers)
     return store.memo['data_files']  # type: ignore[no-any-return]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from petastorm._warnings import warn_user
-from petastorm.cache import CacheBase, FileStamp, make_cache, make_row_group_cache
+from petastorm.cache import CacheBase, FileStamp, FooterCache, NullCache, make_cache, make_row_group_cache
 from petastorm.metadata.filters import columns_of_expression, filter_expression
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
@@ -83,6 +83,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
                            filesystem=options.filesystem, table_format=options.table_format,
                            table_version=options.table_version)
+    if not isinstance(cache, NullCache):
+        # Before anything reads a footer: a later reader of the unchanged store plans without asking for them.
+        store_data_files(dataset, FooterCache(cache, str(dataset.url), _listed_stamps(dataset)))
     stored, schema_inferred = stored_or_inferred_schema(dataset)
     view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
     schema = transform_schema(view, options.transform_spec)
