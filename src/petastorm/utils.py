@@ -53,7 +53,8 @@ def add_to_dataset_metadata(dataset: Any, key: str | bytes, value: str | bytes) 
         TypeError: ``dataset`` is none of the above.
     """
     from petastorm.fs import resolve_location
-    from petastorm.metadata.store import ParquetStore, open_store
+    from petastorm.metadata.store import open_store
+    from petastorm.metadata.store_model import ParquetStore
     from petastorm.metadata.write import update_common_metadata
 
     if isinstance(dataset, str):

@@ -7,7 +7,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from petastorm.metadata.store import RowGroupPiece
+from petastorm.metadata.store_model import RowGroupPiece
 from petastorm.plan import ScheduledItem, WorkItem, row_permutation
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.worker import ReadContext, read_item

@@ -15,10 +15,6 @@ import pytest
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2] / 'src'
 
-#: Modules the storage work owns while it changes them (see docs/architecture.md); they get theirs with it.
-UNSORTED_FOR_NOW = {'petastorm.cache'}
-WITHOUT_ALL_FOR_NOW = {'petastorm.fs.compat', 'petastorm.fs.hadoop', 'petastorm.test_util.latency_fs'}
-
 
 def _public_modules() -> list[str]:
     names = []
@@ -54,18 +50,14 @@ PUBLIC = _public_modules()
 
 
 def test_every_public_module_declares_a_sorted_all():
-    missing = [m for m in PUBLIC if m not in WITHOUT_ALL_FOR_NOW and _declared_all(m) is None]
+    missing = [m for m in PUBLIC if _declared_all(m) is None]
     assert missing == []
-    unsorted = [m for m in PUBLIC if m not in UNSORTED_FOR_NOW and (names := _declared_all(m)) is not None
+    unsorted = [m for m in PUBLIC if (names := _declared_all(m)) is not None
                 and names != sorted(names, key=_isort_order)]
     assert unsorted == []
 
 
-def test_the_exemptions_are_still_needed():
-    assert [m for m in WITHOUT_ALL_FOR_NOW if m not in PUBLIC or _declared_all(m) is not None] == []
-
-
-@pytest.mark.parametrize('module', [m for m in PUBLIC if m not in WITHOUT_ALL_FOR_NOW])
+@pytest.mark.parametrize('module', PUBLIC)
 def test_every_name_in_all_exists(module):
     names = _declared_all(module) or []
     loaded = importlib.import_module(module)

@@ -20,7 +20,7 @@ from petastorm.etl.dataset_metadata import (
     open_dataset,
 )
 from petastorm.fs import path_to_url
-from petastorm.metadata import store as store_module
+from petastorm.metadata import footers as footers_module
 from petastorm.unischema import Unischema, UnischemaField
 
 Schema = Unischema('MetaSchema', [
@@ -61,7 +61,7 @@ def _forbid_footers(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError('footers were read although the metadata has the row counts')
 
-    monkeypatch.setattr(store_module, 'footer_row_counts', refuse)
+    monkeypatch.setattr(footers_module, 'footer_row_counts', refuse)
 
 
 def _strip_our_row_group_keys(root) -> None:

@@ -2,7 +2,8 @@
 
 The tables are written to the server by the table libraries themselves (delta-rs with its own storage options,
 pyiceberg through its file IO); our readers get s3fs-style options only (``key``, ``secret``, ``endpoint_url``),
-translated for delta-rs and pyiceberg where they read the log.
+translated for delta-rs and pyiceberg where they read the log. The server (``moto``) is the one of
+``tests/storage/conftest.py``.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ import pytest
 from petastorm import make_batch_reader
 from petastorm.errors import StorageCredentialsError
 
-s3fs = pytest.importorskip('s3fs')
+pytest.importorskip('s3fs')
 pytest.importorskip('moto')
 deltalake = pytest.importorskip('deltalake')
 pytest.importorskip('pyiceberg')
 
 from support.conftest_s3 import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
 from support.tables_util import reader_rows, rows_of_table  # noqa: E402
-
-
-@pytest.fixture(scope='module')
-def moto():
-    with MotoServer() as server:
-        s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(BUCKET)
-        yield server
 
 
 def _delta_options(server) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""What every command-line tool shares: --version, exit codes (2 usage, 1 data), one error label; and the first-hour
-fixes of petastorm-generate-metadata.py, petastorm-copy-dataset.py and petastorm-throughput.py, run as commands."""
+"""What every command-line tool shares: --version, exit codes (2 usage, 1 data), one error label, the
+--storage-options flag; and the first-hour fixes of petastorm-generate-metadata.py, petastorm-copy-dataset.py and
+petastorm-throughput.py, run as commands."""
 
 from __future__ import annotations
 
@@ -310,3 +311,37 @@ def test_progress_logging_writes_to_the_current_stderr(monkeypatch, capsys):
     finally:
         logger.handlers[:] = handlers
         logger.setLevel(level)
+
+
+def test_storage_options_flag_takes_json_key_value_pairs_or_a_file(tmp_path):
+    from petastorm.cli import parse_storage_options
+
+    assert parse_storage_options(None) is None
+    assert parse_storage_options('{"client_kwargs": {"endpoint_url": "http://h:9000"}}') == {
+        'client_kwargs': {'endpoint_url': 'http://h:9000'}}
+    assert parse_storage_options('anon=true, endpoint_url=http://h:9000,max_concurrency=4') == {
+        'anon': True, 'endpoint_url': 'http://h:9000', 'max_concurrency': 4}
+    options_file = tmp_path / 'options.json'
+    options_file.write_text('{"key": "k", "secret": "s"}')
+    assert parse_storage_options(f'@{options_file}') == {'key': 'k', 'secret': 's'}
+
+
+@pytest.mark.parametrize(('text', 'message'), [
+    ('{"secret": "hunter2"', 'is not valid JSON'),
+    ('@{list_file}', 'must be a JSON object, got a JSON list'),
+    ('endpoint_url', 'has no "="'),
+    ('=hunter2', 'a pair has an empty key'),
+    ('@/nonexistent/options.json', "'/nonexistent/options.json' cannot be read"),
+    # A file that is not UTF-8 text escaped as a UnicodeDecodeError traceback.
+    ('@{binary_file}', 'options.bin\' is not UTF-8 text (an invalid byte at position 19)'),
+])
+def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, message, tmp_path):
+    from petastorm.cli import UsageError, parse_storage_options
+
+    list_file = tmp_path / 'list.json'
+    list_file.write_text('["hunter2"]')
+    binary_file = tmp_path / 'options.bin'
+    binary_file.write_bytes(b'{"secret": "hunter2\xff"}')
+    with pytest.raises(UsageError, match=re.escape(message)) as raised:
+        parse_storage_options(text.replace('{list_file}', str(list_file)).replace('{binary_file}', str(binary_file)))
+    assert 'hunter2' not in str(raised.value)

@@ -43,13 +43,14 @@ from petastorm.cache._row_groups import FileStamp, RowGroupCache, file_stamps
 from petastorm.cache._values import UncacheableValueError
 
 __all__ = [
-    'CACHE_TYPES', 'CacheType',
+    'CACHE_TYPES',
     'EVICTION_POLICIES',
     'LOCAL_DISK_CACHE',
     'LOCAL_DISK_DECODED_CACHE',
     'NULL_CACHE',
     'CacheBase',
     'CacheLocationError',
+    'CacheType',
     'DecodedRowGroupCache',
     'FileStamp',
     'FooterCache',

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import pyarrow.fs as pafs
 
+from petastorm._checks import check_positive_int
 from petastorm.cache._base import CacheBase, NullCache
 from petastorm.cache._decoded import DecodedRowGroupCache, decodes_in_cache
 from petastorm.cache._local_disk import LocalDiskCache
@@ -23,17 +24,40 @@ NULL_CACHE: Final = 'null'
 LOCAL_DISK_CACHE: Final = 'local-disk'
 #: ``cache_type`` of the local disk cache of decoded row groups (images and arrays decoded once).
 LOCAL_DISK_DECODED_CACHE: Final = 'local-disk-decoded'
+
+
+@dataclass(frozen=True)
+class _CacheKind:
+    """What one ``cache_type`` builds."""
+
+    #: a :class:`LocalDiskCache` (which needs a location and a size limit), else a :class:`NullCache`.
+    on_disk: bool
+    #: row groups kept with their images and arrays decoded (:class:`DecodedRowGroupCache`), else as stored.
+    decoded: bool
+
+
+#: The one map from a ``cache_type`` to what it builds: the checks and the factories below ask it.
+_KINDS: dict[CacheType, _CacheKind] = {
+    NULL_CACHE: _CacheKind(on_disk=False, decoded=False),
+    LOCAL_DISK_CACHE: _CacheKind(on_disk=True, decoded=False),
+    LOCAL_DISK_DECODED_CACHE: _CacheKind(on_disk=True, decoded=True),
+}
 #: Every ``cache_type`` a reader accepts.
-CACHE_TYPES: tuple[CacheType, ...] = (NULL_CACHE, LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE)
+CACHE_TYPES: tuple[CacheType, ...] = tuple(_KINDS)
 
 
-def _unknown_cache_type(cache_type: Any) -> ValueError:
-    return ValueError(f'Unknown cache_type: {cache_type!r}; expected one of {", ".join(map(repr, CACHE_TYPES))}')
+def _known_kind(cache_type: Any) -> tuple[CacheType, _CacheKind] | None:
+    """The cache type ``cache_type`` names (None names ``'null'``) and what it builds; None when it names none."""
+    wanted = NULL_CACHE if cache_type is None else cache_type
+    # Compared, not looked up: a value that cannot be hashed is an unknown cache type, not a TypeError.
+    return next(((name, kind) for name, kind in _KINDS.items() if name == wanted), None)
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+def _kind_of(cache_type: Any) -> tuple[CacheType, _CacheKind]:
+    known = _known_kind(cache_type)
+    if known is None:
+        raise ValueError(f'Unknown cache_type: {cache_type!r}; expected one of {", ".join(map(repr, CACHE_TYPES))}')
+    return known
 
 
 def check_cache_arguments(cache_type: Any, location: Any, size_limit: Any, row_size_estimate: Any,
@@ -50,17 +74,14 @@ def check_cache_arguments(cache_type: Any, location: Any, size_limit: Any, row_s
     Raises:
         ValueError: naming the argument, its value and what is expected.
     """
-    wanted = NULL_CACHE if cache_type is None else cache_type
-    checked = next((known for known in CACHE_TYPES if known == wanted), None)
-    if checked is None:
-        raise _unknown_cache_type(cache_type)
-    if checked == NULL_CACHE:
+    checked, kind = _kind_of(cache_type)
+    if not kind.on_disk:
         return checked
     if not isinstance(location, (str, os.PathLike)) or not os.fspath(location):
         raise ValueError(f'cache_type={cache_type!r} needs cache_location, a local directory path; got {location!r}')
-    _check_positive_int('cache_size_limit', size_limit)
+    check_positive_int('cache_size_limit', size_limit)
     if row_size_estimate is not None:
-        _check_positive_int('cache_row_size_estimate', row_size_estimate)
+        check_positive_int('cache_row_size_estimate', row_size_estimate)
     if extra_settings is not None and not isinstance(extra_settings, dict):
         raise ValueError(f'cache_extra_settings must be a dict or None, got {type(extra_settings).__name__}')
     return checked
@@ -87,15 +108,14 @@ def make_cache(cache_type: str | None, location: Any, size_limit: int | None, ro
         cache = make_cache('local-disk', '/tmp/petastorm-cache', 10 << 30, 1 << 20)
         table = cache.get('some key', lambda: expensive_read())
     """
-    if cache_type is None or cache_type == NULL_CACHE:
+    _, kind = _kind_of(cache_type)
+    if not kind.on_disk:
         return NullCache()
-    if cache_type == LOCAL_DISK_CACHE:
-        return LocalDiskCache(location, size_limit, row_size_estimate, **dict(extra_settings or {}))
-    if cache_type == LOCAL_DISK_DECODED_CACHE:
+    settings = dict(extra_settings or {})
+    if kind.decoded:
         # Decoded columns are handed out as views of the entries: writable ones, as decoding would give.
-        return LocalDiskCache(location, size_limit, row_size_estimate,
-                              **{'writable_tables': True, **dict(extra_settings or {})})
-    raise _unknown_cache_type(cache_type)
+        settings = {'writable_tables': True, **settings}
+    return LocalDiskCache(location, size_limit, row_size_estimate, **settings)
 
 
 def make_row_group_cache(cache_type: str, cache: CacheBase, dataset: str, filesystem: pafs.FileSystem,
@@ -121,7 +141,8 @@ def make_row_group_cache(cache_type: str, cache: CacheBase, dataset: str, filesy
         return None
     # Size and modification time of every file go into the keys: a rewritten file is never served stale.
     stamps = file_stamps(filesystem, files, known_stamps)
-    if cache_type != LOCAL_DISK_DECODED_CACHE:
+    known = _known_kind(cache_type)
+    if known is None or not known[1].decoded:
         return RowGroupCache(cache, dataset, stamps)
     keep = set(stored_columns)
     decoded = {field.name: field for field in fields if decodes_in_cache(field) and field.name not in keep}

@@ -44,6 +44,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from petastorm._checks import check_positive_int
 from petastorm.cache._base import CacheBase
 from petastorm.cache._disk_store import EVICTION_POLICIES, DiskStore
 from petastorm.errors import PetastormError
@@ -53,12 +54,6 @@ logger = logging.getLogger(__name__)
 
 class CacheLocationError(PetastormError, OSError):
     """The cache directory cannot be created or written to (the message names the path)."""
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{name} must be a positive integer (bytes), got {value!r}')
-    return value
 
 
 def _local_path(path: Any) -> str:
@@ -106,8 +101,9 @@ class LocalDiskCache(CacheBase):
     def __init__(self, path: Any, size_limit_bytes: int | None, expected_row_size_bytes: int | None,
                  shards: int = 6, cleanup: bool = True, **settings: Any) -> None:
         self._path = _local_path(path)
-        self._size_limit = _positive_int('size_limit_bytes (cache_size_limit)', size_limit_bytes)
-        self._shards = _positive_int('shards', shards)
+        self._size_limit = check_positive_int('size_limit_bytes (cache_size_limit)', size_limit_bytes, unit='bytes')
+        # The message of a bad shard count has always said "(bytes)" as the byte sizes do; users match the text.
+        self._shards = check_positive_int('shards', shards, unit='bytes')
         policy = settings.pop('eviction_policy', 'least-recently-used')
         if policy not in EVICTION_POLICIES:
             raise ValueError(f'eviction_policy must be one of {EVICTION_POLICIES}, got {policy!r}')
@@ -117,8 +113,8 @@ class LocalDiskCache(CacheBase):
             logger.warning('LocalDiskCache ignores the settings %s (they configured the former diskcache backend)',
                            sorted(settings))
         if expected_row_size_bytes is not None:
-            expected_row_size_bytes = _positive_int('expected_row_size_bytes (cache_row_size_estimate)',
-                                                    expected_row_size_bytes)
+            expected_row_size_bytes = check_positive_int('expected_row_size_bytes (cache_row_size_estimate)',
+                                                         expected_row_size_bytes, unit='bytes')
             if policy != 'none' and self._size_limit / self._shards < 5 * expected_row_size_bytes:
                 raise ValueError(
                     f"Condition 'size_limit_bytes / shards < 5 * expected_row_size_bytes' needs to hold, but "

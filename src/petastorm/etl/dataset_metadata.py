@@ -12,8 +12,9 @@ from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_location
 from petastorm.metadata.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
 from petastorm.metadata.schemas import stored_or_inferred_schema, stored_schema, stored_schema_at
-from petastorm.metadata.store import ParquetStore, RowGroupPiece, open_store
 from petastorm.metadata.store import load_row_groups as _load_row_groups
+from petastorm.metadata.store import open_store
+from petastorm.metadata.store_model import ParquetStore, RowGroupPiece
 from petastorm.unischema import Unischema
 
 __all__ = [

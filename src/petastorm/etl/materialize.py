@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.fs import resolve_url
-from petastorm.metadata.store import SUMMARY_METADATA, list_data_files
+from petastorm.metadata.listing import SUMMARY_METADATA, list_data_files
 from petastorm.metadata.write import write_dataset_metadata
 from petastorm.spark.session import is_connect_session
 from petastorm.unischema import Unischema

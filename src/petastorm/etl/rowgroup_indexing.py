@@ -19,6 +19,7 @@ from typing import Any
 from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
 from petastorm.fs import resolve_location
 from petastorm.metadata.data_files import DataFiles
+from petastorm.metadata.footers import store_data_files
 from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.row_group_indexes import (
     INDEXES_FORMAT_VERSION,
@@ -29,7 +30,8 @@ from petastorm.metadata.row_group_indexes import (
 )
 from petastorm.metadata.row_groups import read_row_group
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import ParquetStore, RowGroupPiece, load_row_groups, open_store, store_data_files
+from petastorm.metadata.store import load_row_groups, open_store
+from petastorm.metadata.store_model import ParquetStore, RowGroupPiece
 from petastorm.metadata.write import update_common_metadata
 from petastorm.unischema import UnischemaField
 

@@ -20,6 +20,8 @@ import pyarrow.fs as pafs
 from petastorm.fs._resolve import _options_for, fsspec_class, local_url_hint, normalize_dir_url, path_in
 from petastorm.fs.hadoop import HdfsConnector, HdfsNamenodeResolver, check_hdfs_driver
 
+__all__ = ['FilesystemResolver', 'get_dataset_path', 'get_filesystem_and_path_or_paths']
+
 #: schemes whose URLs must name a bucket / container.
 _SCHEMES_WITHOUT_HOST = ('memory', 'file', 'local')
 

@@ -40,6 +40,27 @@ import pyarrow.fs as pafs
 
 from petastorm.errors import PetastormError, StorageError
 
+__all__ = [
+    'DEFAULT_NAMENODE_PORT',
+    'HADOOP_ENV_VARS',
+    'HDFS_DRIVERS',
+    'HAHdfsClient',
+    'HdfsConnectError',
+    'HdfsConnector',
+    'HdfsNamenodeResolver',
+    'MaxFailoversExceeded',
+    'NamenodeTarget',
+    'check_hdfs_driver',
+    'connect_hadoop',
+    'failover_all_class_methods',
+    'hadoop_config_dir',
+    'hdfs_filesystem',
+    'load_hadoop_configuration',
+    'namenode_failover',
+    'namenode_target',
+    'read_hadoop_xml',
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_NAMENODE_PORT = 8020

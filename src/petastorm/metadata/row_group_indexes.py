@@ -27,7 +27,7 @@ import numpy as np
 from petastorm.errors import PetastormMetadataError
 from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.legacy import legacy_indexes_from_pickle
-from petastorm.metadata.store import ParquetStore
+from petastorm.metadata.store_model import ParquetStore
 
 __all__ = [
     'INDEXERS_BY_KIND',

@@ -14,15 +14,11 @@ from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
 from petastorm.metadata import keys
+from petastorm.metadata.footers import data_file_schema, unified_file_schema
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
-from petastorm.metadata.store import (
-    ParquetStore,
-    data_file_schema,
-    open_store,
-    partition_keys_of,
-    unified_file_schema,
-)
+from petastorm.metadata.store import open_store
+from petastorm.metadata.store_model import ParquetStore, partition_keys_of
 from petastorm.unischema import Unischema, infer_unischema
 
 __all__ = ['DatasetSchema', 'column_names', 'has_petastorm_metadata', 'inferred_schema', 'stored_or_inferred_schema',

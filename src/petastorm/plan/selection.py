@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.metadata.store import RowGroupPiece, typed_partition_value
+from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
 from petastorm.plan.items import shard_items, split_drop_partitions
 from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec

@@ -17,9 +17,11 @@ import numpy as np
 from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, FileStamp, FooterCache, NullCache, make_cache, make_row_group_cache
 from petastorm.metadata.filters import columns_of_expression, filter_expression
+from petastorm.metadata.footers import store_data_files
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store import ParquetStore, load_row_groups, store_data_files
+from petastorm.metadata.store import load_row_groups
+from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
 from petastorm.reading.column_transform import TransformTarget

@@ -32,7 +32,7 @@ from petastorm.errors import (
 from petastorm.fs._files import file_url
 from petastorm.metadata.data_files import DataFiles
 from petastorm.metadata.row_groups import read_row_group
-from petastorm.metadata.store import RowGroupPiece, typed_partition_value
+from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
 from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows

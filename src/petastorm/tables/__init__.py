@@ -29,7 +29,9 @@ from petastorm.fs._files import with_retries
 from petastorm.metadata.filters import FilterStatistics
 from petastorm.metadata.filters import filter_statistics as _plain_filter_statistics
 from petastorm.metadata.filters import matching_row_groups as _plain_matching_row_groups
-from petastorm.metadata.store import ParquetStore, look_at, open_store, table_format_of
+from petastorm.metadata.listing import look_at, table_format_of
+from petastorm.metadata.store import open_store
+from petastorm.metadata.store_model import ParquetStore
 from petastorm.tables._model import (
     TABLE_FORMATS,
     TableFile,

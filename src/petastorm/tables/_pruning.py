@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.metadata.filters import filters_error
-from petastorm.metadata.store import RowGroupPiece
+from petastorm.metadata.store_model import RowGroupPiece
 from petastorm.tables._model import TableStore
 
 

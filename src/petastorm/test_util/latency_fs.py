@@ -13,6 +13,8 @@ import time
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+__all__ = ['SlowLocalHandler']
+
 
 class SlowLocalHandler(pafs.FileSystemHandler):
     """The local filesystem with a fixed latency on every file opened for reading.

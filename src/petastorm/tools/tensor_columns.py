@@ -35,8 +35,9 @@ from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCo
 from petastorm.errors import CodecError, SchemaError
 from petastorm.fs import resolve_location, resolve_url
 from petastorm.metadata import keys
+from petastorm.metadata.listing import COMMON_METADATA, SUMMARY_METADATA
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import COMMON_METADATA, SUMMARY_METADATA, open_store
+from petastorm.metadata.store import open_store
 from petastorm.metadata.write import update_common_metadata, write_dataset_metadata
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 

@@ -32,10 +32,11 @@ from petastorm.ngram import NGram
 from petastorm.predicates import in_lambda
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema, UnischemaField
+from support.cache_stores import row_group_count
 from support.node_ranks import run_ranks_together
 
 ROWS = 60
-BENCH = Path(__file__).resolve().parent.parent / 'benchmarks' / 'decoded_cache_bench.py'
+BENCH = Path(__file__).resolve().parents[2] / 'benchmarks' / 'decoded_cache_bench.py'
 LIMIT = 200 << 20
 POOLS = ['dummy', 'thread', 'process']
 READERS = {'rows': make_reader, 'batches': make_batch_reader}
@@ -78,14 +79,10 @@ def _write(path, rows=ROWS):
     return url
 
 
-def _row_group_count(url):
-    return sum(pq.ParquetFile(p).num_row_groups for p in Path(url[len('file://'):]).rglob('*.parquet'))
-
-
 @pytest.fixture(scope='module')
 def url(tmp_path_factory):
     target = _write(tmp_path_factory.mktemp('decoded') / 'ds')
-    assert _row_group_count(target) >= 6, 'these tests need several row groups'
+    assert row_group_count(target) >= 6, 'these tests need several row groups'
     return target
 
 
@@ -247,7 +244,7 @@ def test_keys_name_the_decoding_of_every_decoded_column():
 def test_entries_hold_decoded_layouts_and_stored_columns_where_there_is_none(url, tmp_path):
     _items(make_batch_reader, url, reader_pool_type='dummy', shuffle_row_groups=False, **_cache_args(tmp_path / 'c'))
     entries = _entries(tmp_path / 'c')
-    assert len(entries) == _row_group_count(url)
+    assert len(entries) == row_group_count(url)
     kinds = {}
     for entry in entries:
         assert entry.read_bytes()[:6] == b'ARROW1'  # Arrow IPC files: nothing in the cache is ever unpickled
@@ -294,11 +291,11 @@ def test_every_pool_kind_delivers_exactly_what_it_delivers_without_the_cache(url
     plain = _items(make, url, **options)
     cold = _items(make, url, **options, **_cache_args(tmp_path / 'c'))
     warm = _items(make, url, **options, **_cache_args(tmp_path / 'c'))
-    assert len(plain) == (ROWS if reader_kind == 'rows' else 2 * _row_group_count(url))
+    assert len(plain) == (ROWS if reader_kind == 'rows' else 2 * row_group_count(url))
     _same(cold, plain)
     _same(warm, plain)
     # The entries are whole row groups: two drop partitions of each share one entry.
-    assert len(_entries(tmp_path / 'c')) == _row_group_count(url)
+    assert len(_entries(tmp_path / 'c')) == row_group_count(url)
 
 
 @pytest.mark.parametrize('reader_kind', list(READERS))
@@ -470,7 +467,7 @@ def _read_in_process(url, cache_dir, counter_path, seed, go):
 def test_ranks_of_one_node_decode_each_row_group_once(url, tmp_path):
     counter = tmp_path / 'decodes.txt'
     assert run_ranks_together(_read_in_process, url, tmp_path / 'c', counter) == [0, 0]
-    assert len(counter.read_text().split()) == _row_group_count(url)
+    assert len(counter.read_text().split()) == row_group_count(url)
 
 
 def test_the_decoded_cache_benchmark_runs(tmp_path):

@@ -1,0 +1,199 @@
+"""A store's listing: what its directory holds, found with as few requests as possible.
+
+This module owns one look at a dataset path (:class:`StoreListing`, :func:`look_at`), the data files under it and
+what the listing says of them (sizes and modification times, no request per file), the names that are not data
+(``_common_metadata``, ``_metadata``, ``_delta_log``, hidden files and ``.crc`` files), glob patterns naming some
+of the files, and whether the directory is a Delta or Iceberg table.
+
+Nothing here reads a byte of a file: the footers are :mod:`petastorm.metadata.footers`' and opening the store
+:mod:`petastorm.metadata.store`'s.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from petastorm.errors import StorageNotFoundError
+
+__all__ = [
+    'COMMON_METADATA',
+    'DELTA_LOG',
+    'SUMMARY_METADATA',
+    'StoreListing',
+    'glob_files',
+    'is_glob_pattern',
+    'list_data_files',
+    'listed_data_files',
+    'look_at',
+    'mtimes_of',
+    'sizes_of',
+    'table_format_of',
+]
+
+COMMON_METADATA = '_common_metadata'
+#: The log directory of a Delta table.
+DELTA_LOG = '_delta_log'
+SUMMARY_METADATA = '_metadata'
+
+_GLOB_MAGIC = re.compile(r'[*?[]')
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith(('_', '.')) or part.endswith(('.crc', '_$folder$'))
+               for part in relative.split('/'))
+
+
+@dataclass(frozen=True)
+class StoreListing:
+    """One look at a dataset URL: the entries directly under a directory, or what the path itself is.
+
+    Everything planning needs to know before reading a byte is here (whether the directory is a table, which
+    metadata files exist and how big they are, the data files when the directory has no subdirectories), so a
+    flat store on an object store costs one listing request, not one request per question.
+    """
+
+    root: str
+    #: the path itself: a directory (when it holds anything), a file, or not found.
+    info: pafs.FileInfo
+    #: the entries directly under a directory (files and subdirectories); empty otherwise.
+    entries: tuple[pafs.FileInfo, ...] = ()
+
+    def child(self, name: str) -> pafs.FileInfo | None:
+        """The entry ``name`` directly under the directory, or None."""
+        path = posixpath.join(self.root, name)
+        return next((entry for entry in self.entries if entry.path.rstrip('/') == path), None)
+
+    @property
+    def is_directory(self) -> bool:
+        """Whether the path is a directory with something in it."""
+        return self.info.type == pafs.FileType.Directory
+
+    @property
+    def has_subdirectories(self) -> bool:
+        """Whether a non-hidden subdirectory (a partition directory, say) holds more of the data files."""
+        return any(entry.type == pafs.FileType.Directory and not _is_hidden(posixpath.basename(entry.path))
+                   for entry in self.entries)
+
+
+def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
+    """List ``root`` once (not recursively); only an empty answer costs a second request, to tell what it is."""
+    try:
+        entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=False, allow_not_found=True))
+    except (NotADirectoryError, FileNotFoundError):
+        entries = []
+    except OSError as err:
+        if err.errno not in (errno.ENOTDIR, errno.ENOENT):
+            raise
+        entries = []
+    # An object store may answer the listing of a file's key with the file itself.
+    entries = [entry for entry in entries if entry.path.rstrip('/') != root.rstrip('/')]
+    if entries:
+        return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries))
+    return StoreListing(root, filesystem.get_file_info(root))
+
+
+def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[str]:
+    """Data files under ``root``, sorted, skipping names that start with ``_`` or ``.`` and ``.crc`` files.
+
+    Raises:
+        StorageNotFoundError: ``root`` does not exist (the message names the URL); a ``FileNotFoundError``.
+    """
+    return [info.path for info in listed_data_files(filesystem, look_at(filesystem, root), url)]
+
+
+def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: Any = None) -> list[pafs.FileInfo]:
+    """What :func:`list_data_files` lists, with each file's size (no request per file).
+
+    A directory without subdirectories is listed already; one with subdirectories is listed once more, recursively
+    (one request per thousand objects on an object store).
+
+    Raises:
+        StorageNotFoundError: the listed path does not exist (the message names ``url``, else the path).
+    """
+    root = listing.root
+    if listing.info.type == pafs.FileType.NotFound:
+        raise StorageNotFoundError(f'dataset {url or root} does not exist')
+    if listing.info.type == pafs.FileType.File:
+        return [listing.info]
+    entries = listing.entries
+    if listing.has_subdirectories:
+        entries = tuple(filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
+    files = [i for i in entries
+             if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
+    return sorted(files, key=lambda i: i.path)
+
+
+def sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    """The size of each listed file, by path, where the listing gave one."""
+    return {info.path: info.size for info in infos if info.size is not None}
+
+
+def mtimes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
+    """The modification time (ns) of each listed file, by path, where the filesystem reports one."""
+    return {info.path: info.mtime_ns for info in infos if info.mtime_ns is not None}
+
+
+def table_format_of(filesystem: pafs.FileSystem, root: str, listing: StoreListing | None = None) -> str | None:
+    """The table format of the directory ``root``: None for a plain store (or a file).
+
+    ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
+    (``metadata/*.metadata.json``). ``listing`` is :func:`look_at` of ``root`` when the caller has it.
+    """
+    listing = listing or look_at(filesystem, root)
+    delta, metadata = listing.child(DELTA_LOG), listing.child('metadata')
+    if delta is not None and delta.type == pafs.FileType.Directory:
+        return 'delta'
+    if metadata is not None and metadata.type == pafs.FileType.Directory and any(
+            info.path.endswith('.metadata.json')
+            for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
+        return 'iceberg'
+    return None
+
+
+def is_glob_pattern(path: str) -> bool:
+    """Whether ``path`` has glob pattern characters (``*``, ``?``, ``[``)."""
+    return _GLOB_MAGIC.search(path) is not None
+
+
+def glob_files(fs: pafs.FileSystem, pattern: str, url: Any = None) -> list[str]:
+    """The data files a glob pattern matches (``*``, ``?`` and ``[...]`` within a name, ``**`` for directories).
+
+    A path that exists as it is, or has no pattern characters, is returned alone.
+
+    Raises:
+        StorageNotFoundError: nothing matches (the message names the pattern and where it looked).
+    """
+    return _file_or_matches(fs, pattern, url or pattern)
+
+
+def _file_or_matches(fs: pafs.FileSystem, path: str, url: Any) -> list[str]:
+    """``[path]``, or the data files a glob pattern matches when no file or directory has that very name."""
+    if not is_glob_pattern(path) or fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return [path]
+    parts = path.split('/')
+    first = next(i for i, part in enumerate(parts) if is_glob_pattern(part))
+    base = '/'.join(parts[:first]) or '/'
+    deep = len(parts) - first > 1
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=deep, allow_not_found=True))
+    matches = sorted(i.path for i in infos if i.type == pafs.FileType.File
+                     and not _is_hidden(posixpath.relpath(i.path, base)) and _glob_match(i.path.split('/'), parts))
+    if not matches:
+        raise StorageNotFoundError(f'no data file matches {url} (glob pattern {path!r}, looked under {base!r})')
+    return matches
+
+
+def _glob_match(names: list[str], patterns: list[str]) -> bool:
+    """Path components against pattern components: ``*``, ``?``, ``[...]`` within one, ``**`` for any number."""
+    if not patterns:
+        return not names
+    if patterns[0] == '**':
+        return any(_glob_match(names[i:], patterns[1:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and _glob_match(names[1:], patterns[1:])
