@@ -61,7 +61,8 @@ def _forbid_footers(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError('footers were read although the metadata has the row counts')
 
-    monkeypatch.setattr(footers_module, 'footer_row_counts', refuse)
+    # Every read of the data files' footers for their row counts goes through read_footers.
+    monkeypatch.setattr(footers_module, 'read_footers', refuse)
 
 
 def _strip_our_row_group_keys(root) -> None:
