@@ -130,7 +130,12 @@ def test_torch_and_jax_backends_fit_our_loaders_for_three_epochs(url, tmp_path, 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(pathlib.Path(out).read_text())
     assert result['steps'] == ROWS // 8
-    assert len(result['seen']) == 3 * ROWS
+    assert len(result['loss']) == 3, 'three epochs trained, none lost to an iterator that ran out'
+    assert 'ran out of data' not in done.stderr
+    # Keras builds the model on a first batch (torch backend: from an iterator it then drops), so the rows read
+    # before the three epochs depend on the backend: the epochs are the last three passes.
+    seen = result['seen'][-3 * ROWS:]
+    assert len(result['seen']) in (3 * ROWS, 3 * ROWS + 8)
     for epoch in range(3):
-        assert sorted(result['seen'][epoch * ROWS:(epoch + 1) * ROWS]) == list(range(ROWS))
+        assert sorted(seen[epoch * ROWS:(epoch + 1) * ROWS]) == list(range(ROWS))
     assert result['loss'][-1] < result['loss'][0]

@@ -64,6 +64,25 @@ class _ReaderDataset(_IterableDataset):
         raise TypeError('iterate the petastorm loader itself, not its .dataset')
 
 
+class _SizedReaderDataset(_ReaderDataset):
+    """The dataset of a reader whose rows per pass are known in advance: its ``len()`` is them.
+
+    Trainers read the batches of an epoch from the dataset's length: Keras (torch backend) counts ``len(loader)``
+    batches per epoch only when ``loader.dataset`` has a length, and otherwise keeps one iterator across epochs
+    until it runs out, which loses an epoch.
+    """
+
+    def __init__(self, reader: Any, source: ColumnSource) -> None:
+        super().__init__(reader)
+        self._source = source
+
+    def __len__(self) -> int:
+        rows = self._source.num_rows_per_pass
+        if rows is None:
+            raise TypeError('the rows of a pass of this reader are not known in advance')
+        return rows
+
+
 def _check_bool_dtype(loader: str, bool_dtype: Any) -> bool:
     """True when bool columns become ``torch.uint8`` (Petastorm's rule), False for real ``torch.bool`` tensors."""
     if bool_dtype is torch.uint8:
@@ -154,7 +173,9 @@ class _LoaderBase(_TorchDataLoader):
             raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
         self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
                                                 else bool_dtype)
-        super().__init__(_ReaderDataset(reader), batch_size=batch_size, collate_fn=collate_fn,
+        sized = self._source.num_rows_per_pass is not None
+        super().__init__(_SizedReaderDataset(reader, self._source) if sized else _ReaderDataset(reader),
+                         batch_size=batch_size, collate_fn=collate_fn,
                          pin_memory=bool(pin_memory), drop_last=bool(drop_last))
         self.reader = reader
         self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
