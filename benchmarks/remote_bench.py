@@ -32,8 +32,11 @@ Usage:
         [--anchor-python /tmp/petastorm-anchor-venv/bin/python] [--delays 0,10,50] [--rounds 2] \\
         [--stores scalars,hello_world,images] [--systems ours,raw,raw-bytes,petastorm,hf,ray] [--out-json F]
 
-Petastorm 0.13.1 runs only with ``--anchor-python`` (its side environment, ``shared/bench/setup_anchor_venv.sh``,
-plus ``pip install s3fs`` there).
+Petastorm 0.13.1 runs only with ``--anchor-python``: the python of an environment of its own where Petastorm 0.13.1
+and s3fs are installed (it does not install beside today's numpy and pyarrow).
+
+``images_big`` is the image store written with row groups of 32 MB instead of 2 MB (about 11,400 rows each): the
+first batch of a reader waits for its first row group decoded whole, a loader's (``ours-loader``) for one batch.
 """
 
 from __future__ import annotations
@@ -61,13 +64,14 @@ SYSTEM_NAMES = {'ours': 'ours', 'raw': 'raw pyarrow + decode', 'raw-bytes': 'raw
                 'petastorm': 'Petastorm 0.13.1', 'hf': 'HF datasets streaming', 'ray': 'Ray Data',
                 'ours-disk-cache': "ours, 2nd epoch from cache_type='local-disk'",
                 'ours-decoded-cache': "ours, 2nd epoch from cache_type='local-disk-decoded'",
-                'ours-local': 'ours from local disk'}
+                'ours-local': 'ours from local disk', 'ours-loader': 'ours, BatchedDataLoader(batch_size=256)',
+                'ours-loader-whole': 'ours, BatchedDataLoader, first item whole'}
 
 
 # ------------------------------------------------------------------------------------------------ the stores
 
 
-def write_image_store(path: str, rows: int) -> None:
+def write_image_store(path: str, rows: int, row_group_mb: float = 2) -> None:
     """``rows`` rows of a 96x96 JPEG (crops of scikit-image's photos, shifted per row), a label and an id."""
     import numpy as np
     import pyarrow as pa
@@ -92,7 +96,8 @@ def write_image_store(path: str, rows: int) -> None:
             left = int(rng.integers(0, photo.shape[1] - 96))
             yield {'id': index, 'label': index % 10, 'image': np.ascontiguousarray(photo[top:top + 96, left:left + 96])}
 
-    write_dataset('file://' + path, schema, generate(), row_group_size_mb=2, file_size_mb=8, mode='overwrite')
+    write_dataset('file://' + path, schema, generate(), row_group_size_mb=row_group_mb,
+                  file_size_mb=max(8, 4 * row_group_mb), mode='overwrite')
 
 
 def link_tree(source: str, target: str) -> None:
@@ -244,9 +249,10 @@ def main() -> None:
     delays = [int(d) for d in args.delays.split(',')]
     stores = args.stores.split(',')
     systems = [s for s in args.systems.split(',') if s != 'petastorm' or args.anchor_python]
-    if 'images' in stores and not os.path.isdir(os.path.join(args.data_root, 'images')):
-        print(f'writing the image store ({IMAGE_ROWS:,} rows) under {args.data_root}', flush=True)
-        write_image_store(os.path.join(args.data_root, 'images'), IMAGE_ROWS)
+    for name, row_group_mb in (('images', 2), ('images_big', 32)):
+        if name in stores and not os.path.isdir(os.path.join(args.data_root, name)):
+            print(f'writing the image store {name} ({IMAGE_ROWS:,} rows) under {args.data_root}', flush=True)
+            write_image_store(os.path.join(args.data_root, name), IMAGE_ROWS, row_group_mb)
     rows_of = {store: store_rows(os.path.join(args.data_root, store)) for store in stores}
 
     results: dict = defaultdict(list)

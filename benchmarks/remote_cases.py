@@ -8,6 +8,9 @@ system's versions.
 The systems, each read as its users read it, with every image and array decoded:
 
 * ``ours``: ``make_batch_reader`` (thread pool) over ``storage_options``; it decodes the Petastorm fields itself.
+  ``ours-loader``: the same reader through ``BatchedDataLoader(batch_size=256)`` (torch imported before the clock
+  starts), whose first batch comes before the first row group is decoded whole; ``ours-loader-whole``: the same
+  with the reader's first item read whole, for comparison. Both are seeded, so both read the same row group first.
 * ``petastorm``: Petastorm 0.13.1 in its side environment (this file runs there too: it imports nothing of the
   project). ``make_batch_reader`` for plain Parquet, ``make_reader`` for Petastorm datasets (its batch reader does
   not decode their fields). Its fsspec path cannot open S3 on the last pyarrow it runs on (``validate_schema`` is
@@ -176,6 +179,49 @@ def read_ours_decoded_cache(url: str, endpoint: str, workers: int, batch_size: i
     return _read_cached(url, endpoint, workers, clock, 'local-disk-decoded')
 
 
+def read_ours_loader(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
+    """``BatchedDataLoader`` over ``make_batch_reader``: what a torch user iterates. Its first batch needs
+    ``batch_size`` rows, which the reader delivers before the rest of the first row group is decoded."""
+    from petastorm import make_batch_reader
+    from petastorm.pytorch import BatchedDataLoader
+
+    rows = 0
+    reader = make_batch_reader(url, reader_pool_type='thread', workers_count=workers, seed=0,
+                               storage_options=s3_options(endpoint))
+    with BatchedDataLoader(reader, batch_size=batch_size) as loader:
+        for batch in loader:
+            first_batch(clock)
+            rows += len(next(iter(batch.values())))
+    return rows
+
+
+def read_ours_loader_whole(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
+    """``ours-loader`` with the reader's first item read whole, as before loaders asked for their first rows."""
+    from petastorm import make_batch_reader
+    from petastorm.pytorch import BatchedDataLoader
+
+    class WholeItems:
+        """The reader, with the loader's ``first_rows`` not passed on."""
+
+        def __init__(self, reader):
+            self._reader = reader
+
+        def __getattr__(self, name):
+            return getattr(self._reader, name)
+
+        def column_batches(self, first_rows=None):
+            return self._reader.column_batches()
+
+    rows = 0
+    reader = make_batch_reader(url, reader_pool_type='thread', workers_count=workers, seed=0,
+                               storage_options=s3_options(endpoint))
+    with BatchedDataLoader(WholeItems(reader), batch_size=batch_size) as loader:
+        for batch in loader:
+            first_batch(clock)
+            rows += len(next(iter(batch.values())))
+    return rows
+
+
 def read_ours_local(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
     """The same store read by our reader from local disk (``--local-root``): the speed a cache should reach."""
     return _read_all('file://' + os.path.join(clock['local_root'], bucket_path(url)), workers, clock)
@@ -318,13 +364,16 @@ def read_capacity(url: str, endpoint: str, workers: int, batch_size: int, clock:
 
 #: modules imported before the clock starts: what a training script imports at its top (``from petastorm import
 #: make_batch_reader``, ``import datasets``...). What a library imports when it is first called counts.
-PRELOAD = {'ours': ['petastorm.reader'], 'ours-disk-cache': ['petastorm.reader'],
+PRELOAD = {'ours': ['petastorm.reader'], 'ours-loader': ['petastorm.reader', 'petastorm.pytorch'],
+           'ours-loader-whole': ['petastorm.reader', 'petastorm.pytorch'],
+           'ours-disk-cache': ['petastorm.reader'],
            'ours-decoded-cache': ['petastorm.reader'], 'ours-local': ['petastorm.reader'],
            'petastorm': ['petastorm.reader'], 'hf': ['datasets', 'petastorm'], 'ray': ['ray', 'ray.data', 'petastorm'],
            'raw': ['pyarrow.dataset', 'petastorm'], 'raw-bytes': ['pyarrow.dataset'],
            'arrow-dataset': ['pyarrow.dataset'], 'capacity': ['pyarrow.fs']}
 
-SYSTEMS = {'ours': read_ours, 'ours-disk-cache': read_ours_disk_cache, 'ours-decoded-cache': read_ours_decoded_cache,
+SYSTEMS = {'ours': read_ours, 'ours-loader': read_ours_loader, 'ours-loader-whole': read_ours_loader_whole,
+           'ours-disk-cache': read_ours_disk_cache, 'ours-decoded-cache': read_ours_decoded_cache,
            'ours-local': read_ours_local, 'petastorm': read_petastorm, 'hf': read_hf, 'ray': read_ray, 'raw': read_raw,
            'raw-bytes': read_raw_bytes, 'arrow-dataset': read_arrow_dataset, 'capacity': read_capacity}
 

@@ -325,14 +325,23 @@ class Reader:
         """Same as ``next(reader)``."""
         return self.__next__()
 
-    def column_batches(self) -> Iterator[ColumnBatch]:
+    def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
         """Yield the decoded columns of each work item (a row group or part of one), for loaders that batch.
 
         Every batch has at least one row and carries ``row_ids`` (numbers naming each row, for loaders that save
         their position; None when a transform hid them). It draws from the same stream as ``next(reader)`` (rows
         already cut from a batch by ``next`` are not repeated), ends the pass like ``next`` does (so
         :meth:`reset` starts another one), and raises ``RuntimeError`` after :meth:`stop`.
+
+        ``first_rows``: the rows the consumer needs before it can hand out anything (a loader's batch). From
+        then on, a pass whose first work item has more than twice as many rows reads it as two: those rows first,
+        decoded alone, then the rest of the row group, which the pool's threads read once for both. The rows and
+        their order do not change; the first batch does not wait for a whole row group to be decoded. Only the
+        thread and dummy pools, without a cache or NGram, split items.
         """
+        if first_rows is not None and self._splits_items:
+            with self._lock:
+                self._position.head_rows = first_rows
         while True:
             with self._lock:
                 if self.stopped:
@@ -345,6 +354,12 @@ class Reader:
                 self._position.delivered()
                 batch = dataclasses.replace(batch, row_ids=self._position.row_ids())
             yield batch
+
+    @property
+    def _splits_items(self) -> bool:
+        """Whether a pass may read its first work item in two (a thread reads the row group for both)."""
+        return (self._options.reader_pool_type in ('thread', 'dummy') and self.ngram is None
+                and self.read_context.cache is None)
 
     # -- what is known before reading ---------------------------------------------------------------------------
 

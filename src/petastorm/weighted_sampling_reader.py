@@ -186,10 +186,11 @@ class WeightedSamplingReader:
 
     # -- column-wise mixing, for the loaders -------------------------------------------------------------------
 
-    def column_batches(self) -> Iterator[ColumnBatch]:
+    def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
         """The mix as batches of columns, with the draws :meth:`__next__` would make (one per row or batch).
 
         Rows carry ``row_ids`` naming their reader and their row in it, so that a loader can save its position.
+        ``first_rows`` changes nothing: a mix draws per batch of its readers, whose batches stay whole row groups.
         """
         if not all(isinstance(r, ColumnSource) for r in self._readers):
             # Reader-like objects without columns: their items, gathered into columns (no position).

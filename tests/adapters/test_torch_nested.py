@@ -147,11 +147,11 @@ def test_nulls_are_refused_by_default_naming_the_field_and_the_option(url):
     with BatchedDataLoader(make_batch_reader(url, schema_fields=['id', 'nint']), batch_size=5) as loader, \
             pytest.raises(TorchTypeError, match="Pytorch does not support nullable fields. Found None in nint; "
                                                 "pass nulls='mask'"):
-        next(iter(loader))
+        list(loader)  # the first batch with a null raises
     with DataLoader(make_batch_reader(url, schema_fields=['id', 'holes']), batch_size=5) as loader, \
             pytest.raises(TorchTypeError, match=r"Found None in holes\[\] \(an element of a list\); pass "
                                                 r"nulls=\{'holes\[\]': 'mask'\}"):
-        next(iter(loader))
+        list(loader)
 
 
 def test_a_fill_value_stands_in_for_nulls(url, table):

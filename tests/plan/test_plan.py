@@ -79,3 +79,41 @@ def test_orders_differ_between_epochs_and_seeds():
 def test_row_permutation_is_seeded():
     assert np.array_equal(row_permutation(10, 3), row_permutation(10, 3))
     assert sorted(row_permutation(10, 3)) == list(range(10))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(min_value=2, max_value=60), head=st.integers(min_value=1, max_value=59),
+       picks=st.booleans(), shuffle=st.booleans(), seed=st.integers(min_value=0, max_value=2**32))
+def test_a_split_head_stands_for_the_same_rows_in_the_same_order(rows, head, picks, shuffle, seed):
+    from petastorm.plan import ScheduledItem, split_head, unit_rows
+
+    chosen = tuple(int(p) for p in np.random.default_rng(seed).permutation(rows)[:rows - 1]) if picks else None
+    whole = ScheduledItem(WorkItem(3, 5, 5 + rows), 2, seed, order_picks=chosen, item_base=100)
+    if head >= whole.num_rows:
+        with pytest.raises(ValueError, match=f'{head} rows'):
+            split_head(whole, head)
+        return
+    first, rest = split_head(whole, head)
+    assert (first.num_rows, rest.num_rows) == (head, whole.num_rows - head)
+    assert first.row_group_readers == rest.row_group_readers == 2
+    assert np.array_equal(np.concatenate([first.base_positions(), rest.base_positions()]), whole.base_positions())
+    delivered = [unit_rows(part, shuffle) for part in (first, rest)]
+    expected = unit_rows(whole, shuffle)
+    assert expected is not None or not (picks or shuffle)
+    expected = np.arange(rows) if expected is None else expected
+    assert np.array_equal(np.concatenate(delivered), expected)
+
+
+def test_a_layout_splits_only_the_first_item_of_a_stage_when_asked():
+    from petastorm.plan import ShardLayout, Stage
+
+    layout = ShardLayout(items=(WorkItem(0, 0, 100), WorkItem(1, 0, 100)), seed=1, shuffle_row_groups=False,
+                         shuffle_rows=True, shard_mode='row_groups', shard_count=1, shard=0, remainder='drop_last')
+    assert [u.num_rows for u in layout.units(Stage(0))[0]] == [100, 100]
+    assert [u.num_rows for u in layout.units(Stage(0), head_rows=8)[0]] == [8, 92, 100]
+    assert [u.num_rows for u in layout.units(Stage(0), head_rows=50)[0]] == [100, 100], 'no more than half'
+    # A restored stage whose first items are rows a loader held: the split one stays pending, in two.
+    restored = Stage(0, consumed=150, pending=((0, 0, 40),))
+    units, main_from = layout.units(restored, head_rows=10)
+    assert [u.num_rows for u in units] == [10, 30, 50]
+    assert main_from == 2

@@ -130,9 +130,9 @@ def test_predicate_reads_other_columns_only_for_matching_row_groups(url, monkeyp
     calls = []
     original = petastorm.reading.worker._read_columns
 
-    def spy(ctx, piece, names, start, stop):
+    def spy(ctx, piece, names, start, stop, *more):
         calls.append((piece.path, piece.row_group, tuple(names)))
-        return original(ctx, piece, names, start, stop)
+        return original(ctx, piece, names, start, stop, *more)
 
     monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     rows = rows_of(make_reader(url, reader_pool_type='dummy', predicate=in_set({5}, 'id')))
@@ -174,9 +174,9 @@ def test_partition_predicate_prunes_row_groups_before_reading(monkeypatch):
     calls = []
     original = petastorm.reading.worker._read_columns
 
-    def spy(ctx, piece, names, start, stop):
+    def spy(ctx, piece, names, start, stop, *more):
         calls.append(piece.partition_keys)
-        return original(ctx, piece, names, start, stop)
+        return original(ctx, piece, names, start, stop, *more)
 
     monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     reader = make_reader('file://' + str(GOLDEN / 'partitioned'), reader_pool_type='dummy',

@@ -41,6 +41,15 @@ def _listed(fs: pafs.FileSystem, path: str) -> DataFiles:
     return DataFiles(fs, {path: fs.get_file_info(path).size})
 
 
+def _opened(server: S3DirectoryServer, name: str) -> tuple[str, DataFiles]:
+    """A new file, listed and opened (its footer read), with the server's counters reset after."""
+    path = _write(server, name)
+    files = _listed(_s3(server), path)
+    files.footer(path)
+    server.reset_stats()
+    return path, files
+
+
 def test_a_file_is_opened_once_and_each_row_group_is_one_request(server):
     fs = _s3(server)
     path = _write(server, 'plain.parquet')
@@ -137,11 +146,7 @@ def test_far_away_row_groups_are_fetched_ahead_and_read_once(server):
 def test_near_row_groups_are_not_fetched_ahead(server):
     import time
 
-    fs = _s3(server)
-    path = _write(server, 'near.parquet')
-    files = _listed(fs, path)
-    files.footer(path)
-    server.reset_stats()
+    path, files = _opened(server, 'near.parquet')
     files.prefetch(path, 1, ['id'])
     time.sleep(0.3)
     assert server.stats().requests == {}
@@ -164,3 +169,64 @@ def test_a_reader_far_away_fetches_ahead_and_joins_its_threads(server):
     assert ids == sorted(list(range(40_000)) * 3)
     assert reader.read_context.data_files.fetched_ahead > 0
     assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
+
+
+def test_the_parts_of_a_split_item_share_one_read_of_their_row_group(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    path, files = _opened(server, 'split.parquet')
+    with ThreadPoolExecutor(2) as pool:  # the two parts at once, as the thread pool reads them
+        tables = list(pool.map(lambda _: files.read_row_group(path, 3, ['id'], readers=2), range(2)))
+    assert tables[0] is tables[1]
+    assert tables[0].column('id')[0].as_py() == 30_000
+    assert server.stats().requests == {'GET': 1}
+    # One after the other (the dummy pool), then the next read of it is a read of its own.
+    assert files.read_row_group(path, 1, ['id'], readers=2) is files.read_row_group(path, 1, ['id'], readers=2)
+    files.read_row_group(path, 1, ['id'])
+    assert server.stats().requests == {'GET': 3}
+
+
+def test_a_failed_shared_read_fails_its_parts_and_a_retry_reads_again(server, monkeypatch):
+    fs = _s3(server)
+    path = _write(server, 'flaky.parquet')
+    files = _listed(fs, path)
+    real, calls = files._read_row_group, []
+
+    def failing_once(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError('connection reset')
+        return real(*args)
+
+    monkeypatch.setattr(files, '_read_row_group', failing_once)
+    with pytest.raises(OSError, match='connection reset'):
+        files.read_row_group(path, 0, ['id'], readers=2)
+    retried = files.read_row_group(path, 0, ['id'], readers=2)  # the first part's retry: a read of its own
+    assert retried.column('id')[0].as_py() == 0
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize('delay', [0, 0.03], ids=['near', 'far, fetching ahead'])
+def test_a_loaders_split_first_item_asks_the_store_what_a_whole_one_does(server, delay):
+    from contextlib import nullcontext
+
+    from petastorm import make_batch_reader
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    folder = f'loader-{delay}'
+    os.makedirs(os.path.join(server.root, BUCKET, folder))
+    _write(server, f'{folder}/part-0.parquet')
+    requests, sizes = [], []
+    for first_rows in (None, 100):
+        with DelayProxy(('127.0.0.1', server.port), delay=delay) if delay else nullcontext() as proxy:
+            server.reset_stats()
+            filesystem = _far(server, proxy) if delay else _s3(server)
+            with make_batch_reader(f's3://{BUCKET}/{folder}', filesystem=filesystem, reader_pool_type='thread',
+                                   workers_count=2, schema_fields=['id'], shuffle_row_groups=False) as reader:
+                batches = list(reader.column_batches(first_rows))
+                fetched_ahead = reader.read_context.data_files.fetched_ahead
+            requests.append(server.stats().requests)
+            sizes.append([batch.num_rows for batch in batches])
+    assert sizes == [[10_000] * 4, [100, 9_900] + [10_000] * 3]
+    assert requests[0] == requests[1]
+    assert (fetched_ahead > 0) == bool(delay)

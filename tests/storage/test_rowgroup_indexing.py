@@ -63,9 +63,9 @@ def test_selector_reads_only_selected_row_groups(url, monkeypatch):
     read_groups = []
     original = petastorm.reading.worker._read_columns
 
-    def spy(ctx, piece, names, start, stop):
+    def spy(ctx, piece, names, start, stop, *more):
         read_groups.append((piece.path, piece.row_group))
-        return original(ctx, piece, names, start, stop)
+        return original(ctx, piece, names, start, stop, *more)
 
     monkeypatch.setattr(petastorm.reading.worker, '_read_columns', spy)
     with make_reader(url, reader_pool_type='dummy', rowgroup_selector=SingleIndexSelector('by_id', [5, 42])) as reader:

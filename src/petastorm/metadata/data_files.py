@@ -35,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -50,6 +51,8 @@ __all__ = ['DataFiles', 'FooterStore', 'keeps_files_open']
 _KEPT_FILES = 1024
 #: row groups fetched ahead and not yet read; past it the oldest are dropped (a pass that was left).
 _MAX_AHEAD = 256
+#: row groups read for parts of a work item still to come; past it the oldest are dropped (a pass that was left).
+_MAX_SHARED = 4
 #: threads fetching ahead: each waits on the network, not on the CPU.
 _FETCH_THREADS = 16
 #: bytes of row groups on their way at once: enough to keep a link busy over a round trip of 100 ms, and few
@@ -97,6 +100,7 @@ class DataFiles:
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
+        self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
         self._fetcher: ThreadPoolExecutor | None = None
         self._closed = False
         self._transfers = _ByteGate(TRANSFER_BUDGET)
@@ -117,7 +121,8 @@ class DataFiles:
             return
         key = (path, row_group, tuple(columns))
         with self._lock:
-            if self._closed or key in self._ahead:
+            # A row group being read for an earlier part of the same work item is that part's read.
+            if self._closed or key in self._ahead or key in self._shared:
                 return
             if self._fetcher is None:
                 self._fetcher = ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix='petastorm-fetch')
@@ -133,6 +138,7 @@ class DataFiles:
             fetcher, self._fetcher = self._fetcher, None
             ahead = list(self._ahead.values())
             self._ahead.clear()
+            self._shared.clear()
         for future in ahead:
             future.cancel()
         if fetcher is not None:
@@ -156,13 +162,45 @@ class DataFiles:
         with self.filesystem.open_input_file(path) as handle:
             return pq.read_metadata(handle)
 
-    def read_row_group(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
+    def read_row_group(self, path: str, row_group: int, columns: list[str], readers: int = 1) -> pa.Table:
         """Columns ``columns`` (Parquet paths: a struct's leaves as ``'s.a'``) of a row group of ``path``.
+
+        ``readers``: the reads of these columns of this row group that are coming in this process (the parts of a
+        work item that was read as two, by the threads of a pool or one after the other). The first of them reads
+        the row group, the others take its table, or its error: the row group is fetched and decompressed once.
 
         Raises:
             DataFileChangedError: the file's size is not what the listing said.
             OSError, pyarrow.ArrowException: what the filesystem or the Parquet reader raised.
         """
+        if readers <= 1:
+            return self._read_row_group(path, row_group, columns)
+        key = (path, row_group, tuple(columns))
+        with self._lock:
+            shared = self._shared.get(key)
+            if shared is None:
+                read: Future = Future()
+                self._shared[key] = _SharedRead(read, readers - 1)
+                while len(self._shared) > _MAX_SHARED:
+                    self._shared.popitem(last=False)  # parts never read (a pass that was left)
+            else:
+                shared.waiting -= 1
+                if shared.waiting <= 0:
+                    del self._shared[key]
+        if shared is not None:
+            return shared.read.result()  # type: ignore[no-any-return]
+        try:
+            table = self._read_row_group(path, row_group, columns)
+        except BaseException as err:
+            with self._lock:  # a retry of this read reads again
+                if key in self._shared and self._shared[key].read is read:
+                    del self._shared[key]
+            read.set_exception(err)
+            raise
+        read.set_result(table)
+        return table
+
+    def _read_row_group(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
         if self.keeps_open:
             with self._lock:
                 ahead = self._ahead.pop((path, row_group, tuple(columns)), None)
@@ -241,6 +279,14 @@ def _stored_bytes(footer: pq.FileMetaData, row_group: int, columns: list[str]) -
     wanted = {column.split('.')[0] for column in columns}
     return sum(chunks.column(i).total_compressed_size for i in range(chunks.num_columns)
                if chunks.column(i).path_in_schema.split('.')[0] in wanted)
+
+
+@dataclass
+class _SharedRead:
+    """A row group's read that more parts of a work item will take: the read, and how many are still to come."""
+
+    read: Future
+    waiting: int
 
 
 class _ByteGate:

@@ -20,7 +20,7 @@ from petastorm.metadata.data_files import DataFiles
 __all__ = ['read_row_group']
 
 
-def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[str]) -> pa.Table:
+def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[str], readers: int = 1) -> pa.Table:
     """Columns ``columns`` (Parquet paths: a struct's leaves as ``'s.a'``) of row group ``row_group`` of ``path``.
 
     Args:
@@ -28,6 +28,8 @@ def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[st
         path: the data file.
         row_group: the row group's number in the file.
         columns: the column paths to read.
+        readers: how many reads of these columns of the row group are coming (parts of one work item): they
+            share one read in this process (see :meth:`DataFiles.read_row_group`).
 
     Raises:
         StorageNotFoundError: the file no longer exists.
@@ -39,7 +41,7 @@ def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[st
     filesystem = files.filesystem
 
     def attempt() -> pa.Table:
-        return files.read_row_group(path, row_group, columns)
+        return files.read_row_group(path, row_group, columns, readers)
 
     url = file_url(filesystem, path)
     try:

@@ -13,7 +13,7 @@ in what they say; :meth:`ShardSpec.from_env` is the one place that looks at the 
 * :mod:`~petastorm.plan.resume`: delivered positions as a state, and restoring one (also across world sizes).
 """
 
-from petastorm.plan.items import ScheduledItem, WorkItem, shard_items, split_drop_partitions
+from petastorm.plan.items import ScheduledItem, WorkItem, shard_items, split_drop_partitions, split_head
 from petastorm.plan.layout import ShardLayout, Stage, pass_stages
 from petastorm.plan.order import (
     RowMatches,
@@ -67,5 +67,5 @@ __all__ = [
     'position_state', 'rank_share',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
     'runs_of_rows', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
-    'split_drop_partitions', 'unit_rows', 'units_of_runs',
+    'split_drop_partitions', 'split_head', 'unit_rows', 'units_of_runs',
 ]

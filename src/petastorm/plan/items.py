@@ -1,7 +1,8 @@
 """Work items: the row ranges of row groups that workers read, and how a dataset's row groups become them.
 
 A :class:`WorkItem` is a row range of one row group; a :class:`ScheduledItem` is a work item placed in an epoch
-(with the seed of its row shuffle, and possibly standing for only part of its rows' order).
+(with the seed of its row shuffle, and possibly standing for only part of its rows' order). :func:`split_head`
+makes one scheduled item two: its first rows, which a consumer gets without waiting for the rest, then the rest.
 
 Sharding by row groups (the default) follows Petastorm's rule (row group ``i`` of the selected list goes to
 shard ``i % shard_count``) when there are at least as many row groups as shards. With fewer row groups than
@@ -11,6 +12,7 @@ still gets data.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from petastorm.errors import NoDataAvailableError
 
-__all__ = ['ScheduledItem', 'WorkItem', 'shard_items', 'split_drop_partitions']
+__all__ = ['ScheduledItem', 'WorkItem', 'shard_items', 'split_drop_partitions', 'split_head']
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class ScheduledItem:
     order_range: tuple[int, int] | None = None
     order_picks: tuple[int, ...] | None = None
     item_base: int = 0
+    #: scheduled items of this epoch that read the same row group one after another (a work item split by
+    #: :func:`split_head`): a thread pool reads its columns once for all of them.
+    row_group_readers: int = 1
 
     @property
     def num_rows(self) -> int:
@@ -67,6 +72,29 @@ class ScheduledItem:
             return self.item_base + np.asarray(self.order_picks, dtype=np.int64)
         start, stop = self.order_range if self.order_range is not None else (0, self.item.num_rows)
         return np.arange(self.item_base + start, self.item_base + stop, dtype=np.int64)
+
+
+def split_head(scheduled: ScheduledItem, rows: int) -> tuple[ScheduledItem, ScheduledItem]:
+    """``scheduled`` as two scheduled items: the first ``rows`` rows of its order, then the others.
+
+    Together they stand for the same rows in the same order (the same global positions), so a reader that reads
+    the two delivers exactly what it delivers reading ``scheduled``; the first part is decoded alone, and comes
+    without waiting for the whole row group to be decoded. Both read the same row group
+    (``row_group_readers=2``).
+
+    Raises:
+        ValueError: ``rows`` is not between 1 and the item's rows (exclusive).
+    """
+    if not 0 < rows < scheduled.num_rows:
+        raise ValueError(f'a head of {rows} rows does not split a scheduled item of {scheduled.num_rows} rows')
+    readers = scheduled.row_group_readers + 1
+    if scheduled.order_picks is not None:
+        picks = scheduled.order_picks
+        return (dataclasses.replace(scheduled, order_picks=picks[:rows], row_group_readers=readers),
+                dataclasses.replace(scheduled, order_picks=picks[rows:], row_group_readers=readers))
+    start, stop = scheduled.order_range if scheduled.order_range is not None else (0, scheduled.item.num_rows)
+    return (dataclasses.replace(scheduled, order_range=(start, start + rows), row_group_readers=readers),
+            dataclasses.replace(scheduled, order_range=(start + rows, stop), row_group_readers=readers))
 
 
 def shard_items(piece_rows: Sequence[tuple[int, int]], cur_shard: int | None,

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from petastorm.plan.items import ScheduledItem, WorkItem
+from petastorm.plan.items import ScheduledItem, WorkItem, split_head
 from petastorm.plan.order import epoch_order
 from petastorm.plan.runs import Remainder, Run, rank_share, runs_length, share_size, slice_runs, units_of_runs
 from petastorm.plan.shard import ShardMode
@@ -91,13 +91,23 @@ class ShardLayout:
         count, shard = self.splits
         return rank_share(runs, count, shard, self.remainder)
 
-    def units(self, stage: Stage) -> tuple[list[ScheduledItem], int]:
-        """The scheduled items of the stage's epoch and the index of the first that is not a pending row."""
+    def units(self, stage: Stage, head_rows: int = 0) -> tuple[list[ScheduledItem], int]:
+        """The scheduled items of the stage's epoch and the index of the first that is not a pending row.
+
+        ``head_rows``: when the first item has more than twice as many rows, it is read as two (its first
+        ``head_rows`` rows, then the rest; see :func:`~petastorm.plan.items.split_head`), so that a consumer
+        needing that many rows first does not wait for a whole row group to be decoded.
+        """
         ordered = functools.cache(self.ordered)  # runs of one epoch look up its order many times
         pending = units_of_runs(sorted(stage.pending), ordered, narrow=not self.shuffle_rows)
         share = self.share(stage)
         rest = slice_runs(share, stage.consumed, runs_length(share))
-        return pending + units_of_runs(rest, ordered, narrow=not self.shuffle_rows), len(pending)
+        units = pending + units_of_runs(rest, ordered, narrow=not self.shuffle_rows)
+        main_from = len(pending)
+        if head_rows > 0 and units and units[0].num_rows > 2 * head_rows:
+            units[0:1] = split_head(units[0], head_rows)
+            main_from += 1 if main_from else 0  # a split pending item is two pending items
+        return units, main_from
 
 
 def pass_stages(layout: ShardLayout, first: Stage, pass_start: int, num_epochs: int | None) -> Iterator[Stage]:

@@ -232,7 +232,8 @@ class BatchStream:
         self._buffers = (batcher, shuffler)
         with_row_ids = source.resumable
         as_tuple = False
-        for batch in source.column_batches():
+        # The first batch needs this many rows: the source delivers them without waiting for a whole row group.
+        for batch in source.column_batches(self.batch_size + capacity):
             columns = dict(batch.columns)
             if with_row_ids:
                 row_ids = batch.row_ids

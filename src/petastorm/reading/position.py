@@ -55,6 +55,9 @@ class ReaderPosition:
         self._cursor: Cursor | None = None
         self._delivered = 0
         self.started = False
+        #: rows the consumer needs first: the first item of a pass is read in two when it has more than twice as
+        #: many (0: never; see :meth:`petastorm.plan.ShardLayout.units`).
+        self.head_rows = 0
         self.new_pass()
 
     @property
@@ -75,10 +78,17 @@ class ReaderPosition:
         """The stages of the current pass."""
         return pass_stages(self._layout, self._first, self._pass_start, self._num_epochs)
 
+    def _stage_units(self, stages: Iterator[Stage]) -> Iterator[tuple[Stage, list[ScheduledItem], int]]:
+        """``(stage, its scheduled items, index of the first that is not pending)`` of a pass's stages."""
+        head_rows = self.head_rows
+        for stage in stages:
+            scheduled, main_from = self._layout.units(stage, head_rows)
+            head_rows = 0  # only the pass's first item: later ones are read while earlier ones are consumed
+            yield stage, scheduled, main_from
+
     def units(self, tags: deque[UnitTag]) -> Iterator[ScheduledItem]:
         """Every scheduled item of the pass, in reading order; each one's tag is appended to ``tags`` first."""
-        for stage in self.stages():
-            scheduled, main_from = self._layout.units(stage)
+        for stage, scheduled, main_from in self._stage_units(self.stages()):
             units = tuple(scheduled)
             for index, unit in enumerate(units):
                 tags.append((stage, units, main_from, index))
@@ -114,15 +124,15 @@ class ReaderPosition:
     def units_this_pass(self, matches: RowMatches | None = None) -> int:
         """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
         if matches is None:
-            return sum(len(self._layout.units(stage)[0]) for stage in self.stages())
+            return sum(len(scheduled) for _, scheduled, _ in self._stage_units(self.stages()))
         shuffle_rows = self._layout.shuffle_rows
         return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
 
     def _units(self, whole: bool) -> Iterator[ScheduledItem]:
         stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
             else self.stages()
-        for stage in stages:
-            yield from self._layout.units(stage)[0]
+        for _, scheduled, _ in self._stage_units(stages):
+            yield from scheduled
 
     @property
     def restarted(self) -> bool:

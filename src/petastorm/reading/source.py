@@ -87,8 +87,12 @@ class ColumnSource(Protocol):
         """Rows the current pass delivers from its start (after a restore: what is left), or None."""
         ...
 
-    def column_batches(self) -> Iterator[ColumnBatch]:
-        """The next pass, one batch of decoded columns per work item (at least one row each)."""
+    def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
+        """The next pass, one batch of decoded columns per work item (at least one row each).
+
+        ``first_rows``: the rows the consumer needs first (a loader's batch); a source may deliver them sooner
+        than a whole work item, in a batch of their own, without changing the rows or their order.
+        """
         ...
 
     def reset(self) -> None:
@@ -230,8 +234,8 @@ class ItemSource:
         """Unknown (None)."""
         return None
 
-    def column_batches(self) -> Iterator[ColumnBatch]:
-        """The items of the object's next pass as batches of columns."""
+    def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
+        """The items of the object's next pass as batches of columns (``first_rows`` changes nothing here)."""
         if self.batched_output:
             for item in self._reader:
                 # A batch reader's masked arrays, list and struct columns are the reader's columns again.
