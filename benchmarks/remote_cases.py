@@ -182,40 +182,36 @@ def read_ours_decoded_cache(url: str, endpoint: str, workers: int, batch_size: i
 def read_ours_loader(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
     """``BatchedDataLoader`` over ``make_batch_reader``: what a torch user iterates. Its first batch needs
     ``batch_size`` rows, which the reader delivers before the rest of the first row group is decoded."""
-    from petastorm import make_batch_reader
-    from petastorm.pytorch import BatchedDataLoader
-
-    rows = 0
-    reader = make_batch_reader(url, reader_pool_type='thread', workers_count=workers, seed=0,
-                               storage_options=s3_options(endpoint))
-    with BatchedDataLoader(reader, batch_size=batch_size) as loader:
-        for batch in loader:
-            first_batch(clock)
-            rows += len(next(iter(batch.values())))
-    return rows
+    return _read_through_loader(url, endpoint, workers, batch_size, clock, whole_first_item=False)
 
 
 def read_ours_loader_whole(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
     """``ours-loader`` with the reader's first item read whole, as before loaders asked for their first rows."""
+    return _read_through_loader(url, endpoint, workers, batch_size, clock, whole_first_item=True)
+
+
+class _WholeItems:
+    """A reader, with the loader's ``first_rows`` not passed on (its items are read whole)."""
+
+    def __init__(self, reader):
+        self._reader = reader
+
+    def __getattr__(self, name):
+        return getattr(self._reader, name)
+
+    def column_batches(self, first_rows=None):
+        return self._reader.column_batches()
+
+
+def _read_through_loader(url: str, endpoint: str, workers: int, batch_size: int, clock: dict,
+                         whole_first_item: bool) -> int:
     from petastorm import make_batch_reader
     from petastorm.pytorch import BatchedDataLoader
-
-    class WholeItems:
-        """The reader, with the loader's ``first_rows`` not passed on."""
-
-        def __init__(self, reader):
-            self._reader = reader
-
-        def __getattr__(self, name):
-            return getattr(self._reader, name)
-
-        def column_batches(self, first_rows=None):
-            return self._reader.column_batches()
 
     rows = 0
     reader = make_batch_reader(url, reader_pool_type='thread', workers_count=workers, seed=0,
                                storage_options=s3_options(endpoint))
-    with BatchedDataLoader(WholeItems(reader), batch_size=batch_size) as loader:
+    with BatchedDataLoader(_WholeItems(reader) if whole_first_item else reader, batch_size=batch_size) as loader:
         for batch in loader:
             first_batch(clock)
             rows += len(next(iter(batch.values())))
