@@ -26,7 +26,7 @@ _S3FS_CACHE_OPTIONS = frozenset({'default_block_size', 'default_fill_cache', 'de
 #: botocore ``Config`` settings that pyarrow's client replaces with its own.
 _CONFIG_HANDLED_BY_PYARROW = frozenset({'max_pool_connections', 'tcp_keepalive', 'user_agent_extra'})
 #: pyarrow's I/O threads (and so its S3 client's connections) once a reader uses its S3 client: as many as the
-#: footers read at a time (metadata.footers.REMOTE_FOOTER_THREADS).
+#: footers read at a time (store.footers.REMOTE_FOOTER_THREADS).
 IO_THREADS = 64
 #: what the AWS SDK reads from the environment itself (no region or endpoint given: the SDK's own chain).
 _ENDPOINT_VARIABLES = ('AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')

@@ -13,12 +13,12 @@ from typing import Any, NamedTuple
 from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
-from petastorm.metadata import keys
-from petastorm.metadata.footers import data_file_schema, unified_file_schema
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
-from petastorm.metadata.store import open_store
-from petastorm.metadata.store_model import ParquetStore, partition_keys_of
+from petastorm.store import keys
+from petastorm.store.footers import data_file_schema, unified_file_schema
+from petastorm.store.model import ParquetStore, partition_keys_of
+from petastorm.store.opening import open_store
 from petastorm.unischema import Unischema, infer_unischema
 
 __all__ = ['DatasetSchema', 'column_names', 'has_petastorm_metadata', 'inferred_schema', 'stored_or_inferred_schema',
@@ -100,7 +100,7 @@ def stored_schema(store: ParquetStore) -> Unischema:
 def inferred_schema(store: ParquetStore) -> Unischema:
     """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
 
-    Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
+    Files whose schemas differ are unified by the rules of :mod:`petastorm.store.unify`, with a warning that
     names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
     table says).
 
@@ -134,7 +134,7 @@ def column_names(store: ParquetStore) -> set[str]:
     table_schema = store.table_schema()
     if table_schema is not None:
         return set(table_schema.names)
-    unified = store.memo.get('unified')
+    unified = store.reads.unified
     if unified is not None:
         return set(unified.schema.names)
     return set(data_file_schema(store, store.files[0]).names)

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
 from petastorm.plan.items import shard_items, split_drop_partitions
 from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
+from petastorm.store.model import RowGroupPiece, typed_partition_value
 from petastorm.tables.read import table_partition_values
 from petastorm.unischema import Unischema
 

@@ -26,13 +26,13 @@ from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
 from petastorm.columns import densified, is_nested, to_arrow
-from petastorm.metadata.filters import columns_of_expression
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, WorkItem, split_drop_partitions
 from petastorm.reader import normalize_dataset_url_or_urls
 from petastorm.reading.options import validate_options
 from petastorm.reading.setup import set_up_reader
 from petastorm.reading.worker import ReadContext, read_item
+from petastorm.store.filters import columns_of_expression
 from petastorm.tables import matching_row_groups
 from petastorm.unischema import UnischemaField, arrow_type_of_field
 

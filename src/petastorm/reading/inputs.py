@@ -12,9 +12,9 @@ from typing import Any
 from petastorm._warnings import warn_user
 from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
 from petastorm.metadata.schemas import column_names
-from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
 from petastorm.reading.options import ReaderOptions
+from petastorm.store.model import ParquetStore
 from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
 __all__ = ['PLAIN_PARQUET_WARNING', 'check_columns_exist', 'check_ngram_options', 'select_fields']

@@ -16,18 +16,18 @@ import numpy as np
 
 from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, FileStamp, FooterCache, NullCache, make_cache, make_row_group_cache
-from petastorm.metadata.filters import columns_of_expression, filter_expression
-from petastorm.metadata.footers import store_data_files
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store import load_row_groups
-from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
 from petastorm.reading.column_transform import TransformTarget
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
 from petastorm.reading.options import ReaderOptions
 from petastorm.reading.worker import ReadContext, row_group_matches
+from petastorm.store.filters import columns_of_expression, filter_expression
+from petastorm.store.footers import store_data_files
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import load_row_groups
 from petastorm.tables import TableStore, filter_statistics, open_dataset
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
@@ -172,7 +172,7 @@ def _conformance(dataset: ParquetStore, fields: list[UnischemaField]) -> tuple[t
 
     That is what the files that differ from the unified schema have, and the types the fields' columns are read as.
     """
-    unified = dataset.memo.get('unified')  # made when the schema was inferred from the files
+    unified = dataset.reads.unified  # made when the schema was inferred from the files
     if unified is None or not unified.differs:
         return (), ()
     types = {}

@@ -30,16 +30,16 @@ from petastorm.errors import (
     MissingDependencyError,
 )
 from petastorm.fs._files import file_url
-from petastorm.metadata.data_files import DataFiles
-from petastorm.metadata.row_groups import read_row_group
-from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
-from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
 from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.stage_timing import StageClock, lap
+from petastorm.store.data_files import DataFiles
+from petastorm.store.model import RowGroupPiece, typed_partition_value
+from petastorm.store.row_groups import read_row_group
+from petastorm.store.unify import conform_table
 from petastorm.tables.read import constant_column, logical_table, stored_columns
 from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
@@ -77,7 +77,7 @@ class ReadContext:
         column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
             of struct fields (reading them reads only the struct fields the schema holds).
         file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
-            schema (:mod:`petastorm.metadata.unify`); their tables are made to fit ``unified_types``.
+            schema (:mod:`petastorm.store.unify`); their tables are made to fit ``unified_types``.
         unified_types: ``(column, Arrow type)`` of the columns read, in the unified schema.
     """
 
@@ -156,7 +156,7 @@ def prefetch_item(ctx: ReadContext, scheduled: ScheduledItem) -> None:
     """Start fetching what :func:`read_item` will read first of ``scheduled``, where the data files can fetch ahead.
 
     A reader calls it as it hands an item to its thread pool, so that the item's round trips overlap the work of
-    the items before it (see :meth:`petastorm.metadata.data_files.DataFiles.prefetch`).
+    the items before it (see :meth:`petastorm.store.data_files.DataFiles.prefetch`).
     """
     if ctx.data_files is None or ctx.cache is not None:
         return  # with a cache, the row group may be there already
@@ -169,7 +169,7 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included.
 
     ``readers``: scheduled items that read these columns of the row group (see
-    :meth:`~petastorm.metadata.data_files.DataFiles.read_row_group`).
+    :meth:`~petastorm.store.data_files.DataFiles.read_row_group`).
     """
     wanted = [n for n in names if n not in ctx.partition_names]
     present = dict(ctx.file_columns).get(piece.path)

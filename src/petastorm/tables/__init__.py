@@ -26,12 +26,12 @@ from petastorm._describe import display_url
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
 from petastorm.fs._files import with_retries
-from petastorm.metadata.filters import FilterStatistics
-from petastorm.metadata.filters import filter_statistics as _plain_filter_statistics
-from petastorm.metadata.filters import matching_row_groups as _plain_matching_row_groups
-from petastorm.metadata.listing import look_at, table_format_of
-from petastorm.metadata.store import open_store
-from petastorm.metadata.store_model import ParquetStore
+from petastorm.store.filters import FilterStatistics
+from petastorm.store.filters import filter_statistics as _plain_filter_statistics
+from petastorm.store.filters import matching_row_groups as _plain_matching_row_groups
+from petastorm.store.listing import look_at, table_format_of
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_store
 from petastorm.tables._model import (
     TABLE_FORMATS,
     TableFile,

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.errors import CorruptDataError, PetastormMetadataError, StorageNotFoundError
-from petastorm.metadata.store_model import RowGroupPiece
+from petastorm.store.model import RowGroupPiece
 from petastorm.tables._model import TableFile, TableRowGroup
 
 _FIELD_ID = b'PARQUET:field_id'

@@ -1,6 +1,6 @@
 """What a table snapshot is made of once its log was read: the store, its data files and their row groups.
 
-A :class:`TableStore` is a :class:`~petastorm.metadata.store_model.ParquetStore` whose files are those of one table
+A :class:`TableStore` is a :class:`~petastorm.store.model.ParquetStore` whose files are those of one table
 version (never a listing of the directory), whose partition columns come from the log, and whose row-group
 pieces are already planned (:attr:`TableStore.pieces`). Each piece of a table carries a :class:`TableRowGroup`:
 how the table's logical columns are made from the stored ones of its file (:class:`TableFile`) and which of its
@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from petastorm.metadata.store_model import ParquetStore, RowGroupPiece
+from petastorm.store.model import ParquetStore, RowGroupPiece
 
 #: The table formats a reader recognises; ``'parquet'`` reads a directory's files as plain Parquet.
 TableFormat = Literal['auto', 'delta', 'iceberg', 'parquet']

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.metadata.filters import filters_error
-from petastorm.metadata.store_model import RowGroupPiece
+from petastorm.store.filters import filters_error
+from petastorm.store.model import RowGroupPiece
 from petastorm.tables._model import TableStore
 
 

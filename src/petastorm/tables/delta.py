@@ -34,7 +34,7 @@ from petastorm.errors import (
     UnsupportedTableFeatureError,
 )
 from petastorm.fs import ResolvedLocation, path_in
-from petastorm.metadata import keys
+from petastorm.store import keys
 from petastorm.tables._files import ColumnSource, DataFileEntry, normalized_type, plan_files, unique_positions
 from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee

@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 
 from petastorm import cli as _cli
 from petastorm.errors import PetastormMetadataError
-from petastorm.metadata import keys
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store_model import ParquetStore
+from petastorm.store import keys
+from petastorm.store.model import ParquetStore
 from petastorm.tables import TABLE_FORMATS, TableStore
 from petastorm.tables import open_dataset as open_table_or_store
 from petastorm.unischema import UnischemaField

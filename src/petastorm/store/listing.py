@@ -5,8 +5,8 @@ what the listing says of them (sizes and modification times, no request per file
 (``_common_metadata``, ``_metadata``, ``_delta_log``, hidden files and ``.crc`` files), glob patterns naming some
 of the files, and whether the directory is a Delta or Iceberg table.
 
-Nothing here reads a byte of a file: the footers are :mod:`petastorm.metadata.footers`' and opening the store
-:mod:`petastorm.metadata.store`'s.
+Nothing here reads a byte of a file: the footers are :mod:`petastorm.store.footers`' and opening the store
+:mod:`petastorm.store.opening`'s.
 """
 
 from __future__ import annotations

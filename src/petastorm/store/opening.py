@@ -9,10 +9,9 @@ found in the ``_common_metadata`` of the directory holding them (or of the datas
 ``name=value`` partition directories).
 
 This module owns opening a store (:func:`open_store`) and listing its row groups (:func:`load_row_groups`); it
-builds on three others: :mod:`petastorm.metadata.listing` (what the store's directory holds),
-:mod:`petastorm.metadata.store_model` (the store and its row groups as data) and :mod:`petastorm.metadata.footers`
-(the footers and the ``_metadata`` summary). The names of those that this module exported before it was split
-are exported from here still; the package's own modules import them from where they are defined.
+builds on three others: :mod:`petastorm.store.listing` (what the store's directory holds),
+:mod:`petastorm.store.model` (the store and its row groups as data) and :mod:`petastorm.store.footers`
+(the footers and the ``_metadata`` summary).
 """
 
 from __future__ import annotations
@@ -29,68 +28,24 @@ from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation
 from petastorm.fs._files import file_url, with_retries
-from petastorm.metadata import keys
-from petastorm.metadata.data_files import DataFiles
-from petastorm.metadata.footers import (
-    LOCAL_FOOTER_THREADS,
-    REMOTE_FOOTER_THREADS,
-    data_file_schema,
-    footer_row_counts,
-    metadata_row_counts,
-    read_footer,
-    read_footers,
-    store_footer_row_counts,
-    store_footers,
-    summary_footer,
-    unified_file_schema,
-)
-from petastorm.metadata.listing import (
+from petastorm.store import keys
+from petastorm.store.data_files import DataFiles
+from petastorm.store.footers import metadata_row_counts, read_footer, store_footer_row_counts
+from petastorm.store.listing import (
     COMMON_METADATA,
-    DELTA_LOG,
     SUMMARY_METADATA,
     StoreListing,
     glob_files,
     is_glob_pattern,
-    list_data_files,
     listed_data_files,
     look_at,
     mtimes_of,
     sizes_of,
     table_format_of,
 )
-from petastorm.metadata.store_model import (
-    ParquetStore,
-    RowGroupPiece,
-    check_no_missing_files,
-    partition_keys_of,
-    typed_partition_value,
-)
+from petastorm.store.model import ParquetStore, RowGroupPiece, check_no_missing_files, partition_keys_of
 
-__all__ = [
-    'COMMON_METADATA',
-    'DELTA_LOG',
-    'LOCAL_FOOTER_THREADS',
-    'REMOTE_FOOTER_THREADS',
-    'SUMMARY_METADATA',
-    'ParquetStore',
-    'RowGroupPiece',
-    'StoreListing',
-    'check_no_missing_files',
-    'data_file_schema',
-    'footer_row_counts',
-    'glob_files',
-    'list_data_files',
-    'load_row_groups',
-    'look_at',
-    'open_store',
-    'partition_keys_of',
-    'read_footers',
-    'store_footers',
-    'summary_footer',
-    'table_format_of',
-    'typed_partition_value',
-    'unified_file_schema',
-]
+__all__ = ['load_row_groups', 'open_store']
 
 
 def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'

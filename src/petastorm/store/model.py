@@ -1,11 +1,12 @@
 """What a Parquet store is once opened: its files and metadata, its row groups, its partitions.
 
 This module owns the plain data every step after opening shares: :class:`ParquetStore` (what is known about a
-store before reading any data), :class:`RowGroupPiece` (one row group, the unit of work of every reader), the
-hive partition values in the files' paths, and the check that the metadata names no data file the store lacks.
+store before reading any data), :class:`StoreReads` (what was read from its files once, for the next steps),
+:class:`RowGroupPiece` (one row group, the unit of work of every reader), the hive partition values in the files'
+paths, and the check that the metadata names no data file the store lacks.
 
-It sits below the modules that fill it in and read through it: :mod:`petastorm.metadata.footers` (the footers and
-the ``_metadata`` summary, kept in :attr:`ParquetStore.memo`) and :mod:`petastorm.metadata.store` (opening a store
+It sits below the modules that fill it in and read through it: :mod:`petastorm.store.footers` (the footers and
+the ``_metadata`` summary, kept in :attr:`ParquetStore.reads`) and :mod:`petastorm.store.opening` (opening a store
 and listing its row groups).
 """
 
@@ -19,14 +20,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from petastorm._describe import display_url
 from petastorm.errors import MissingDataFilesError
 from petastorm.fs._files import file_url
+from petastorm.store.data_files import DataFiles
+from petastorm.store.unify import UnifiedSchema
 
 __all__ = [
     'ParquetStore',
     'RowGroupPiece',
+    'StoreReads',
     'check_no_missing_files',
     'partition_keys_of',
     'typed_partition_value',
@@ -52,6 +57,25 @@ class RowGroupPiece:
     table: Any = None
 
 
+@dataclass(eq=False)
+class StoreReads:
+    """What was read from a store's files once, kept for the later steps: each is filled in when first needed.
+
+    Attributes:
+        data_files: the data files as its readers read them (see :func:`petastorm.store.footers.store_data_files`).
+        footers: the footer of every data file, by path.
+        summary: the ``_metadata`` summary, when it describes every data file (see ``summary_read``).
+        summary_read: whether the summary was looked for (``summary`` is None also when there is none).
+        unified: the data files' Arrow schemas unified (:mod:`petastorm.store.unify`).
+    """
+
+    data_files: DataFiles | None = None
+    footers: dict[str, pq.FileMetaData] | None = None
+    summary: pq.FileMetaData | None = None
+    summary_read: bool = False
+    unified: UnifiedSchema | None = None
+
+
 @dataclass(frozen=True)
 class ParquetStore:
     """What is known about a store before reading any data."""
@@ -71,8 +95,8 @@ class ParquetStore:
     subset: bool = False
     #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
     has_summary: bool | None = None
-    #: what was read from the files once (their footers, their unified schema), kept for the next steps
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: what was read from the files once (their footers, their unified schema), kept for the next steps.
+    reads: StoreReads = field(default_factory=StoreReads, compare=False, repr=False)
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""

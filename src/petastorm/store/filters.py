@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from petastorm.metadata.footers import summary_footer
-from petastorm.metadata.listing import SUMMARY_METADATA
-from petastorm.metadata.store_model import ParquetStore
+from petastorm.store.footers import summary_footer
+from petastorm.store.listing import SUMMARY_METADATA
+from petastorm.store.model import ParquetStore
 
 __all__ = [
     'FilterStatistics', 'columns_of_expression', 'filter_expression', 'filter_statistics', 'filters_error',
