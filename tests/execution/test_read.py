@@ -10,7 +10,7 @@ import pytest
 from petastorm.plan import ScheduledItem, WorkItem, row_permutation
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.worker import ReadContext, read_item
-from petastorm.store.model import RowGroupPiece
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.unischema import UnischemaField
 
 

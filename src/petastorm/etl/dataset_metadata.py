@@ -13,9 +13,9 @@ from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_location
 from petastorm.metadata.schemas import stored_or_inferred_schema, stored_schema, stored_schema_at
 from petastorm.store.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
-from petastorm.store.model import ParquetStore, RowGroupPiece
-from petastorm.store.opening import load_row_groups as _load_row_groups
+from petastorm.store.model import ParquetStore
 from petastorm.store.opening import open_store
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.unischema import Unischema
 
 __all__ = [
@@ -65,4 +65,4 @@ def infer_or_load_unischema(dataset: Any) -> Unischema:
 
 def load_row_groups(dataset: Any) -> list[RowGroupPiece]:
     """Every row group of the dataset in piece order (sorted file path, then row-group number)."""
-    return _load_row_groups(_as_store(dataset))
+    return _as_store(dataset).row_groups()

@@ -30,8 +30,9 @@ from petastorm.metadata.write import update_common_metadata
 from petastorm.store.data_files import DataFiles
 from petastorm.store.footers import store_data_files
 from petastorm.store.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
-from petastorm.store.model import ParquetStore, RowGroupPiece
-from petastorm.store.opening import load_row_groups, open_store
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_store
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.store.row_groups import read_row_group
 from petastorm.unischema import UnischemaField
 
@@ -111,7 +112,7 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         raise ValueError(f'indexed fields {unknown} are not fields of the dataset {dataset_url} '
                          f'({", ".join(schema.fields)})')
     fields = [schema.fields[c] for c in columns]
-    pieces = load_row_groups(store)
+    pieces = store.row_groups()
     partition_names = tuple(store.partition_names)
     files = store_data_files(store)
     if not pieces:

@@ -11,7 +11,6 @@ from typing import Any
 
 from petastorm._warnings import warn_user
 from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
-from petastorm.metadata.schemas import column_names
 from petastorm.ngram import NGram
 from petastorm.reading.options import ReaderOptions
 from petastorm.store.model import ParquetStore
@@ -98,7 +97,7 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     """
     if not store.files:
         return
-    file_columns = column_names(store)
+    file_columns = store.column_names()
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:

@@ -27,8 +27,7 @@ from petastorm.reading.worker import ReadContext, row_group_matches
 from petastorm.store.filters import columns_of_expression, filter_expression
 from petastorm.store.footers import store_data_files
 from petastorm.store.model import ParquetStore
-from petastorm.store.opening import load_row_groups
-from petastorm.tables import TableStore, filter_statistics, open_dataset
+from petastorm.store.opening import open_any_store
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
@@ -82,9 +81,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
                        options.cache_row_size_estimate, options.cache_extra_settings)
     # A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
-    dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
-                           filesystem=options.filesystem, table_format=options.table_format,
-                           table_version=options.table_version)
+    dataset = open_any_store(options.dataset_url_or_urls, storage_options=options.storage_options,
+                             filesystem=options.filesystem, table_format=options.table_format,
+                             table_version=options.table_version)
     if not isinstance(cache, NullCache):
         # Before anything reads a footer: a later reader of the unchanged store plans without asking for them.
         store_data_files(dataset, FooterCache(cache, str(dataset.url), _listed_stamps(dataset)))
@@ -101,8 +100,8 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
             field.codec.check_available('decode')
     file_columns, unified_types = _conformance(dataset, list(view.fields.values()) + predicate_fields)
     expression = filter_expression(options.filters)
-    pieces = load_row_groups(dataset)
-    statistics = filter_statistics(dataset, expression) if expression is not None else None
+    pieces = dataset.row_groups()
+    statistics = dataset.filter_statistics(expression) if expression is not None else None
     selected = select_row_groups(
         pieces, stored, partition_predicate=options.predicate if partition_predicate else None,
         selector=options.rowgroup_selector,
@@ -111,10 +110,9 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
         url=dataset.url)
     # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
     seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
-    table_version = (dataset.version.format, dataset.version.version) if isinstance(dataset, TableStore) else None
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
                          shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions,
-                         table_version=table_version)
+                         table_version=dataset.version_key())
     if not layout.items:
         warn_user('No matching data is available for loading after rowgroup selector were applied and the data '
                   'was sharded.')

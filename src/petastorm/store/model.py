@@ -1,23 +1,27 @@
-"""What a Parquet store is once opened: its files and metadata, its row groups, its partitions.
+"""What a store is: the store interface every kind of store implements, and the data all of them share.
 
-This module owns the plain data every step after opening shares: :class:`ParquetStore` (what is known about a
-store before reading any data), :class:`StoreReads` (what was read from its files once, for the next steps),
-:class:`RowGroupPiece` (one row group, the unit of work of every reader), the hive partition values in the files'
-paths, and the check that the metadata names no data file the store lacks.
+A reader reads plain Parquet and one version of a Delta or Iceberg table alike. What differs between them is
+:class:`Store`, a small interface: the reader's setup, the planner, the workers (through the store's pieces:
+:class:`~petastorm.store.pieces.LogicalRows`), ``petastorm-inspect`` and the Ray datasource ask a store, never which
+kind it is. :class:`ParquetStore` is what every store is besides: its filesystem and data files (as listed: sizes
+and modification times, which the caches key entries by), its key-value metadata, and :class:`StoreReads`, what
+was read from its files once for the next steps. The kinds are :class:`petastorm.store.plain.PlainStore` and
+:class:`petastorm.tables.TableStore`; which kind a URL is, is recognised when it is opened
+(:func:`petastorm.store.opening.open_any_store`).
 
-It sits below the modules that fill it in and read through it: :mod:`petastorm.store.footers` (the footers and
-the ``_metadata`` summary, kept in :attr:`ParquetStore.reads`) and :mod:`petastorm.store.opening` (opening a store
-and listing its row groups).
+This module also owns the check that the metadata names no data file the store lacks. It sits below the modules
+that fill a store in and read through it: :mod:`petastorm.store.footers` (the footers and the ``_metadata``
+summary, kept in :attr:`ParquetStore.reads`) and :mod:`petastorm.store.opening` (opening a store).
 """
 
 from __future__ import annotations
 
+import abc
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -26,15 +30,16 @@ from petastorm._describe import display_url
 from petastorm.errors import MissingDataFilesError
 from petastorm.fs._files import file_url
 from petastorm.store.data_files import DataFiles
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.store.unify import UnifiedSchema
 
 __all__ = [
+    'FilterStatistics',
     'ParquetStore',
-    'RowGroupPiece',
+    'Store',
     'StoreReads',
+    'StoreSchema',
     'check_no_missing_files',
-    'partition_keys_of',
-    'typed_partition_value',
 ]
 
 #: missing data files a message names (all of them are in the error's ``urls``).
@@ -42,19 +47,87 @@ _NAMED_MISSING = 5
 
 
 @dataclass(frozen=True)
-class RowGroupPiece:
-    """One row group of one file: the unit of work of every reader.
+class FilterStatistics:
+    """What a store's statistics and partition values say about ``filters``, per ``(path, row group)``.
 
-    ``table`` is None for plain Parquet; for a row group of a table version (Delta, Iceberg) it is the
-    :class:`petastorm.tables.TableRowGroup` that says how its logical columns are read and which of its rows the
-    version deleted (``num_rows`` then counts the live rows only).
+    Attributes:
+        matching: the row groups some row of which may match (the others match in no row).
+        matching_all: those among them that match in every row (no row can fail, and none is null).
     """
 
-    path: str
-    row_group: int
-    num_rows: int
-    partition_keys: tuple[tuple[str, str], ...] = ()
-    table: Any = None
+    matching: frozenset[tuple[str, int]]
+    matching_all: frozenset[tuple[str, int]]
+
+
+class StoreSchema(NamedTuple):
+    """The Arrow schema of a store's rows, as a schema is inferred from it when its metadata has none.
+
+    Attributes:
+        arrow: the columns' Arrow schema (a table's partition columns included, typed by its log).
+        partition_values: the values of the hive partition directories, by column, whose type they decide
+            (a partition column whose every value is an integer is one).
+        differences: how the data files' schemas differ from ``arrow`` ('' when they agree): the reader warns.
+    """
+
+    arrow: pa.Schema
+    partition_values: Mapping[str, list[str]]
+    differences: str = ''
+
+
+class Store(abc.ABC):
+    """The store interface: what a reader asks of a store, which each kind of store answers its own way.
+
+    Plain Parquet (:class:`petastorm.store.plain.PlainStore`) lists its row groups from its metadata or footers,
+    takes its partitions from hive directories and its statistics from the footers; a table version
+    (:class:`petastorm.tables.TableStore`) has them from its log, and deletes rows.
+    """
+
+    @property
+    @abc.abstractmethod
+    def partition_names(self) -> list[str]:
+        """The partition columns (whose values no file stores), outermost first."""
+
+    @abc.abstractmethod
+    def row_groups(self) -> list[RowGroupPiece]:
+        """Every row group the store delivers rows of, in piece order (sorted path, then row-group number).
+
+        The piece order is shared with Petastorm: sharding, row-group indexes and cache keys refer to it.
+        """
+
+    @abc.abstractmethod
+    def logical_schema(self) -> StoreSchema:
+        """The Arrow schema of the store's rows, that a schema is inferred from when its metadata has none."""
+
+    @abc.abstractmethod
+    def column_names(self) -> set[str]:
+        """The columns the data files hold (partition columns aside), as the reader reads them."""
+
+    @abc.abstractmethod
+    def filter_statistics(self, expression: Any, whole: bool = True) -> FilterStatistics:
+        """Which row groups may match the filter ``expression`` and, with ``whole``, which match in every row.
+
+        Raises:
+            ValueError: the expression names a column the store does not have, or cannot be applied to its types.
+        """
+
+    @abc.abstractmethod
+    def deleted_rows_by_file(self) -> dict[str, int]:
+        """The rows of each data file that the store does not deliver (a table's deletes), by path."""
+
+    @abc.abstractmethod
+    def version_key(self) -> tuple[str, int | None] | None:
+        """``(format, version)`` of the table version the store is, as saved positions record it.
+
+        None for a store without versions (plain Parquet).
+        """
+
+    @abc.abstractmethod
+    def describe_version(self) -> dict[str, Any] | None:
+        """The table version as ``petastorm-inspect`` describes it (format, version, features, deletes)."""
+
+    @abc.abstractmethod
+    def metadata_source(self) -> str | None:
+        """Where the store's key-value metadata came from, as ``petastorm-inspect`` names it (None: none)."""
 
 
 @dataclass(eq=False)
@@ -77,8 +150,17 @@ class StoreReads:
 
 
 @dataclass(frozen=True)
-class ParquetStore:
-    """What is known about a store before reading any data."""
+class ParquetStore(Store):
+    """What is known about a store of Parquet files before reading any data, whatever its kind.
+
+    Attributes:
+        filesystem: where its files are.
+        url: the URL (or URLs) it was opened from, as the user wrote it.
+        root: its directory (None: files named one by one, outside any dataset).
+        files: its data files, sorted.
+        metadata_kv: the key-value metadata describing it (``_common_metadata``, or a table's properties).
+        metadata_path: where that metadata is (None: none).
+    """
 
     filesystem: pafs.FileSystem
     url: str | list[str]
@@ -110,46 +192,6 @@ class ParquetStore:
             if self.root and path.startswith(self.root.rstrip('/') + '/'):
                 return display_url(f'{self.url.rstrip("/")}/{self.relpath(path)}')
         return display_url(file_url(self.filesystem, path))
-
-    def table_schema(self) -> pa.Schema | None:
-        """The logical schema of a table version; None for a plain store, whose schema is that of its files."""
-        return None
-
-    def planned_pieces(self) -> tuple[RowGroupPiece, ...] | None:
-        """The row groups a table's log planned; None for a plain store, whose row groups are listed."""
-        return None
-
-    @property
-    def partition_names(self) -> list[str]:
-        """Hive partition column names (``name=value`` directories), outermost first."""
-        names: list[str] = []
-        for path in self.files:
-            for name, _ in partition_keys_of(self.relpath(path)):
-                if name not in names:
-                    names.append(name)
-        return names
-
-
-def partition_keys_of(relative_path: str) -> tuple[tuple[str, str], ...]:
-    """The ``(name, value)`` pairs of the hive partition directories in a relative file path."""
-    keys_found = []
-    for part in relative_path.split('/')[:-1]:
-        if '=' in part:
-            name, value = part.split('=', 1)
-            keys_found.append((name, value))
-    return tuple(keys_found)
-
-
-def typed_partition_value(raw: str, numpy_type: Any) -> int | str:
-    """A hive directory's value as its field holds it: an ``int`` for an integer field, else the string itself.
-
-    Args:
-        raw: the value as the directory name spells it (``'3'`` of ``part=3``).
-        numpy_type: the field's numpy type (``np.str_`` for a partition column the schema does not name).
-    """
-    if isinstance(numpy_type, type) and issubclass(numpy_type, np.integer):
-        return int(raw)
-    return raw
 
 
 def check_no_missing_files(store: ParquetStore, names: Iterable[str], named_by: str | None) -> None:

@@ -1,22 +1,21 @@
-"""Opening a Parquet store: its data files, its ``_common_metadata`` and its row groups.
+"""Opening a store: recognising a URL's format and opening one version of a table, or a plain Parquet store.
 
-The order of row groups (sorted file path, then row-group number) is the piece order shared with Petastorm:
-sharding, row-group indexes and cache keys all refer to positions in it.
+:func:`open_any_store` is the one way a store is opened for reading, whatever it is: a table (recognised by the
+registry of :mod:`petastorm.store.formats`, and opened by its format's module) or plain Parquet, opened here
+(:func:`open_store`): its data files and its ``_common_metadata``.
 
-A store may also be some files of a dataset: one file URL, a list of them, or a glob pattern
+A plain store may also be some files of a dataset: one file URL, a list of them, or a glob pattern
 (``.../part-000*.parquet``, expanded here when no file has that very name). Their schema is then the dataset's,
 found in the ``_common_metadata`` of the directory holding them (or of the dataset directory above their
-``name=value`` partition directories).
+``name=value`` partition directories). Its row groups are the store's to list
+(:meth:`~petastorm.store.plain.PlainStore.row_groups`).
 
-This module owns opening a store (:func:`open_store`) and listing its row groups (:func:`load_row_groups`); it
-builds on three others: :mod:`petastorm.store.listing` (what the store's directory holds),
-:mod:`petastorm.store.model` (the store and its row groups as data) and :mod:`petastorm.store.footers`
-(the footers and the ``_metadata`` summary).
+This module builds on :mod:`petastorm.store.listing` (what the store's directory holds),
+:mod:`petastorm.store.formats` (which table formats there are) and :mod:`petastorm.store.plain` (the plain store).
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import Any, Literal
 
@@ -24,13 +23,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from petastorm._describe import display_url
-from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
-from petastorm.fs import ResolvedLocation
+from petastorm.fs import ResolvedLocation, resolve_location
 from petastorm.fs._files import file_url, with_retries
-from petastorm.store import keys
 from petastorm.store.data_files import DataFiles
-from petastorm.store.footers import metadata_row_counts, read_footer, store_footer_row_counts
+from petastorm.store.footers import read_footer
+from petastorm.store.formats import TABLE_FORMAT_REGISTRY, TableFormatEntry, format_named, table_format_of
 from petastorm.store.listing import (
     COMMON_METADATA,
     SUMMARY_METADATA,
@@ -41,11 +39,90 @@ from petastorm.store.listing import (
     look_at,
     mtimes_of,
     sizes_of,
-    table_format_of,
 )
-from petastorm.store.model import ParquetStore, RowGroupPiece, check_no_missing_files, partition_keys_of
+from petastorm.store.model import ParquetStore
+from petastorm.store.plain import PlainStore
 
-__all__ = ['load_row_groups', 'open_store']
+__all__ = ['open_any_store', 'open_store']
+
+
+def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None = None, filesystem: Any = None,
+                   table_format: str = 'auto', table_version: Any = None) -> ParquetStore:
+    """The store a reader reads: one version of a table, or a plain Parquet store.
+
+    Args:
+        url_or_table: a dataset URL, a list of Parquet file URLs, a table directory URL, a URL naming a file read as
+            a table (an Iceberg metadata file, ``.../metadata/00003-....metadata.json``) or a table object of a
+            format's library (a ``pyiceberg`` table, from any catalog).
+        storage_options: fsspec options for the URL (the table libraries get them translated).
+        filesystem: a ready filesystem for the data files, instead of resolving the URL.
+        table_format: ``'auto'`` (recognise tables), a format of the registry (``'delta'``, ``'iceberg'``) or
+            ``'parquet'`` (read the directory's files as plain Parquet, a table's too).
+        table_version: None (the latest), or the version to read (see :func:`petastorm.reader.make_reader`).
+
+    Raises:
+        ValueError: ``table_version`` given for plain Parquet, or a table object of another format than
+            ``table_format``.
+        PetastormMetadataError: ``table_format`` does not match what is there.
+        TableVersionError, UnsupportedTableFeatureError: see the format modules.
+    """
+    of_object = _format_of_object(url_or_table, table_format)
+    if of_object is not None:
+        return of_object.opener(of_object=True)(url_or_table, version=table_version,
+                                                storage_options=storage_options, filesystem=filesystem)
+    location = resolve_location(url_or_table, storage_options, filesystem)
+    if table_format == 'parquet' or location.is_file_list:
+        if table_version is not None:
+            raise ValueError(f'table_version={table_version!r} needs a table ({_any_table()}); '
+                             f'{display_url(str(url_or_table))} is read as plain Parquet')
+        return open_store(location, plain=True)
+    found, listing = _recognise(location, table_format)
+    if found is not None:
+        return found.opener()(location, version=table_version, storage_options=storage_options,
+                              filesystem=filesystem)
+    if table_version is not None:
+        raise ValueError(f'table_version={table_version!r} needs a table, but {display_url(str(location.url))} '
+                         f'is not {_a(_any_table())} table')
+    return open_store(location, plain=True, listing=listing)
+
+
+def _format_of_object(value: Any, table_format: str) -> TableFormatEntry | None:
+    """The format whose library's table object ``value`` is (None: it is none), checked against ``table_format``."""
+    found = next((entry for entry in TABLE_FORMAT_REGISTRY if entry.is_table_object(value)), None)
+    if found is not None and table_format not in ('auto', found.name):
+        raise ValueError(f'table_format={table_format!r} cannot read a {found.library} table; pass '
+                         f"table_format='auto' or '{found.name}'")
+    return found
+
+
+def _recognise(location: ResolvedLocation, table_format: str) -> tuple[TableFormatEntry | None, StoreListing | None]:
+    """The table format of a single URL (None: plain Parquet), checked against ``table_format``, and its listing.
+
+    A URL naming a file that a format reads as a table is that format's; a directory is listed once, and that one
+    listing both answers whether it is a table and, for a plain store, what it holds.
+    """
+    fs, root = location.filesystem, str(location.path)
+    listing = None
+    found = next((entry for entry in TABLE_FORMAT_REGISTRY
+                  if entry.names_table_file(root) and table_format in ('auto', entry.name)), None)
+    if found is None:
+        listing = with_retries(fs, lambda: look_at(fs, root), 'listing', root)
+        found = format_named(table_format_of(fs, root, listing))
+    found_name = None if found is None else found.name
+    if table_format not in ('auto', found_name):
+        raise PetastormMetadataError(f'table_format={table_format!r}, but {display_url(str(location.url))} is '
+                                     f'{"not a table" if found_name is None else "a " + found_name + " table"}')
+    return found, listing
+
+
+def _any_table() -> str:
+    """``'Delta or Iceberg'``: the formats of the registry, for messages."""
+    return ' or '.join(entry.title for entry in TABLE_FORMAT_REGISTRY)
+
+
+def _a(title: str) -> str:
+    """``'a Delta'``, ``'an Iceberg'``."""
+    return f'{"an" if title[:1].lower() in "aeiou" else "a"} {title}'
 
 
 def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
@@ -67,8 +144,8 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
     return dict(metadata.metadata or {})
 
 
-def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None) -> ParquetStore:
-    """List a store's files and read its ``_common_metadata`` (or ``_metadata``) key-value metadata.
+def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None) -> PlainStore:
+    """The plain Parquet store at ``location``: its files listed, its ``_common_metadata`` (or ``_metadata``) read.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
     belong to (see the module docstring).
@@ -91,7 +168,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
                         where)
 
 
-def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None) -> ParquetStore:
+def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None) -> PlainStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in glob_files(fs, path, location.url)))
@@ -113,13 +190,12 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     files = tuple(item.path for item in listed)
     if not listing.is_directory:
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=sizes_of(listed))
-    table_format = None if plain else table_format_of(fs, root, listing)
+    table_format = format_named(None if plain else table_format_of(fs, root, listing))
     if table_format is not None:
         raise PetastormMetadataError(
-            f'{location.url} is a{"n Iceberg" if table_format == "iceberg" else " Delta"} table: its directory '
-            f'also holds files that are not part of the current version. Read it with make_batch_reader or '
-            f'make_reader (which read the table\'s log), or pass table_format=\'parquet\' to read every Parquet '
-            f'file as plain files')
+            f'{location.url} is {_a(table_format.title)} table: its directory also holds files that are not part '
+            f'of the current version. Read it with make_batch_reader or make_reader (which read the table\'s log), '
+            f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
     for name in (COMMON_METADATA, SUMMARY_METADATA):
@@ -128,13 +204,13 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             kv, metadata_path = found, posixpath.join(root, name)
             break
     summary = listing.child(SUMMARY_METADATA)
-    return ParquetStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
+    return PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
                         has_summary=summary is not None and summary.type == pafs.FileType.File,
                         file_mtimes=mtimes_of(listed))
 
 
 def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,
-                    file_sizes: dict[str, int] | None = None) -> ParquetStore:
+                    file_sizes: dict[str, int] | None = None) -> PlainStore:
     """A store of some files: with the metadata of the Petastorm dataset they belong to, when there is one."""
     directory = posixpath.commonpath([posixpath.dirname(p) for p in files]) if files else ''
     candidate = directory
@@ -143,64 +219,10 @@ def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_
             path = posixpath.join(candidate, name)
             kv = _read_kv(fs, path)
             if kv is not None and any(k.startswith((b'petastorm.', b'dataset-toolkit.')) for k in kv):
-                return ParquetStore(fs, url, candidate, files, kv, path, file_sizes or {}, subset=True)
+                return PlainStore(fs, url, candidate, files, kv, path, file_sizes or {}, subset=True)
         if '=' not in posixpath.basename(candidate):  # only partition directories lead further up
             break
         candidate = posixpath.dirname(candidate)
     if list_given:
-        return ParquetStore(fs, url, None, files, file_sizes=file_sizes or {})
-    return ParquetStore(fs, url, directory, files, file_sizes=file_sizes or {})
-
-
-def _metadata_file_names(store: ParquetStore) -> set[str]:
-    """The data files (relative paths) that the store's key-value metadata says it has: ours and Petastorm's maps."""
-    names: set[str] = set()
-    for key in (keys.ROW_GROUPS_JSON_KEY, keys.ROW_GROUPS_PER_FILE_KEY):
-        raw = store.metadata_kv.get(key)
-        if raw is None:
-            continue
-        try:
-            document = json.loads(raw)
-            files = document['files'] if key == keys.ROW_GROUPS_JSON_KEY else document
-        except (ValueError, KeyError, TypeError):
-            continue  # reported where the map is read for its row counts (ours), or never used (Petastorm's)
-        if isinstance(files, dict):
-            names.update(str(name) for name in files)
-    return names
-
-
-def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
-    """Petastorm datasets from before row-group maps carry a schema but no row-group information."""
-    has_schema = keys.SCHEMA_JSON_KEY in store.metadata_kv or keys.UNISCHEMA_KEY in store.metadata_kv
-    has_row_groups = keys.ROW_GROUPS_JSON_KEY in store.metadata_kv or keys.ROW_GROUPS_PER_FILE_KEY in \
-        store.metadata_kv
-    if has_schema and not has_row_groups:
-        warn_user(f'You are using a deprecated metadata version. Please run petastorm-generate-metadata.py on '
-                  f'spark to update. (petastorm-generate-metadata.py --dataset_url {store.url}); row groups are '
-                  f'read from the file footers meanwhile.')
-
-
-def load_row_groups(store: ParquetStore) -> list[RowGroupPiece]:
-    """Every row group of the store, in piece order (sorted path, then row-group number).
-
-    Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
-    footers, read in parallel. A store whose metadata names files that are gone is refused here, before any row
-    is read, rather than read as a smaller (or empty) dataset.
-
-    Raises:
-        MissingDataFilesError: the metadata names data files that are not in the store.
-        CorruptFooterError: a footer that had to be read is not readable Parquet.
-    """
-    planned = store.planned_pieces()
-    if planned is not None:
-        return list(planned)
-    check_no_missing_files(store, _metadata_file_names(store), store.metadata_path)
-    counts = metadata_row_counts(store)
-    if counts is None:
-        _warn_if_deprecated_metadata(store)
-        counts = store_footer_row_counts(store)
-    pieces: list[RowGroupPiece] = []
-    for path in store.files:
-        partition = partition_keys_of(store.relpath(path)) if store.root else ()
-        pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
-    return pieces
+        return PlainStore(fs, url, None, files, file_sizes=file_sizes or {})
+    return PlainStore(fs, url, directory, files, file_sizes=file_sizes or {})

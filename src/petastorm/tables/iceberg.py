@@ -41,16 +41,17 @@ from petastorm.errors import (
 )
 from petastorm.fs import ResolvedLocation, path_in, resolve_location
 from petastorm.tables._files import (
-    ColumnSource,
     DataFileEntry,
+    StoredColumn,
     map_on_storage,
     normalized_type,
     plan_files,
     unique_positions,
 )
-from petastorm.tables._model import TableStore, TableVersion
+from petastorm.tables._model import TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
 from petastorm.tables._storage import iceberg_io_properties
+from petastorm.tables._store import TableStore
 
 __all__ = ['open_iceberg_location', 'open_iceberg_table']
 
@@ -159,7 +160,7 @@ def _filesystem(table: Any, storage_options: dict[str, Any] | None, filesystem: 
     return resolve_location(table_url, storage_options, filesystem).filesystem, origin
 
 
-def _columns(schema: Any) -> list[ColumnSource]:
+def _columns(schema: Any) -> list[StoredColumn]:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
@@ -169,7 +170,7 @@ def _columns(schema: Any) -> list[ColumnSource]:
             raise UnsupportedTableFeatureError(
                 f'the Iceberg column {nested.name!r} has an initial default value (format version 3), which this '
                 f'reader does not implement')
-        columns.append(ColumnSource(nested.name, arrow_field.type, nested.name, nested.field_id))
+        columns.append(StoredColumn(nested.name, arrow_field.type, nested.name, nested.field_id))
     return columns
 
 
@@ -187,7 +188,7 @@ def _value(value: Any, arrow_type: pa.DataType) -> Any:
     raise ValueError(f'cannot represent {value!r} as {arrow_type}')
 
 
-def _bounds_guarantee(data_file: Any, columns: Sequence[ColumnSource], schema: Any, types: dict[str, pa.DataType],
+def _bounds_guarantee(data_file: Any, columns: Sequence[StoredColumn], schema: Any, types: dict[str, pa.DataType],
                       constants: set[str]) -> Any:
     from pyiceberg.conversions import from_bytes
 
