@@ -14,7 +14,8 @@ table; :func:`petastorm.store.opening.open_any_store` opens either, or plain Par
 
 * :mod:`~petastorm.tables.delta`: Delta tables, through ``deltalake`` (the ``delta`` extra);
   :mod:`~petastorm.tables.delta_write` appends to them.
-* :mod:`~petastorm.tables.iceberg`: Iceberg tables, through ``pyiceberg`` (the ``iceberg`` extra).
+* :mod:`~petastorm.tables.iceberg`: Iceberg tables, through ``pyiceberg`` (the ``iceberg`` extra);
+  ``_iceberg_deletes`` resolves their position and equality deletes to rows.
 
 What both formats share:
 
