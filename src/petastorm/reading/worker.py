@@ -65,7 +65,7 @@ class ReadContext:
         shuffle_rows: shuffle rows inside each work item.
         filter_expression: pyarrow filter applied to the rows (from ``filters``) or None.
         filter_columns: columns the filter expression reads.
-        partition_names: hive partition columns (not stored in the files).
+        partition_names: partition columns (not stored in the files: hive directories or a table's log give them).
         transform: the transform and what it must produce, or None.
         ngram: the NGram whose windows to form, or None.
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
@@ -220,7 +220,7 @@ def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: st
 
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
                              partition_fields: list[UnischemaField]) -> pa.Table:
-    """``table`` (rows of ``piece``) with a column for each of the hive partition fields appended."""
+    """``table`` (rows of ``piece``) with a column for each of the partition fields appended, valued by the piece."""
     for field in partition_fields:
         table = table.append_column(field.name, piece.partition_column(field, table.num_rows))
     return table
