@@ -61,7 +61,7 @@ class WorkerFunctionError(PetastormError, RuntimeError):
     """
 
 
-class RemoteTraceback(Exception):
+class RemoteTraceback(PetastormError):
     """Carries the formatted traceback of an exception raised in a worker process.
 
     It is attached as ``__cause__`` of the exception re-raised in the consumer, so the usual traceback printout
