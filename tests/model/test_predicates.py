@@ -130,6 +130,13 @@ def test_in_reduce_evaluates_a_batch_like_its_rows():
     assert in_reduce([low, odd], lambda answers: all(answers)).vectorized is False
 
 
+@pytest.mark.parametrize('reduce_func', [all, any, lambda answers: len(answers) == 0])
+def test_in_reduce_of_no_predicates_answers_as_its_function_does_for_no_answers(reduce_func):
+    predicate = in_reduce([], reduce_func)
+    assert predicate.get_fields() == set()
+    assert predicate.evaluate({}, 3).tolist() == [bool(predicate.do_include({}))] * 3
+
+
 def test_in_reduce_refuses_what_is_not_a_predicate():
     with pytest.raises(ValueError, match='PredicateBase'):
         in_reduce([in_set({1}, 'id'), 'id == 1'], all)
