@@ -24,8 +24,9 @@ INTERNAL_SIGNALS: dict[str, str] = {
     'petastorm.fs._errors:ShortReadError':
         'a ranged read cut short, raised for the retry loop to try again; PetastormErrors are never retried, and '
         'when the retries run out it is translated into a StorageError naming the URL (only its __cause__)',
-    'petastorm.test_util.s3_server:_BadRequest':
-        'the loopback S3 server\'s way out of a request handler: caught there and sent as the HTTP error reply',
+    'petastorm.test_util._s3_requests:ErrorReply':
+        'the loopback S3 server\'s way out of a request handler: caught by its connection and sent as the HTTP '
+        'error answer',
 }
 
 _LIST_CLASSES = r'''
