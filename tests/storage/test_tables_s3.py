@@ -20,7 +20,7 @@ pytest.importorskip('moto')
 deltalake = pytest.importorskip('deltalake')
 pytest.importorskip('pyiceberg')
 
-from support.conftest_s3 import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
+from support.s3_loopback import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
 from support.tables_util import reader_rows, rows_of_table  # noqa: E402
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from petastorm import __version__
+from petastorm.errors import PetastormError
 from petastorm.fs import resolve_url
 
 __all__ = [
@@ -42,7 +43,7 @@ EXIT_USAGE = 2
 _PROGRESS_HANDLER = '_petastorm_progress'
 
 
-class UsageError(Exception):
+class UsageError(PetastormError, ValueError):
     """A command-line argument is wrong (reported with exit code 2)."""
 
 
