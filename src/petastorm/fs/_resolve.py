@@ -41,6 +41,7 @@ from petastorm._optional import import_optional
 from petastorm.errors import MissingDependencyError, StorageError
 from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
+from petastorm.fs._native_s3 import native_s3_filesystem
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
 from petastorm.fs.settings import HDFS_SCHEMES, S3_SCHEMES, check_storage_options, fsspec_options
 from petastorm.fs.settings.s3 import S3Settings, read_s3_settings, s3_endpoint, with_client_defaults
@@ -48,9 +49,6 @@ from petastorm.fs.settings.s3_pyarrow import pyarrow_s3_arguments
 
 #: schemes fsspec does not register under that name, and the one it does.
 _SCHEME_ALIASES = {'abfss': 'abfs'}
-#: pyarrow's I/O threads (and so its S3 client's connections) once a reader uses its S3 client: as many as the
-#: footers read at a time (metadata.footers.REMOTE_FOOTER_THREADS).
-IO_THREADS = 64
 
 
 @dataclass(frozen=True)
@@ -253,20 +251,9 @@ def s3_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | N
     arguments = pyarrow_s3_arguments(settings, os.environ)
     if arguments is None:
         return None
-    native = _pyarrow_s3_client(arguments)
+    native = native_s3_filesystem(arguments)
     _check_s3_endpoint(settings, url)
     return native
-
-
-def _pyarrow_s3_client(arguments: dict[str, Any]) -> pafs.S3FileSystem:
-    """pyarrow's ``S3FileSystem`` with pyarrow's I/O pool grown to :data:`IO_THREADS` threads."""
-    import pyarrow as pa
-
-    # The client keeps as many connections as pyarrow's I/O pool has threads (8 by default): footers and row
-    # groups are read as many at a time as the reader asks only with more. The pool is pyarrow's, for the process.
-    if pa.io_thread_count() < IO_THREADS:
-        pa.set_io_thread_count(IO_THREADS)
-    return pafs.S3FileSystem(**arguments)
 
 
 def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: dict | None = None,
