@@ -9,7 +9,7 @@ a cache) and ``write/`` the writers. Every subfolder inherits these fixtures:
 * The filesystem tests (``fs/test_fs_*.py``): an in-memory dataset, a ``$HADOOP_HOME`` and a stand-in HDFS
   connector (:mod:`support.fake_storage`).
 * The S3 tests (``fs/test_s3_*.py``, ``tables/test_tables_s3.py``): one moto server for the whole run, the
-  fault-injecting proxy in front of it, and a Petastorm dataset on it (:mod:`support.conftest_s3`,
+  fault-injecting proxy in front of it, and a Petastorm dataset on it (:mod:`support.s3_loopback`,
   :mod:`support.s3_datasets`).
 * The local disk cache tests (``cache/test_local_disk_cache_*.py``): a dataset of many small row groups
   (:mod:`support.cache_stores`).
@@ -25,9 +25,9 @@ import pytest
 import petastorm.fs.hadoop as hadoop
 from petastorm import write_dataset
 from support.cache_stores import row_group_count, write_cache_store
-from support.conftest_s3 import BUCKET, FaultProxy, MotoServer
 from support.fake_storage import HA_SITE, FsSchema, StubConnector, fs_rows, site_xml
 from support.s3_datasets import ROWS, S3Schema, s3_row
+from support.s3_loopback import BUCKET, FaultProxy, MotoServer
 
 # -- the filesystem tests --------------------------------------------------------------------------------------
 
@@ -74,7 +74,7 @@ def stub_connector():
 
 @pytest.fixture(scope='session')
 def moto():
-    """moto's S3 server on loopback, with the bucket :data:`support.conftest_s3.BUCKET`."""
+    """moto's S3 server on loopback, with the bucket :data:`support.s3_loopback.BUCKET`."""
     s3fs = pytest.importorskip('s3fs')
     with MotoServer() as server:
         s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(BUCKET)

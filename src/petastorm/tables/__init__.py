@@ -25,7 +25,8 @@ What both formats share:
 * :mod:`~petastorm.tables.read`: a row group of a version as the workers read it (:class:`TableRowGroup`).
 * ``_pruning``: what the log's and the footers' statistics guarantee of a row group, for ``filters``.
 * ``_store``: the version as a store (:class:`TableStore`).
-* ``_storage``: the reader's storage options translated for the table libraries.
+
+The table libraries get the reader's ``storage_options`` translated by :mod:`petastorm.fs.settings`.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from petastorm.errors import (
     UnsupportedTableFeatureError,
 )
 from petastorm.fs import ResolvedLocation, path_in, resolve_location
+from petastorm.fs.settings import iceberg_io_properties
 from petastorm.tables._files import (
     DataFileEntry,
     StoredColumn,
@@ -65,7 +66,6 @@ from petastorm.tables._iceberg_deletes import (
 )
 from petastorm.tables._model import TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
-from petastorm.tables._storage import iceberg_io_properties
 from petastorm.tables._store import TableStore
 
 __all__ = ['open_iceberg_location', 'open_iceberg_table']
