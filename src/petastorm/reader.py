@@ -24,6 +24,7 @@ from petastorm.plan import Remainder, ShardMode, WorkItem
 from petastorm.predicates import PredicateBase
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
+from petastorm.reading.legacy import reader_options
 from petastorm.reading.options import (
     LOCAL_DISK_CACHE,
     NULL_CACHE,
@@ -36,7 +37,6 @@ from petastorm.reading.options import (
 )
 from petastorm.reading.passes import ReaderPasses
 from petastorm.reading.setup import set_up_reader
-from petastorm.reading.source import SourceInfo
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
 from petastorm.tables import TableFormat, is_iceberg_table
@@ -229,14 +229,7 @@ class Reader:
 
     def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
                  **legacy_kwargs: Any) -> None:
-        if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
-            from petastorm.reading.legacy import legacy_reader_options
-
-            options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
-        elif legacy_args or legacy_kwargs:
-            raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
-                            f'and {sorted(legacy_kwargs)}')
-        self._options = options
+        self._options = options = reader_options(options, *legacy_args, **legacy_kwargs)
         self.is_batched_reader = options.batched_output
         self.num_epochs = options.num_epochs
         # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
@@ -246,10 +239,8 @@ class Reader:
             warn_user(PLAIN_PARQUET_WARNING)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
-        self.info = SourceInfo(schema=setup.schema, ngram=setup.ngram, batched_output=options.batched_output,
-                               seed=options.seed, transform_spec=options.transform_spec,
-                               endless=options.num_epochs is None)
         self._passes = ReaderPasses(options, setup, self._stage_totals)
+        self.info = self._passes.info
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
                     len(setup.layout.items), options.reader_pool_type, options.workers_count)
 

@@ -56,6 +56,7 @@ from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.delivery import deliver
 from petastorm.reading.options import ReaderOptions
 from petastorm.reading.setup import ReaderSetup
+from petastorm.reading.source import SourceInfo
 from petastorm.reading.worker import ReadContext, prefetch_item, read_item
 from petastorm.stage_timing import StageTotals
 
@@ -231,9 +232,13 @@ class ReaderPasses:
     def __init__(self, options: ReaderOptions, setup: ReaderSetup, stage_totals: StageTotals | None) -> None:
         self._options = options
         self._setup = setup
-        self._pool = start_pool(options, setup.context)
+        #: What the reader delivers; its pass is endless with ``num_epochs=None``.
+        self.info = SourceInfo(schema=setup.schema, ngram=setup.ngram, batched_output=options.batched_output,
+                               seed=options.seed, transform_spec=options.transform_spec,
+                               endless=options.num_epochs is None)
         self._stage_totals = stage_totals
         self._position = ReaderPosition(setup.layout, options.num_epochs)
+        self._pool = start_pool(options, setup.context)
         self._lock = threading.Lock()
         #: True once :meth:`stop` was called.
         self.stopped = False
@@ -283,15 +288,19 @@ class ReaderPasses:
         if self.stopped:
             raise RuntimeError(STOPPED_MESSAGE)
 
+    def _next_of(self, stream: Iterator[Any]) -> Any:
+        """The next item of one of the pass's streams (under the lock); the pass ends when it runs out."""
+        self._check_running()
+        try:
+            return next(stream)
+        except StopIteration:
+            self.last_row_consumed = True
+            raise
+
     def next_item(self) -> Any:
         """The next row, batch or NGram window (``next(reader)``)."""
         with self._lock:
-            self._check_running()
-            try:
-                item = next(self._output)
-            except StopIteration:
-                self.last_row_consumed = True
-                raise
+            item = self._next_of(self._output)
             self._position.delivered(None if self._options.batched_output else 1)
             return item
 
@@ -302,11 +311,9 @@ class ReaderPasses:
                 self._position.head_rows = first_rows
         while True:
             with self._lock:
-                self._check_running()
                 try:
-                    batch = next(self._batches)
+                    batch = self._next_of(self._batches)
                 except StopIteration:
-                    self.last_row_consumed = True
                     return
                 self._position.delivered()
                 batch = dataclasses.replace(batch, row_ids=self._position.row_ids())
