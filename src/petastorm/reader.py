@@ -39,7 +39,7 @@ from petastorm.reading.passes import ReaderPasses
 from petastorm.reading.setup import set_up_reader
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
-from petastorm.tables import TableFormat, is_iceberg_table
+from petastorm.store.formats import TableFormat, is_iceberg_table
 from petastorm.transform import TransformSpec
 
 logger = logging.getLogger(__name__)

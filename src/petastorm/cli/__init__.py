@@ -194,7 +194,7 @@ def existing_path(url: str, what: str, storage_options: dict | None = None) -> A
     except (ValueError, OSError) as err:
         raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
     if info.type.name == 'NotFound' and any(c in path for c in '*?['):  # a glob: the files it matches
-        from petastorm.metadata.listing import glob_files
+        from petastorm.store.listing import glob_files
 
         try:
             return filesystem.get_file_info(glob_files(filesystem, path, url)[0])

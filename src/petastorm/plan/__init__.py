@@ -48,7 +48,7 @@ from petastorm.plan.runs import (
     slice_runs,
     units_of_runs,
 )
-from petastorm.plan.selection import make_layout, partition_values, select_row_groups
+from petastorm.plan.selection import make_layout, select_row_groups
 from petastorm.plan.shard import (
     AUTO,
     RANK_ENVIRONMENT,
@@ -64,8 +64,8 @@ __all__ = [
     'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'ReaderState',
     'Remainder', 'RowMatches', 'Run', 'ScheduledItem', 'ShardLayout', 'ShardMode', 'ShardSpec', 'Stage', 'WorkItem',
     'check_state', 'cursor_row_ids', 'cursor_stage', 'detect_rank_and_world_size', 'encode_rows', 'epoch_order',
-    'epoch_rng', 'epoch_schedule', 'every_rank', 'kept_rows', 'make_layout', 'merge_runs', 'partition_values',
-    'pass_stages', 'position_state', 'rank_share', 'rank_states',
+    'epoch_rng', 'epoch_schedule', 'every_rank', 'kept_rows', 'make_layout', 'merge_runs', 'pass_stages',
+    'position_state', 'rank_share', 'rank_states',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
     'runs_of_rows', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
     'split_drop_partitions', 'split_head', 'unit_rows', 'units_of_runs',

@@ -9,6 +9,7 @@ a batch travels:
 * :mod:`~petastorm.reading.inputs`: the checks of what a reader is given (the fields selected, NGram options).
 * :mod:`~petastorm.reading.setup`: :func:`set_up_reader` opens the store, selects the fields, plans the shard's
   epochs and builds the one :class:`ReadContext` every worker receives.
+* :mod:`~petastorm.reading.counting`: whether the rows of an epoch are known before reading, counted when asked.
 * :mod:`~petastorm.reading.worker`: :func:`read_item`, the worker function: read one work item, filter, decode,
   transform, in named stages.
 * :mod:`~petastorm.reading.column_transform`: a ``TransformSpec`` applied to decoded columns.

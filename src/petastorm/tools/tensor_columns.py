@@ -34,11 +34,11 @@ from petastorm import cli as _cli
 from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCodec
 from petastorm.errors import CodecError, SchemaError
 from petastorm.fs import resolve_location, resolve_url
-from petastorm.metadata import keys
-from petastorm.metadata.listing import COMMON_METADATA, SUMMARY_METADATA
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import open_store
 from petastorm.metadata.write import update_common_metadata, write_dataset_metadata
+from petastorm.store import keys
+from petastorm.store.listing import COMMON_METADATA, SUMMARY_METADATA
+from petastorm.store.opening import open_store
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
 __all__ = ['PROG', 'convert_to_tensor_columns', 'main', 'tensor_schema']
