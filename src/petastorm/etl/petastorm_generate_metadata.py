@@ -290,8 +290,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
                                     args.hdfs_driver, storage_options=storage_options)
 
-    _cli.configure_progress_logging()
-    _cli.run(PROG, work)
+    with _cli.progress_logging():
+        _cli.run(PROG, work)
 
 
 if __name__ == '__main__':

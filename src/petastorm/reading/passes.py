@@ -405,7 +405,7 @@ class ReaderPasses:
                 if new_pass:  # saved between two passes: the pass after it starts where it was saved
                     states = tuple(dataclasses.replace(one, pass_start=one.epoch) for one in states)
                 self._position.started = False
-                self._position.restore(states, self._options.seed)
+                self._position.restore(states, self._options.seed, self._options.table_version_change)
             self._start_pass()
 
     def stop(self) -> None:

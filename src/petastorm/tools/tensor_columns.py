@@ -212,10 +212,10 @@ def _convert_as_asked(args: argparse.Namespace) -> None:
     _cli.existing_directory(args.dataset_url, 'dataset', storage_options)
     if args.output_url is not None:
         _cli.check_target(args.output_url, args.overwrite_output, storage_options)
-    _cli.configure_progress_logging()
     try:
-        schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
-                                           compression=args.compression, storage_options=storage_options)
+        with _cli.progress_logging():
+            schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
+                                               compression=args.compression, storage_options=storage_options)
     except SchemaError as err:  # a column that cannot be converted: found before any file is written
         raise _cli.UsageError(str(err)) from err
     print(f'converted {", ".join(args.columns)}: {_describe(schema, args.columns)}')
