@@ -121,9 +121,9 @@ def test_a_loader_restored_on_a_newer_version_restarts_the_epoch_when_asked(tmp_
         next(iter(loader))
         state = loader.state_dict()
     deltalake.write_deltalake(root, _ids(100, 150), mode='append')
-    with BatchedDataLoader(make_batch_reader(url, reader_pool_type='dummy', seed=0), batch_size=10) as loader:
-        with pytest.raises(ValueError, match='table_version='):
-            loader.load_state_dict(state)
+    with BatchedDataLoader(make_batch_reader(url, reader_pool_type='dummy', seed=0), batch_size=10) as loader, \
+            pytest.raises(ValueError, match='table_version='):
+        loader.load_state_dict(state)
     reader = make_batch_reader(url, reader_pool_type='dummy', seed=0, table_version_change='restart_epoch')
     with BatchedDataLoader(reader, batch_size=10) as loader:
         loader.load_state_dict(state)
