@@ -15,7 +15,7 @@ av = pytest.importorskip('av')
 
 from petastorm.codecs import CODECS_BY_NAME, VideoCodec, codec_from_json  # noqa: E402
 from petastorm.codecs._frame_sampling import FrameSampling  # noqa: E402
-from petastorm.codecs._video_decode import _decode_into, _read_packets  # noqa: E402
+from petastorm.codecs._video_decode import _decode_into, _read_packets, _rgb_converter  # noqa: E402
 from petastorm.errors import CodecError, SchemaError  # noqa: E402
 from petastorm.unischema import UnischemaField  # noqa: E402
 from support.media import (  # noqa: E402
@@ -113,7 +113,7 @@ def test_decoding_starts_at_the_keyframe_before_and_stops_after_the_last_frame_w
             counting = _CountingDecoder(stream.codec_context)
             wanted = np.arange(first, first + 8)
             out = np.empty((8, *reference.shape[1:]), np.uint8)
-            _decode_into(counting, packets, packets.frame_pts[wanted], out)
+            _decode_into(counting, packets, packets.frame_pts[wanted], out, _rgb_converter())
         np.testing.assert_array_equal(out, reference[wanted])
         # From the keyframe before (frame 60, 0, 90) to the clip's end, plus the decoder's delay of a few frames.
         assert counting.sent <= expected_most, (first, counting.sent)

@@ -71,7 +71,7 @@ def decode_frames(field: Any, payload: memoryview, sampling: FrameSampling,
             out_shape = (len(wanted), stream.codec_context.height, stream.codec_context.width, 3)
             out = reserve(out_shape) if reserve is not None else None
             out = np.empty(out_shape, dtype=np.uint8) if out is None else out
-            _decode_into(stream.codec_context, packets, packets.frame_pts[wanted], out)
+            _decode_into(stream.codec_context, packets, packets.frame_pts[wanted], out, _rgb_converter())
         except (ValueError, OSError) as err:  # PyAV's errors (av.FFmpegError) derive from both
             raise decode_error(field, 'video', payload, row, err) from err
     return out
@@ -89,7 +89,20 @@ def _read_packets(container: Any, stream: Any) -> _Packets:
     return _Packets(packets, np.sort(pts), pts[keys][order], keys[order], float(stream.time_base))
 
 
-def _decode_into(context: Any, packets: _Packets, wanted_pts: np.ndarray, out: np.ndarray) -> None:
+def _rgb_converter() -> Callable[[Any], np.ndarray]:
+    """Makes a decoded frame's RGB pixels, as ``frame.to_ndarray(format='rgb24')`` does (the same conversion).
+
+    One converter serves every frame of a video: ``to_ndarray`` makes a new one per frame, whose set-up costs about
+    as much as converting a small frame.
+    """
+    import av
+
+    reformatter = av.video.reformatter.VideoReformatter()
+    return lambda frame: reformatter.reformat(frame, format='rgb24').to_ndarray()
+
+
+def _decode_into(context: Any, packets: _Packets, wanted_pts: np.ndarray, out: np.ndarray,
+                 rgb: Callable[[Any], np.ndarray]) -> None:
     """Decode the frames of ``wanted_pts`` (in any order, repeats allowed) into the rows of ``out``."""
     slots: dict[int, list[int]] = {}
     for slot, pts in enumerate(wanted_pts.tolist()):
@@ -105,7 +118,7 @@ def _decode_into(context: Any, packets: _Packets, wanted_pts: np.ndarray, out: n
             if position > 0:
                 context.flush_buffers()
             position = start
-        position = _decode_until(context, packets.packets, position, target, slots, found, out)
+        position = _decode_until(context, packets.packets, position, target, slots, found, out, rgb)
 
 
 def _keyframe_before(packets: _Packets, pts: int) -> int:
@@ -115,7 +128,7 @@ def _keyframe_before(packets: _Packets, pts: int) -> int:
 
 
 def _decode_until(context: Any, packets: list[Any], position: int, target: int, slots: dict[int, list[int]],
-                  found: set[int], out: np.ndarray) -> int:
+                  found: set[int], out: np.ndarray, rgb: Callable[[Any], np.ndarray]) -> int:
     """Send packets from ``position`` until the frame of time ``target`` came out; the next position.
 
     Every wanted frame that comes out on the way is converted into its rows of ``out``. After the end of the
@@ -134,7 +147,7 @@ def _decode_until(context: Any, packets: list[Any], position: int, target: int, 
         for frame in frames:
             if frame.pts in slots and frame.pts not in found:
                 found.add(frame.pts)
-                picture = frame.to_ndarray(format='rgb24')
+                picture = rgb(frame)
                 for slot in slots[frame.pts]:
                     out[slot] = picture
         if position > len(packets) and target not in found:
