@@ -3,8 +3,6 @@ of the video's frames, drawn anew by each read)."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,7 @@ from petastorm.codecs import AudioCodec, VideoCodec  # noqa: E402
 from petastorm.ray import read_petastorm  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField  # noqa: E402
 from support.media import reference_frames, tone, video_file  # noqa: E402
-from support.ray_session import stop_ray  # noqa: E402
+from support.ray_session import start_ray, stop_ray  # noqa: E402
 
 Schema = Unischema('RayMedia', [
     UnischemaField('id', np.int64, (), None, False),
@@ -28,12 +26,7 @@ Schema = Unischema('RayMedia', [
 
 @pytest.fixture(scope='module')
 def ray_cluster():
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address='127.0.0.1', log_to_driver=False,
-             configure_logging=False)
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    context.print_on_execution_start = False
+    start_ray(__name__)
     yield
     stop_ray()
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.codecs._media import decode_error, import_media, open_container
+from petastorm.codecs._media import decode_error, decoding_stream, import_media
 
 # Divisors of PyAV's integer sample formats (FFmpeg's own conversion to float).
 _SCALE = {'u8': 128.0, 's16': 32768.0, 's32': 2147483648.0, 's64': 9223372036854775808.0}
@@ -63,15 +63,8 @@ def _decode_soundfile(payload: memoryview) -> tuple[np.ndarray, int]:
 
 
 def _decode_pyav(field: Any, payload: memoryview, row: int | None) -> tuple[np.ndarray, int]:
-    with open_container(field, 'audio', payload, row) as container:
-        if not container.streams.audio:
-            raise decode_error(field, 'audio', payload, row, 'it has no audio stream')
-        stream = container.streams.audio[0]
-        stream.codec_context.thread_count = 1
-        try:
-            parts = [_float_planar(frame) for frame in container.decode(stream)]
-        except (ValueError, OSError) as err:  # PyAV's errors (av.FFmpegError) derive from both
-            raise decode_error(field, 'audio', payload, row, err) from err
+    with decoding_stream(field, 'audio', payload, row) as (container, stream):
+        parts = [_float_planar(frame) for frame in container.decode(stream)]
         rate = int(stream.codec_context.sample_rate or stream.rate or 0)
         channels = stream.codec_context.channels
     if not parts:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, ClassVar, Literal
 
@@ -204,6 +205,29 @@ def open_container(field: Any, kind: str, payload: memoryview, row: int | None) 
         return av.open(io.BytesIO(payload), mode='r')
     except Exception as err:
         raise decode_error(field, kind, payload, row, err) from err
+
+
+@contextmanager
+def decoding_stream(field: Any, kind: str, payload: memoryview, row: int | None) -> Iterator[tuple[Any, Any]]:
+    """``(container, stream)``: the file's first ``kind`` stream, opened in memory with one decoder thread.
+
+    PyAV's errors inside the block become the :func:`decode_error` of the value.
+
+    Raises:
+        CodecError: the bytes are not a media file, have no ``kind`` stream, or do not decode.
+    """
+    with open_container(field, kind, payload, row) as container:
+        streams = container.streams.audio if kind == 'audio' else container.streams.video
+        if not streams:
+            raise decode_error(field, kind, payload, row, f'it has no {kind} stream')
+        stream = streams[0]
+        stream.codec_context.thread_count = 1  # the reader's workers are the parallelism
+        try:
+            yield container, stream
+        except CodecError:
+            raise
+        except (ValueError, OSError) as err:  # PyAV's errors (av.FFmpegError) derive from both
+            raise decode_error(field, kind, payload, row, err) from err
 
 
 def decode_error(field: Any, kind: str, payload: memoryview, row: int | None, err: Exception | str) -> CodecError:

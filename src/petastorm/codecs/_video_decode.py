@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from petastorm.codecs._frame_sampling import FrameSampling
-from petastorm.codecs._media import decode_error, open_container
+from petastorm.codecs._media import decoding_stream
 
 
 @dataclass
@@ -60,20 +60,13 @@ def decode_frames(field: Any, payload: memoryview, sampling: FrameSampling,
     Raises:
         CodecError: the bytes are not a video, have no video stream, or a wanted frame does not decode.
     """
-    with open_container(field, 'video', payload, row) as container:
-        if not container.streams.video:
-            raise decode_error(field, 'video', payload, row, 'it has no video stream')
-        stream = container.streams.video[0]
-        stream.codec_context.thread_count = 1
-        try:
-            packets = _read_packets(container, stream)
-            wanted = sampling.pick(packets.frame_pts * packets.seconds, rng)
-            out_shape = (len(wanted), stream.codec_context.height, stream.codec_context.width, 3)
-            out = reserve(out_shape) if reserve is not None else None
-            out = np.empty(out_shape, dtype=np.uint8) if out is None else out
-            _decode_into(stream.codec_context, packets, packets.frame_pts[wanted], out, _rgb_converter())
-        except (ValueError, OSError) as err:  # PyAV's errors (av.FFmpegError) derive from both
-            raise decode_error(field, 'video', payload, row, err) from err
+    with decoding_stream(field, 'video', payload, row) as (container, stream):
+        packets = _read_packets(container, stream)
+        wanted = sampling.pick(packets.frame_pts * packets.seconds, rng)
+        out_shape = (len(wanted), stream.codec_context.height, stream.codec_context.width, 3)
+        out = reserve(out_shape) if reserve is not None else None
+        out = np.empty(out_shape, dtype=np.uint8) if out is None else out
+        _decode_into(stream.codec_context, packets, packets.frame_pts[wanted], out, _rgb_converter())
     return out
 
 
