@@ -4,7 +4,8 @@ Audio: 3 s FLAC clips at 16 kHz (mono int16 speech-like noise), stored as a Hugg
 column written by ``datasets``. Rows per second of
 
 * ``ours``: ``make_batch_reader`` (thread pool, ``--workers`` workers) into ``BatchedDataLoader`` batches of 32,
-  ``variable_length='pad'`` (padded float32 samples and their mask);
+  ``variable_length='pad'`` (padded float32 samples and their mask); ``ours, process pool`` the same with
+  ``reader_pool_type='process'``;
 * ``PyAV loop``: the limit of the brief: ``pyarrow`` reads the column, PyAV decodes each file to float32 in one
   thread (what a hand-written loop does);
 * ``soundfile loop``: the same with soundfile (the decoder ``AudioCodec`` picks for FLAC and WAV);
@@ -105,11 +106,11 @@ def loop_clips(path: str, column: str, decode: Callable[[bytes], np.ndarray]) ->
     return count
 
 
-def ours_audio(path: str, workers: int) -> int:
+def ours_audio(path: str, workers: int, pool: str = 'thread') -> int:
     from petastorm import make_batch_reader
     from petastorm.pytorch import BatchedDataLoader
 
-    reader = make_batch_reader(f'file://{path}', workers_count=workers, num_epochs=1)
+    reader = make_batch_reader(f'file://{path}', workers_count=workers, num_epochs=1, reader_pool_type=pool)
     count = 0
     with BatchedDataLoader(reader, batch_size=32, variable_length='pad') as loader:
         for batch in loader:
@@ -205,7 +206,7 @@ def torchcodec_clip(payload: bytes, indices: np.ndarray) -> np.ndarray:
         indices.tolist()).data.numpy()
 
 
-def ours_video(path: str, workers: int) -> int:
+def ours_video(path: str, workers: int, pool: str = 'thread') -> int:
     from petastorm import make_batch_reader
     from petastorm.codecs import VideoCodec
     from petastorm.pytorch import BatchedDataLoader
@@ -213,7 +214,8 @@ def ours_video(path: str, workers: int) -> int:
 
     clip = UnischemaField('video', np.uint8, (CLIP_FRAMES, None, None, 3),
                           VideoCodec(num_frames=CLIP_FRAMES, stride=CLIP_STRIDE, start='random', layout='hf'), False)
-    reader = make_batch_reader(f'file://{path}', schema_fields=[clip], workers_count=workers, num_epochs=1)
+    reader = make_batch_reader(f'file://{path}', schema_fields=[clip], workers_count=workers, num_epochs=1,
+                               reader_pool_type=pool)
     count = 0
     with BatchedDataLoader(reader, batch_size=8) as loader:
         for batch in loader:
@@ -302,6 +304,7 @@ def main() -> None:
                                   datasets.Audio(sampling_rate=16000))
             name, hf = datasets_audio(path)
             cases = {'ours': lambda: ours_audio(path, args.workers),
+                     'ours, process pool': lambda: ours_audio(path, args.workers, 'process'),
                      'PyAV loop (the limit)': lambda: loop_clips(path, 'audio', pyav_audio),
                      'soundfile loop': lambda: loop_clips(path, 'audio', soundfile_audio), name: hf}
             print(table(f'Audio: {args.audio_clips} FLAC clips of 3 s at 16 kHz', rounds(cases, args.repeats),
@@ -311,6 +314,7 @@ def main() -> None:
                                   datasets.Video())
             name, hf = datasets_video(path)
             cases = {'ours': lambda: ours_video(path, args.workers),
+                     'ours, process pool': lambda: ours_video(path, args.workers, 'process'),
                      'PyAV seek, 1 thread': lambda: loop_video(path, pyav_seek_clip),
                      'PyAV from start, 1 thread': lambda: loop_video(path, pyav_start_clip), name: hf}
             if _torchcodec_loads():

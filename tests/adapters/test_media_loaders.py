@@ -189,3 +189,17 @@ def test_a_plain_binary_column_is_decoded_with_a_codec_given_for_it(tmp_path):
     with make_batch_reader(url, schema_fields=[wrong]) as reader, pytest.raises(DecodeFieldError,
                                                                                 match='audio is stored in a binary'):
         next(iter(reader))
+
+
+def test_a_field_stored_with_another_codec_takes_no_media_codec(media):
+    from petastorm.errors import SchemaError
+
+    url, _ = media
+    wrong = UnischemaField('speech', np.uint8, (None, None, None, 3), VideoCodec(), False)
+    with pytest.raises(SchemaError, match=r"schema_fields gives 'speech' with VideoCodec\(layout='bytes'\), but the "
+                                          r'dataset stores it with AudioCodec'):
+        make_batch_reader(url, schema_fields=[wrong])
+    resampled = UnischemaField('speech', np.float32, (None,), AudioCodec(sample_rate=8000, mono=True), False)
+    with make_batch_reader(url, schema_fields=['id', resampled], shuffle_row_groups=False) as reader:
+        batch = next(iter(reader))
+    assert [len(s) for s in batch.speech] == [len(_samples(int(i))) // 2 for i in batch.id]

@@ -11,7 +11,7 @@ from typing import Any
 
 from petastorm._warnings import warn_user
 from petastorm.codecs import AudioCodec, ScalarCodec, VideoCodec
-from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
+from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError, SchemaError
 from petastorm.metadata.schemas import column_names
 from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
@@ -72,7 +72,7 @@ def _media_overrides(view: Unischema, schema_fields: list[Any]) -> Unischema:
     stored type (a binary column, a struct of bytes and path): the codec refuses other columns when it decodes them.
 
     Raises:
-        ValueError: the stored field has another codec (naming the field and both codecs).
+        SchemaError: the stored field has another codec (naming the field and both codecs).
     """
     given = {item.name: item for item in schema_fields if isinstance(item, UnischemaField)
              and isinstance(item.codec, (AudioCodec, VideoCodec)) and item.name in view.fields}
@@ -83,7 +83,7 @@ def _media_overrides(view: Unischema, schema_fields: list[Any]) -> Unischema:
         field = given.get(name)
         if field is not None and not (stored.codec is None or type(stored.codec) is type(field.codec)
                                       or type(stored.codec) is ScalarCodec):
-            raise ValueError(f'schema_fields gives {name!r} with {field.codec}, but the dataset stores it with '
+            raise SchemaError(f'schema_fields gives {name!r} with {field.codec}, but the dataset stores it with '
                              f'{stored.codec}: only audio, video and plain columns of files take a media codec')
         fields.append(stored if field is None else field)
     return Unischema(view._name, fields)
