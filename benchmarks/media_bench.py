@@ -165,7 +165,7 @@ def pyav_seek_clip(payload: bytes, indices: np.ndarray) -> np.ndarray:
         last, found = max(wanted), 0
         for frame in container.decode(stream):
             if frame.pts in wanted:
-                out[wanted[frame.pts]] = frame.to_ndarray(format='rgb24')
+                out[wanted[frame.pts]] = frame.to_ndarray(format='rgb24', threads=1)
                 found += 1
             if frame.pts >= last:
                 break
@@ -184,7 +184,7 @@ def pyav_start_clip(payload: bytes, indices: np.ndarray) -> np.ndarray:
         out = np.empty((len(indices), stream.height, stream.width, 3), np.uint8)
         for number, frame in enumerate(container.decode(stream)):
             if number in wanted:
-                out[wanted[number]] = frame.to_ndarray(format='rgb24')
+                out[wanted[number]] = frame.to_ndarray(format='rgb24', threads=1)
             if number >= max(wanted):
                 break
     return out

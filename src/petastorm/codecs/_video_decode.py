@@ -8,8 +8,8 @@ wanted frames are converted to RGB, and frames no other frame refers to are skip
 consecutive frames of a 120-frame video with a keyframe every 30 frames decodes about 25 frames instead of 120, fewer
 with B-frames.
 
-The decoder runs with one thread (``thread_count = 1``): the reader's workers are the parallelism, so a pool of N
-workers uses N cores, not N times FFmpeg's own threads. PyAV releases the GIL while FFmpeg decodes and converts, so
+The decoder and the RGB conversion run with one thread each (``thread_count = 1``, ``threads=1``): the reader's
+workers are the parallelism, so a pool of N workers uses N cores, not N times FFmpeg's own threads. PyAV releases the GIL while FFmpeg decodes and converts, so
 the thread pool's workers decode at once. The frames equal those of PyAV's decoding of the whole stream (the test
 compares them): decoding from a keyframe gives the same pictures as decoding from the start.
 """
@@ -86,15 +86,16 @@ def _read_packets(container: Any, stream: Any) -> _Packets:
 
 
 def _rgb_converter() -> Callable[[Any], np.ndarray]:
-    """Makes a decoded frame's RGB pixels, as ``frame.to_ndarray(format='rgb24')`` does (the same conversion).
+    """Makes a decoded frame's RGB pixels, as ``frame.to_ndarray(format='rgb24')`` does (the same pixels).
 
-    One converter serves every frame of a video: ``to_ndarray`` makes a new one per frame, whose set-up costs about
-    as much as converting a small frame.
+    One converter serves every frame of a video (``to_ndarray`` makes a new one per frame), and it converts in the
+    calling thread: by default swscale starts a thread per core for each conversion, which the reader's workers
+    would multiply.
     """
     import av
 
     reformatter = av.video.reformatter.VideoReformatter()
-    return lambda frame: reformatter.reformat(frame, format='rgb24').to_ndarray()
+    return lambda frame: reformatter.reformat(frame, format='rgb24', threads=1).to_ndarray()
 
 
 def _decode_into(context: Any, packets: _Packets, wanted_pts: np.ndarray, out: np.ndarray,
