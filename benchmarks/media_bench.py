@@ -261,6 +261,23 @@ def _torchcodec_loads() -> bool:
 
 # -- running -------------------------------------------------------------------------------------------------------
 
+def free_cores(rounds: int = 5) -> float:
+    """How much faster 2 threads hash than 1 right now (sha256 releases the GIL): 2.0 on an idle 2-core machine,
+    1.0 when the machine gives this process no second core. Parallel figures are only as good as this one."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = b'x' * (8 << 20)
+
+    def rate(threads: int) -> float:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda _: hashlib.sha256(data).digest(), range(16)))
+        return 16 / (time.perf_counter() - start)
+
+    return statistics.median(rate(2) / rate(1) for _ in range(rounds))
+
+
 def rounds(cases: dict[str, Callable[[], int]], repeats: int) -> dict[str, list[float]]:
     """Clips/s of every case, once per round, the cases interleaved (after a round that warms imports and caches)."""
     rates: dict[str, list[float]] = {name: [] for name in cases}
@@ -297,7 +314,7 @@ def main() -> None:
 
     datasets.disable_progress_bars()
     print(f'{os.cpu_count()} CPUs, {args.workers} workers, {args.repeats} rounds; torchcodec loads: '
-          f'{_torchcodec_loads()}')
+          f'{_torchcodec_loads()}; 2 threads hash at {free_cores():.2f}x one thread now (2.00: both cores free)')
     with tempfile.TemporaryDirectory() as root:
         if args.only != 'video':
             path = write_hf_store(os.path.join(root, 'audio.parquet'), 'audio', audio_clips(args.audio_clips),
@@ -308,7 +325,7 @@ def main() -> None:
                      'PyAV loop (the limit)': lambda: loop_clips(path, 'audio', pyav_audio),
                      'soundfile loop': lambda: loop_clips(path, 'audio', soundfile_audio), name: hf}
             print(table(f'Audio: {args.audio_clips} FLAC clips of 3 s at 16 kHz', rounds(cases, args.repeats),
-                        'ours'), '\n', flush=True)
+                        'ours'), f'\n\nfree cores after: {free_cores():.2f}\n', flush=True)
         if args.only != 'audio':
             path = write_hf_store(os.path.join(root, 'video.parquet'), 'video', video_clips(args.video_clips),
                                   datasets.Video())
@@ -320,7 +337,7 @@ def main() -> None:
             if _torchcodec_loads():
                 cases['torchcodec, 1 thread'] = lambda: loop_video(path, torchcodec_clip)
             print(table(f'Video: {args.video_clips} H.264 clips of 4 s, 320x240, GOP 30; 8 of 120 frames each',
-                        rounds(cases, args.repeats), 'ours'), flush=True)
+                        rounds(cases, args.repeats), 'ours'), f'\n\nfree cores after: {free_cores():.2f}', flush=True)
 
 
 if __name__ == '__main__':
