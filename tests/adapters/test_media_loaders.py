@@ -203,3 +203,15 @@ def test_a_field_stored_with_another_codec_takes_no_media_codec(media):
     with make_batch_reader(url, schema_fields=['id', resampled], shuffle_row_groups=False) as reader:
         batch = next(iter(reader))
     assert [len(s) for s in batch.speech] == [len(_samples(int(i))) // 2 for i in batch.id]
+
+
+def test_every_epoch_draws_new_clips(media):
+    url, references = media
+    epochs: list[dict[int, int]] = [{}, {}]
+    with make_batch_reader(url, seed=5, num_epochs=2, shuffle_row_groups=False, schema_fields=['id', 'speech',
+                                                                                              'clip']) as reader:
+        for batch in reader:
+            epoch = 1 if all(int(i) in epochs[0] for i in batch.id) else 0
+            epochs[epoch].update(_check_rows(batch.id, batch.speech, batch.clip, references))
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(ROWS))
+    assert sum(epochs[0][i] != epochs[1][i] for i in range(ROWS)) > ROWS // 2
