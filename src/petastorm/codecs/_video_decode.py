@@ -9,9 +9,10 @@ consecutive frames of a 120-frame video with a keyframe every 30 frames decodes 
 with B-frames.
 
 The decoder and the RGB conversion run with one thread each (``thread_count = 1``, ``threads=1``): the reader's
-workers are the parallelism, so a pool of N workers uses N cores, not N times FFmpeg's own threads. PyAV releases the GIL while FFmpeg decodes and converts, so
-the thread pool's workers decode at once. The frames equal those of PyAV's decoding of the whole stream (the test
-compares them): decoding from a keyframe gives the same pictures as decoding from the start.
+workers are the parallelism, so a pool of N workers uses N cores, not N times FFmpeg's own threads. PyAV releases
+the GIL while FFmpeg decodes and converts, so the thread pool's workers decode at once. The frames equal those of
+PyAV's decoding of the whole stream (the tests compare them): decoding from a keyframe gives the same pictures as
+decoding from the start.
 """
 
 from __future__ import annotations
