@@ -359,6 +359,7 @@ def _long_rows_of_numbers(column: ListColumn) -> bool:
 def _pad_rows(column: ListColumn, padding_value: Any) -> tuple[Any, Any]:
     """:func:`pad_list` of one level of lists of numbers, a row's elements copied at once."""
     values, lengths = column.values, column.lengths
+    assert isinstance(values, np.ndarray)  # see _long_rows_of_numbers
     shape = (len(lengths), int(lengths.max(initial=0)), *values.shape[1:])
     padded = np.full(shape, padding_value, dtype=values.dtype)
     for row, (start, length) in enumerate(zip(column.offsets[:-1].tolist(), lengths.tolist(), strict=True)):
