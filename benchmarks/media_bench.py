@@ -1,7 +1,7 @@
 """Audio and video columns: decoded clips per second through our loader, next to the decoders in a plain loop.
 
 Audio: 3 s FLAC clips at 16 kHz (mono int16 speech-like noise), stored as a Hugging Face ``Audio(sampling_rate=16000)``
-column written by ``datasets``. Rows per second of
+column written by ``datasets`` in row groups of 64 clips. Clips per second of
 
 * ``ours``: ``make_batch_reader`` (thread pool, ``--workers`` workers) into ``BatchedDataLoader`` batches of 32,
   ``variable_length='pad'`` (padded float32 samples and their mask); with ``--process-pool``, ``ours, process
@@ -14,8 +14,9 @@ column written by ``datasets``. Rows per second of
   ``datasets``' own per-row path with the decoding ``datasets`` 3 did (``Audio(decode=False)`` and a
   ``with_transform`` decoding each row with soundfile), so that its per-row formatting is measured.
 
-Video: 4 s 320x240 H.264 clips at 30 fps with a keyframe every 30 frames (x264's B-frames), 8 of the 120 frames
-sampled per clip (a clip of 8 frames 4 apart at a random start). Clips per second of
+Video: 4 s 320x240 H.264 clips at 30 fps with a keyframe every 30 frames (x264's B-frames), a ``Video`` column in
+row groups of 8 clips (a worker decodes a row group's clips into one array), 8 of the 120 frames sampled per clip
+(a clip of 8 frames 4 apart at a random start). Clips per second of
 
 * ``ours``: ``make_batch_reader`` with ``VideoCodec(num_frames=8, stride=4, start='random')`` into
   ``BatchedDataLoader`` batches of 8 (``(8, 8, 240, 320, 3)`` uint8);
@@ -57,13 +58,13 @@ CLIP_FRAMES, CLIP_STRIDE = 8, 4
 
 # -- data ----------------------------------------------------------------------------------------------------------
 
-def write_hf_store(path: str, column: str, payloads: list[bytes], feature: object) -> str:
+def write_hf_store(path: str, column: str, payloads: list[bytes], feature: object, rows_per_group: int) -> str:
     """A Parquet file of ``payloads`` as a Hugging Face feature column, written by ``datasets``."""
     import datasets
 
     rows = {column: [{'bytes': p, 'path': f'{i}.bin'} for i, p in enumerate(payloads)]}
     dataset = datasets.Dataset.from_dict(rows).cast(datasets.Features({column: feature}))
-    dataset.to_parquet(path, batch_size=64)
+    dataset.to_parquet(path, batch_size=rows_per_group)
     return path
 
 
@@ -321,7 +322,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         if args.only != 'video':
             path = write_hf_store(os.path.join(root, 'audio.parquet'), 'audio', audio_clips(args.audio_clips),
-                                  datasets.Audio(sampling_rate=16000))
+                                  datasets.Audio(sampling_rate=16000), rows_per_group=64)
             name, hf = datasets_audio(path)
             cases = {'ours': lambda: ours_audio(path, args.workers),
                      'PyAV loop (the limit)': lambda: loop_clips(path, 'audio', pyav_audio),
@@ -332,7 +333,7 @@ def main() -> None:
                         'ours'), f'\n\nfree cores after: {free_cores():.2f}\n', flush=True)
         if args.only != 'audio':
             path = write_hf_store(os.path.join(root, 'video.parquet'), 'video', video_clips(args.video_clips),
-                                  datasets.Video())
+                                  datasets.Video(), rows_per_group=8)
             name, hf = datasets_video(path)
             cases = {'ours': lambda: ours_video(path, args.workers),
                      'PyAV seek, 1 thread': lambda: loop_video(path, pyav_seek_clip),
