@@ -23,6 +23,9 @@ _EXTRA_FOR_MODULE = {
     'torchdata': 'torchdata',
     'jax': 'jax',
     'grain': 'jax',
+    'av': 'media',
+    'soundfile': 'media',
+    'soxr': 'media',
 }
 
 

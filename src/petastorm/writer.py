@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm._progress import ProgressMeter, check_progress_argument
-from petastorm.codecs import ArrowTensorCodec
+from petastorm.codecs import ArrowTensorCodec, AudioCodec, VideoCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
 from petastorm.fs._files import remove_dir, with_retries
@@ -107,7 +107,8 @@ def _coerce_cells(row: dict[str, Any], schema: Unischema) -> dict[str, Any]:
         if value is None:
             continue
         if field.codec is not None and (isinstance(field.codec, ArrowTensorCodec) or arrow_type_of_field(
-                field) == pa.binary()) and not isinstance(value, (np.ndarray, bytes)):
+                field) == pa.binary()) and not isinstance(value, (np.ndarray, bytes)) and \
+                not isinstance(field.codec, (AudioCodec, VideoCodec)):  # these take dicts and paths too
             out[name] = np.asarray(value, dtype=field.numpy_dtype)
         elif isinstance(value, float) and np.isnan(value) and field.nullable:
             out[name] = None

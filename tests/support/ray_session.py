@@ -12,6 +12,21 @@ import threading
 import time
 
 
+def start_ray(module_name):
+    """A local Ray of 2 CPUs for the tests of ``module_name``, whose functions go to the workers by value (tests are
+    not installed), with Ray Data's progress output off."""
+    import sys
+
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[module_name])
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address='127.0.0.1', log_to_driver=False,
+             configure_logging=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+
+
 def stop_ray(timeout=60.0):
     """Stop Ray Data's prefetchers, wait for them and the executors' threads to end, then shut Ray down."""
     import ray

@@ -10,7 +10,14 @@ import pyarrow as pa
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, NdarrayCodec, ScalarCodec
+from petastorm.codecs import (
+    AudioCodec,
+    CompressedImageCodec,
+    CompressedNdarrayCodec,
+    NdarrayCodec,
+    ScalarCodec,
+    VideoCodec,
+)
 from petastorm.unischema import Unischema, UnischemaField
 
 #: numeric and boolean scalar types that the ndarray codecs store.
@@ -98,7 +105,23 @@ def codecs() -> st.SearchStrategy:
         st.builds(CompressedImageCodec, st.sampled_from(['png', 'jpeg', 'jpg', '.png', 'PNG']),
                   st.integers(0, 100)),
         arrow_scalar_types().map(ScalarCodec),
+        media_codecs(),
     )
+
+
+def media_codecs() -> st.SearchStrategy:
+    """Audio and video codecs with random parameters (every way of sampling frames)."""
+    layouts = st.sampled_from(['bytes', 'hf'])
+    audio = st.builds(AudioCodec, st.none() | st.integers(1, 192000), st.none() | st.integers(1, 8), st.booleans(),
+                      layouts, st.sampled_from(['flac', 'wav']))
+    clips = st.builds(lambda n, stride, start, layout: VideoCodec(n, stride, start, layout=layout),
+                      st.none() | st.integers(1, 64), st.integers(1, 8),
+                      st.sampled_from(['first', 'middle', 'random']) | st.integers(0, 1000), layouts)
+    picks = st.builds(lambda indices, rate: VideoCodec(indices=indices, frame_rate=rate),
+                      st.lists(st.integers(0, 10 ** 6), min_size=1, max_size=5), st.sampled_from([24, 29.97, 30]))
+    times = st.builds(lambda times, crf: VideoCodec(timestamps=times, crf=crf),
+                      st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=5), st.integers(0, 51))
+    return st.one_of(audio, clips, picks, times)
 
 
 field_names = st.from_regex(r'[A-Za-z][A-Za-z0-9_]{0,11}', fullmatch=True).filter(

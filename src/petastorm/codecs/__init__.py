@@ -9,7 +9,9 @@ Byte formats are the standard ones Petastorm uses, so datasets move between the 
 * :class:`ArrowTensorCodec`: numeric arrays as Arrow's ``fixed_shape_tensor`` / ``variable_shape_tensor`` columns
   (not Petastorm's format: Arrow tools read them as tensors, Petastorm 0.13.1 cannot);
 * :class:`HFImageCodec` and :class:`ClassLabelCodec`: Hugging Face ``datasets`` ``Image`` and ``ClassLabel``
-  columns (the structs of image file bytes and paths, and class integers with their names).
+  columns (the structs of image file bytes and paths, and class integers with their names);
+* :class:`AudioCodec` and :class:`VideoCodec`: audio and video files (a binary column, or Hugging Face's ``Audio``
+  and ``Video`` structs) decoded to float32 samples and to sampled uint8 RGB frames (docs/media.md).
 
 Every codec has a stable registry name and a JSON description (:meth:`DataframeColumnCodec.to_json`) that is
 what the dataset metadata stores. ``decode_column`` decodes a whole Arrow column at once; readers call it per
@@ -23,18 +25,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from petastorm.codecs._audio import AudioCodec
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _shape_matches, check_array, stack_or_objects
 from petastorm.codecs._hf import ClassLabelCodec, HFImageCodec
 from petastorm.codecs._image import CompressedImageCodec
+from petastorm.codecs._media import decode_stored_column
 from petastorm.codecs._ndarray import CompressedNdarrayCodec, NdarrayCodec
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.codecs._tensor import ArrowTensorCodec
+from petastorm.codecs._video import VideoCodec
 from petastorm.errors import SchemaError
 from petastorm.typemaps.scalars import native_arrow_type, to_arrow_scalar, to_arrow_value
 
-__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'ClassLabelCodec', 'ColumnBuilder', 'CompressedImageCodec',
-           'CompressedNdarrayCodec', 'DataframeColumnCodec', 'HFImageCodec', 'NdarrayCodec', 'ScalarCodec',
-           'check_array', 'codec_from_json', 'encode_value', 'stack_or_objects']
+__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'AudioCodec', 'ClassLabelCodec', 'ColumnBuilder',
+           'CompressedImageCodec', 'CompressedNdarrayCodec', 'DataframeColumnCodec', 'HFImageCodec', 'NdarrayCodec',
+           'ScalarCodec', 'VideoCodec', 'check_array', 'codec_from_json', 'decode_stored_column', 'encode_value',
+           'stack_or_objects']
 
 OPENCV_AVAILABLE: bool
 """Kept for compatibility; computed on first access without importing OpenCV eagerly."""
@@ -51,13 +57,13 @@ def __getattr__(name: str) -> Any:
 # The classes live in private modules but are named ``petastorm.codecs.<Class>``, so pickles, reprs and
 # Petastorm's own references keep the one public path.
 for _cls in (DataframeColumnCodec, NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-             ArrowTensorCodec, HFImageCodec, ClassLabelCodec):
+             ArrowTensorCodec, HFImageCodec, ClassLabelCodec, AudioCodec, VideoCodec):
     _cls.__module__ = __name__
 del _cls
 
 CODECS_BY_NAME: dict[str, type[DataframeColumnCodec]] = {
     cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-                                    ArrowTensorCodec, HFImageCodec, ClassLabelCodec)}
+                                    ArrowTensorCodec, HFImageCodec, ClassLabelCodec, AudioCodec, VideoCodec)}
 
 
 def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeColumnCodec:

@@ -16,9 +16,14 @@ what they do not:
 * ``Image``: the ``struct<bytes, path>`` column is an image field, decoded by
   :class:`~petastorm.codecs.HFImageCodec` (``mode`` kept);
 * ``ClassLabel``: an integer field whose :class:`~petastorm.codecs.ClassLabelCodec` holds the class names;
-* ``Array2D`` ... ``Array5D``: an n-d field of the feature's shape and dtype (a ``None`` first dimension varies).
+* ``Array2D`` ... ``Array5D``: an n-d field of the feature's shape and dtype (a ``None`` first dimension varies);
+* ``Audio``: a float32 field decoded by :class:`~petastorm.codecs.AudioCodec` at the feature's ``sampling_rate``:
+  mono ``(samples,)`` unless the feature asks for channels (``num_channels`` of 2 or more, or ``mono: false``:
+  ``(channels, samples)``); ``datasets`` before version 4 delivered mono by default too;
+* ``Video``: a uint8 field of ``(frames, H, W, 3)`` decoded by :class:`~petastorm.codecs.VideoCodec` (every frame;
+  a reader given a field with another ``VideoCodec`` samples frames: docs/media.md).
 
-Other features (``Audio``, ``Video``, translations...) are read as their Arrow types say (structs of bytes and
+Features with ``decode: false`` and others (translations...) are read as their Arrow types say (structs of bytes and
 paths, dicts of strings). Nothing is fetched: the metadata is all that is read.
 
 The choice is the codecs' to make (each codec knows the columns it reads), so this sits below the Unischema, which
@@ -35,9 +40,11 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm._warnings import warn_user
+from petastorm.codecs._audio import AudioCodec
 from petastorm.codecs._hf import ClassLabelCodec, HFImageCodec, hf_image_shape
 from petastorm.codecs._scalar import ScalarCodec
 from petastorm.codecs._tensor import ArrowTensorCodec
+from petastorm.codecs._video import VideoCodec
 from petastorm.typemaps.scalars import field_type_of_arrow
 
 logger = logging.getLogger(__name__)
@@ -80,6 +87,9 @@ def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> FieldType | 
             feature.get('decode', True):
         mode = feature.get('mode')
         return np.uint8, hf_image_shape(mode), HFImageCodec(mode)
+    if kind in ('Audio', 'Video') and pa.types.is_struct(arrow_type) and arrow_type.get_field_index('bytes') >= 0 \
+            and feature.get('decode', True):
+        return _audio_field(feature) if kind == 'Audio' else (np.uint8, (None, None, None, 3), VideoCodec(layout='hf'))
     if kind == 'ClassLabel' and pa.types.is_integer(arrow_type):
         names = feature.get('names') or []
         numpy_type = np.dtype(arrow_type.to_pandas_dtype()).type
@@ -92,6 +102,18 @@ def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> FieldType | 
         shape = tuple(None if d is None else int(d) for d in feature['shape'])
         return numpy_type, shape, ScalarCodec(plain_type(arrow_type))
     return None
+
+
+def _audio_field(feature: dict[str, Any]) -> FieldType:
+    """The field of an ``Audio`` feature: mono unless it asks for channels, at its sampling rate."""
+    rate = feature.get('sampling_rate')
+    rate = int(rate) if isinstance(rate, int) and rate > 0 else None
+    channels = feature.get('num_channels')
+    channels = int(channels) if isinstance(channels, int) and channels > 0 else None
+    mono = bool(feature.get('mono', True)) if channels is None else channels == 1
+    if mono:
+        return np.float32, (None,), AudioCodec(sample_rate=rate, mono=True, layout='hf')
+    return np.float32, (channels, None), AudioCodec(sample_rate=rate, channels=channels, layout='hf')
 
 
 def field_type_of_column(arrow_field: pa.Field, omit_unsupported: bool) -> FieldType | None:

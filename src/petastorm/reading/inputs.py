@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 from petastorm._warnings import warn_user
-from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
+from petastorm.codecs import AudioCodec, ScalarCodec, VideoCodec
+from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError, SchemaError
 from petastorm.ngram import NGram
 from petastorm.reading.options import ReaderOptions
 from petastorm.store.model import ParquetStore
@@ -26,6 +27,11 @@ PLAIN_PARQUET_WARNING = ('Currently make_reader supports reading only Petastorm 
 
 def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
     """The view of ``schema`` that ``schema_fields`` (fields, regular expressions or an NGram) selects.
+
+    A field given with an :class:`~petastorm.codecs.AudioCodec` or :class:`~petastorm.codecs.VideoCodec` is
+    decoded with that codec (and delivered with its type and shape) when the stored field is an audio or video
+    field, or a column of bytes: that is how frames are sampled from a Hugging Face ``Video`` column, audio
+    resampled, or a plain binary column of files decoded.
 
     Raises:
         ValueError: ``schema_fields`` is not a collection of fields or an NGram.
@@ -43,7 +49,7 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
                          f'object; got {type(schema_fields).__name__} {schema_fields!r}{hint}')
     schema_fields = list(schema_fields)
     leaves, schema_fields = _struct_leaves(schema, schema_fields)
-    view = schema.create_schema_view(schema_fields)
+    view = _media_overrides(schema.create_schema_view(schema_fields), schema_fields)
     if leaves:
         view = _with_struct_leaves(schema, view, leaves)
     if not view.fields:
@@ -56,6 +62,30 @@ def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:
                   f"regular expressions must match a whole field name). The dataset's fields: "
                   f'{", ".join(schema.fields)}')
     return view
+
+
+def _media_overrides(view: Unischema, schema_fields: list[Any]) -> Unischema:
+    """``view`` with the fields of ``schema_fields`` that carry a media codec in place of the stored ones.
+
+    A stored field is replaced when it is an audio or video field of the same kind, or has no codec but its
+    stored type (a binary column, a struct of bytes and path): the codec refuses other columns when it decodes them.
+
+    Raises:
+        SchemaError: the stored field has another codec (naming the field and both codecs).
+    """
+    given = {item.name: item for item in schema_fields if isinstance(item, UnischemaField)
+             and isinstance(item.codec, (AudioCodec, VideoCodec)) and item.name in view.fields}
+    if not given:
+        return view
+    fields = []
+    for name, stored in view.fields.items():
+        field = given.get(name)
+        if field is not None and not (stored.codec is None or type(stored.codec) is type(field.codec)
+                                      or type(stored.codec) is ScalarCodec):
+            raise SchemaError(f'schema_fields gives {name!r} with {field.codec}, but the dataset stores it with '
+                             f'{stored.codec}: only audio, video and plain columns of files take a media codec')
+        fields.append(stored if field is None else field)
+    return Unischema(view._name, fields)
 
 
 def _struct_leaves(schema: Unischema, schema_fields: list[Any]) -> tuple[dict[str, list[list[str]]], list[Any]]:

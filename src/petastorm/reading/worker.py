@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from petastorm.cache import RowGroupCache, cached_decoded_values
-from petastorm.codecs import HFImageCodec
+from petastorm.codecs import AudioCodec, HFImageCodec, VideoCodec, decode_stored_column
 from petastorm.columns import Column, is_nested, row_values
 from petastorm.columns import num_rows as column_rows
 from petastorm.errors import (
@@ -32,6 +32,7 @@ from petastorm.errors import (
 from petastorm.fs._files import file_url
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
+from petastorm.plan.row_keys import row_draw_keys
 from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
@@ -171,17 +172,18 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
 
 
 def resolve_image_paths(ctx: ReadContext, piece: RowGroupPiece, table: pa.Table) -> pa.Table:
-    """``table`` with the images of Hugging Face image columns stored as a path only read from that path.
+    """``table`` with the files of Hugging Face image, audio and video columns stored as a path only read from it.
 
-    ``datasets`` may store an image as its file's path instead of its bytes. A relative path is taken relative to
-    the data file's directory, then its file name alone there; an absolute path as it is.
+    ``datasets`` may store an image (an audio, a video) as its file's path instead of its bytes. A relative path is
+    taken relative to the data file's directory, then its file name alone there; an absolute path as it is. Rows
+    naming one file read it once.
 
     Raises:
         CodecError: no file is found for a path (naming the field, the data file, the row group, the row and the
             places looked at).
     """
     for field in ctx.fields:
-        if not isinstance(field.codec, HFImageCodec) or field.name not in table.column_names:
+        if not isinstance(field.codec, _PATH_CODECS) or field.name not in table.column_names:
             continue
         column = table.column(field.name).combine_chunks()
         if not pa.types.is_struct(column.type) or column.type.get_field_index('path') < 0:
@@ -192,9 +194,13 @@ def resolve_image_paths(ctx: ReadContext, piece: RowGroupPiece, table: pa.Table)
         paths = column.field('path').to_pylist()
         row_valid = column.is_valid().to_pylist()
         filled = payloads.to_pylist()
+        kind = getattr(field.codec, 'media_kind', 'image')
+        files: dict[str, bytes] = {}
         for row, payload in enumerate(filled):
             if payload is None and row_valid[row] and paths[row] is not None:
-                filled[row] = _read_image_file(ctx.filesystem, piece, field.name, row, paths[row])
+                if paths[row] not in files:
+                    files[paths[row]] = _read_image_file(ctx.filesystem, piece, field.name, row, paths[row], kind)
+                filled[row] = files[paths[row]]
         resolved = pa.StructArray.from_arrays(
             [pa.array(filled, type=pa.binary()), column.field('path')], names=['bytes', 'path'],
             mask=pa.array([not ok for ok in row_valid]) if column.null_count else None)
@@ -202,7 +208,8 @@ def resolve_image_paths(ctx: ReadContext, piece: RowGroupPiece, table: pa.Table)
     return table
 
 
-def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: str, row: int, path: str) -> bytes:
+def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: str, row: int, path: str,
+                     kind: str = 'image') -> bytes:
     directory = posixpath.dirname(piece.path)
     candidates = [path] if path.startswith('/') else []
     candidates += [posixpath.join(directory, path), posixpath.join(directory, posixpath.basename(path))]
@@ -212,10 +219,14 @@ def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: st
                 return bytes(handle.read())
         except (FileNotFoundError, OSError):
             continue
-    raise CodecError(f'field {name!r}, row {row} of row group {piece.row_group} of {piece.path}: the image is stored '
+    raise CodecError(f'field {name!r}, row {row} of row group {piece.row_group} of {piece.path}: the {kind} is stored '
                      f'as the path {path!r} only, and no file is at {", ".join(dict.fromkeys(candidates))}; keep the '
-                     f'image files next to the data file (paths are taken relative to it), or write the dataset with '
-                     f'the images embedded (datasets embeds them when the images are loaded before to_parquet)')
+                     f'{kind} files next to the data file (paths are taken relative to it), or write the dataset with '
+                     f'the {kind} files embedded (datasets embeds them when they are loaded before to_parquet)')
+
+
+# Codecs of Hugging Face's struct of bytes and path, whose rows may hold a path only.
+_PATH_CODECS = (HFImageCodec, AudioCodec, VideoCodec)
 
 
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
@@ -227,8 +238,12 @@ def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
-                   where: str) -> dict[str, Column]:
-    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`)."""
+                   where: str, row_keys: np.ndarray | None = None) -> dict[str, Column]:
+    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`).
+
+    ``row_keys``: the keys of the rows' random draws (:func:`petastorm.plan.row_keys.row_draw_keys`), for codecs
+    that draw (a video clip's start).
+    """
     columns: dict[str, Column] = {}
     for field in fields:
         column = table.column(field.name)
@@ -238,7 +253,7 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 columns[field.name] = cached
             elif field.codec is not None:
                 # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
-                columns[field.name] = field.codec.decode_column(field, column)
+                columns[field.name] = decode_stored_column(field, column, row_keys)
             else:
                 columns[field.name] = scalar_column_to_numpy(field, column)
         except MissingDependencyError:
@@ -337,7 +352,7 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
             lap(clock, 'io')
     table, num_rows = _take_rows(table, names, kept.selection)
     lap(clock, 'filter')
-    columns = decode_columns(ctx.fields, table, where)
+    columns = decode_columns(ctx.fields, table, where, _draw_keys(ctx, scheduled, kept.selection, num_rows))
     lap(clock, 'decode')
     batch = _make_batch(ctx, columns, kept, scheduled, num_rows, where)
     lap(clock, 'transform')
@@ -381,6 +396,14 @@ def _apply_predicate(ctx: ReadContext, table: pa.Table, kept: _Kept, where: str,
     mask = _evaluate_predicate(ctx, predicate_columns, candidates.num_rows)
     return _Kept(np.flatnonzero(mask) if kept.selection is None else kept.selection[mask],
                  np.flatnonzero(mask) if kept.positions is None else kept.positions[mask])
+
+
+def _draw_keys(ctx: ReadContext, scheduled: ScheduledItem, selection: np.ndarray | None,
+               num_rows: int) -> np.ndarray | None:
+    """The keys of the decoded rows' random draws, when a field's codec draws (a video clip's start)."""
+    if not any(isinstance(field.codec, VideoCodec) for field in ctx.fields):
+        return None
+    return row_draw_keys(scheduled, selection, num_rows)
 
 
 def _take_rows(table: pa.Table, names: list[str], selection: np.ndarray | None) -> tuple[pa.Table, int]:

@@ -23,7 +23,7 @@ from petastorm.predicates import in_lambda
 from petastorm.selectors import SingleIndexSelector
 from petastorm.unischema import Unischema, UnischemaField
 from support.nested_tables import every_type_table
-from support.ray_session import stop_ray
+from support.ray_session import start_ray, stop_ray
 
 ray = pytest.importorskip('ray')
 
@@ -55,13 +55,7 @@ def _ray_worker_pids() -> set[int]:
 @pytest.fixture(scope='module')
 def ray_cluster():
     before = _ray_worker_pids()
-    # Functions of this module (transforms, training loops) go to the workers by value: tests are not installed.
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address='127.0.0.1', log_to_driver=False,
-             configure_logging=False)
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    context.print_on_execution_start = False
+    start_ray(__name__)  # functions of this module (transforms, training loops) go to the workers by value
     yield
     stop_ray()
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
