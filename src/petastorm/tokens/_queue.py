@@ -1,0 +1,142 @@
+"""The documents a packer has received and not packed yet, in the order the reader delivered them.
+
+A :class:`PieceQueue` holds :class:`~petastorm.tokens._documents.Docs` as they came (a batch of the reader each)
+and a position in the first of them: the piece being read and how many of its tokens were taken. Packers take
+tokens from its front (:meth:`PieceQueue.take`, a copy of whole runs of tokens, however many documents they span)
+or whole pieces (:meth:`PieceQueue.pop_piece`). What it holds is also what a saved position must say about it: the
+documents it holds (:meth:`PieceQueue.held_rows`) and, of those not whole, the ranges left
+(:meth:`PieceQueue.partial`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from petastorm.tokens._documents import Docs
+
+__all__ = ['PieceQueue', 'Ranges', 'add_range']
+
+#: What is left of documents: ``{document: [(start, stop), ...]}`` ranges of its tokens, ascending.
+Ranges = dict[int, list[tuple[int, int]]]
+
+
+def add_range(ranges: Ranges, doc: int, start: int, stop: int) -> None:
+    """Add ``[start, stop)`` of ``doc`` to ``ranges`` (kept sorted; touching ranges are joined)."""
+    if start >= stop:
+        return
+    spans = ranges.setdefault(doc, [])
+    spans.append((start, stop))
+    spans.sort()
+    merged = [spans[0]]
+    for first, last in spans[1:]:
+        if first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    ranges[doc] = merged
+
+
+class PieceQueue:
+    """Pieces of documents waiting to be packed (see the module's documentation)."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[Docs] = deque()
+        self._piece = 0  # the first piece of the first chunk not wholly taken
+        self._offset = 0  # tokens of the first chunk taken (into its values)
+        self.tokens = 0  # tokens waiting
+        self.pieces = 0  # pieces waiting (the one being read included)
+
+    def push(self, docs: Docs) -> None:
+        """Append the pieces of a batch."""
+        if len(docs):
+            self._chunks.append(docs)
+            self.tokens += int(docs.bounds[-1])
+            self.pieces += len(docs)
+
+    def clear(self) -> None:
+        """Drop everything."""
+        self.__init__()  # type: ignore[misc]
+
+    def head(self) -> tuple[int, int, int] | None:
+        """``(document, start in it, tokens left)`` of the piece at the front, or None when empty."""
+        if not self._chunks:
+            return None
+        docs = self._chunks[0]
+        taken = self._offset - int(docs.bounds[self._piece])
+        return (int(docs.rows[self._piece]), int(docs.starts[self._piece]) + taken,
+                int(docs.bounds[self._piece + 1]) - self._offset)
+
+    def take(self, out: np.ndarray, limit_to_piece: bool = False) -> tuple[int, list[np.ndarray]]:
+        """Copy the next tokens into ``out`` (as many as fit, or up to the end of the front piece).
+
+        Returns:
+            ``(tokens copied, [positions in out, documents, starts in documents])``: the segments begun in ``out``
+            (the first one may continue a piece begun before).
+        """
+        wanted = len(out)
+        filled = 0
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        while filled < wanted and self._chunks:
+            docs = self._chunks[0]
+            end = int(docs.bounds[-1])
+            stop = min(end, self._offset + wanted - filled)
+            if limit_to_piece:
+                stop = min(stop, int(docs.bounds[self._piece + 1]))
+            out[filled:filled + stop - self._offset] = docs.values[self._offset:stop]
+            last = int(np.searchsorted(docs.bounds, stop, side='left'))  # pieces starting before stop: [piece, last)
+            begins = docs.bounds[self._piece:last].copy()
+            begins[0] = self._offset
+            parts.append((begins - self._offset + filled, docs.rows[self._piece:last],
+                          docs.starts[self._piece:last] + begins - docs.bounds[self._piece:last]))
+            filled += stop - self._offset
+            self._advance(docs, stop, end)
+            if limit_to_piece:
+                break
+        self.tokens -= filled
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return 0, [empty, empty, empty]
+        return filled, [np.concatenate([part[k] for part in parts]) for k in range(3)]
+
+    def _advance(self, docs: Docs, stop: int, end: int) -> None:
+        new_piece = int(np.searchsorted(docs.bounds, stop, side='right')) - 1
+        self.pieces -= new_piece - self._piece
+        self._piece, self._offset = new_piece, stop
+        if stop == end:
+            self._chunks.popleft()
+            self._piece = self._offset = 0
+
+    def pop_piece(self) -> tuple[int, int, np.ndarray] | None:
+        """The rest of the front piece, whole: ``(document, start in it, its tokens)``, or None when empty."""
+        if not self._chunks:
+            return None
+        docs = self._chunks[0]
+        doc, start = int(docs.rows[self._piece]), int(docs.starts[self._piece])
+        stop = int(docs.bounds[self._piece + 1])
+        start += self._offset - int(docs.bounds[self._piece])
+        values = docs.values[self._offset:stop]
+        self.tokens -= stop - self._offset
+        self._advance(docs, stop, int(docs.bounds[-1]))
+        return doc, start, values
+
+    def held_rows(self) -> np.ndarray:
+        """The documents of the pieces waiting (with repeats when a document has several pieces)."""
+        if not self._chunks:
+            return np.empty(0, dtype=np.int64)
+        parts = [self._chunks[0].rows[self._piece:]] + [docs.rows for docs in list(self._chunks)[1:]]
+        return np.concatenate(parts)
+
+    def partial(self, into: Ranges) -> None:
+        """Add the ranges of the waiting pieces that are not whole documents to ``into``."""
+        for index, docs in enumerate(self._chunks):
+            first = self._piece if index == 0 else 0
+            partial = np.flatnonzero(~docs.whole[first:]) + first
+            if index == 0 and self._offset > docs.bounds[first] and (not len(partial) or partial[0] != first):
+                partial = np.concatenate(([first], partial))
+            for piece in partial.tolist():
+                begin = docs.bounds[piece] if not (index == 0 and piece == first) else self._offset
+                start = int(docs.starts[piece] + begin - docs.bounds[piece])
+                add_range(into, int(docs.rows[piece]), start,
+                          int(docs.starts[piece] + docs.bounds[piece + 1] - docs.bounds[piece]))

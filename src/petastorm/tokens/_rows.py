@@ -1,0 +1,186 @@
+"""Packed rows and the arrays of a batch made of them.
+
+A :class:`RowBlock` is a run of packed rows: their tokens (padded to one width) and their *segments*, the pieces
+of documents each row holds, by where they start. Segments say everything a batch needs beside the tokens:
+``position_ids`` count from 0 at the start of each segment (and at the start of the padding), labels leave out
+the first token of each segment, ``document_ids`` and ``cu_seqlens`` number and bound them. They also say what a
+saved position must name about rows not delivered yet (:func:`row_segments`).
+
+:func:`batch_arrays` makes every array of a batch from a block at once, without a Python loop over tokens or rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from petastorm.tokens._options import BatchSpec
+
+__all__ = ['IGNORE_INDEX', 'RowBlock', 'Segment', 'batch_arrays', 'block_of_rows', 'concat_blocks', 'padding_rows',
+           'row_segments', 'take_rows']
+
+#: The label of a token that is not predicted (padding, the first token of a segment): PyTorch's and Hugging Face's.
+IGNORE_INDEX = -100
+
+#: A segment as packers hand it over: ``(document, start in the document, its tokens)``.
+Segment = tuple[int, int, np.ndarray]
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """Rows of packed tokens.
+
+    Attributes:
+        tokens: int64 ``(rows, width)``; past a row's length it holds the padding token.
+        lengths: int64 per row: its tokens that are not padding.
+        seg_row: int64 per segment, ascending: the row it is in.
+        seg_col: int64 per segment: where it starts in its row (each row's first segment starts at 0).
+        seg_doc: int64 per segment: its document's number (the reader's row id).
+        seg_start: int64 per segment: where it starts in its document's tokens.
+        source: int64 per row: the source (of a mixture) it comes from; -1 for a row of padding only.
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    seg_row: np.ndarray
+    seg_col: np.ndarray
+    seg_doc: np.ndarray
+    seg_start: np.ndarray
+    source: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def width(self) -> int:
+        """Tokens per row, padding included."""
+        return int(self.tokens.shape[1])
+
+    def seg_lengths(self) -> np.ndarray:
+        """Tokens of each segment."""
+        ends = np.empty(len(self.seg_row), dtype=np.int64)
+        if len(ends):
+            same_row = self.seg_row[1:] == self.seg_row[:-1]
+            ends[:-1] = np.where(same_row, self.seg_col[1:], self.lengths[self.seg_row[:-1]])
+            ends[-1] = self.lengths[self.seg_row[-1]]
+        return ends - self.seg_col
+
+
+def block_of_rows(rows: Sequence[Sequence[Segment]], width: int, pad_id: int, source: int) -> RowBlock:
+    """A block of rows, each given as its segments in order (at most ``width`` tokens in all)."""
+    count = len(rows)
+    tokens = np.full((count, width), pad_id, dtype=np.int64)
+    lengths = np.zeros(count, dtype=np.int64)
+    seg_row: list[int] = []
+    seg_col: list[int] = []
+    seg_doc: list[int] = []
+    seg_start: list[int] = []
+    for index, segments in enumerate(rows):
+        column = 0
+        for doc, start, values in segments:
+            stop = column + len(values)
+            tokens[index, column:stop] = values
+            seg_row.append(index)
+            seg_col.append(column)
+            seg_doc.append(doc)
+            seg_start.append(start)
+            column = stop
+        lengths[index] = column
+    return RowBlock(tokens, lengths, np.array(seg_row, dtype=np.int64), np.array(seg_col, dtype=np.int64),
+                    np.array(seg_doc, dtype=np.int64), np.array(seg_start, dtype=np.int64),
+                    np.full(count, source, dtype=np.int64))
+
+
+def padding_rows(count: int, width: int, pad_id: int) -> RowBlock:
+    """``count`` rows of padding only (to fill the last batch of a pass)."""
+    empty = np.empty(0, dtype=np.int64)
+    return RowBlock(np.full((count, width), pad_id, dtype=np.int64), np.zeros(count, dtype=np.int64), empty, empty,
+                    empty, empty, np.full(count, -1, dtype=np.int64))
+
+
+def concat_blocks(blocks: Sequence[RowBlock], width: int, pad_id: int) -> RowBlock:
+    """The rows of every block, one after the other, padded to ``width``."""
+    if len(blocks) == 1 and blocks[0].width == width:
+        return blocks[0]
+    tokens = [block.tokens if block.width == width else _widened(block.tokens, width, pad_id) for block in blocks]
+    first_rows = np.cumsum([0] + [len(block) for block in blocks[:-1]])
+    return RowBlock(np.concatenate(tokens), np.concatenate([b.lengths for b in blocks]),
+                    np.concatenate([b.seg_row + first for b, first in zip(blocks, first_rows, strict=True)]),
+                    np.concatenate([b.seg_col for b in blocks]), np.concatenate([b.seg_doc for b in blocks]),
+                    np.concatenate([b.seg_start for b in blocks]), np.concatenate([b.source for b in blocks]))
+
+
+def _widened(tokens: np.ndarray, width: int, pad_id: int) -> np.ndarray:
+    out = np.full((len(tokens), width), pad_id, dtype=np.int64)
+    out[:, :tokens.shape[1]] = tokens
+    return out
+
+
+def take_rows(block: RowBlock, indices: np.ndarray) -> RowBlock:
+    """Rows ``indices`` of a block, in that order."""
+    indices = np.asarray(indices, dtype=np.int64)
+    counts = np.bincount(block.seg_row, minlength=len(block))
+    first = np.concatenate(([0], np.cumsum(counts)))
+    picked_counts = counts[indices]
+    new_first = np.concatenate(([0], np.cumsum(picked_counts)))
+    gather = np.repeat(first[indices] - new_first[:-1], picked_counts) + np.arange(new_first[-1])
+    return RowBlock(block.tokens[indices], block.lengths[indices],
+                    np.repeat(np.arange(len(indices), dtype=np.int64), picked_counts), block.seg_col[gather],
+                    block.seg_doc[gather], block.seg_start[gather], block.source[indices])
+
+
+def row_segments(block: RowBlock) -> list[list[int]]:
+    """Each row as ``[source, document, start, length, document, start, length, ...]`` (what a state keeps)."""
+    lengths = block.seg_lengths()
+    flat = np.column_stack((block.seg_doc, block.seg_start, lengths)).tolist()
+    rows: list[list[int]] = [[int(source)] for source in block.source.tolist()]
+    for row, segment in zip(block.seg_row.tolist(), flat, strict=True):
+        rows[row].extend(segment)
+    return rows
+
+
+def batch_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
+    """The arrays of a batch: ``input_ids``, ``position_ids`` and what ``spec`` asks for, all int64.
+
+    ``labels`` (``'hf'``) are the input ids with :data:`IGNORE_INDEX` on padding and on the first token of every
+    segment (a model shifts them, so that no token is predicted from another document); ``'shifted'`` puts at each
+    position the next token of the same segment. ``cu_seqlens`` (int32, as flash-attention takes it) bounds every
+    segment of the flattened batch, padding included as a segment of its own.
+    """
+    tokens = block.tokens
+    rows, width = tokens.shape
+    columns = np.arange(width, dtype=np.int64)
+    real = columns < block.lengths[:, None]
+    starts = np.zeros((rows, width), dtype=bool)
+    starts[block.seg_row, block.seg_col] = True
+    padded = np.flatnonzero(block.lengths < width)
+    starts[padded, block.lengths[padded]] = True
+    last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
+    out = {'input_ids': tokens, 'position_ids': columns - last_start}
+    if spec.labels is not None:
+        out['labels'] = _labels(tokens, starts, real, spec.labels)
+    if spec.attention_mask:
+        out['attention_mask'] = real.astype(np.int64)
+    if spec.document_ids:
+        ids = np.cumsum(starts, axis=1, dtype=np.int64) - 1
+        ids[~real] = -1
+        out['document_ids'] = ids
+    if spec.cu_seqlens:
+        bounds = np.append(np.flatnonzero(starts.ravel()), rows * width).astype(np.int32)
+        out['cu_seqlens'] = bounds
+        out['max_seqlen'] = np.array(int(np.diff(bounds).max()) if len(bounds) > 1 else 0, dtype=np.int64)
+    return out
+
+
+def _labels(tokens: np.ndarray, starts: np.ndarray, real: np.ndarray, style: str) -> np.ndarray:
+    if style == 'hf':
+        labels = tokens.copy()
+        labels[starts | ~real] = IGNORE_INDEX
+        return labels
+    labels = np.full_like(tokens, IGNORE_INDEX)
+    labels[:, :-1] = tokens[:, 1:]
+    labels[:, :-1][starts[:, 1:]] = IGNORE_INDEX
+    labels[~real] = IGNORE_INDEX
+    return labels
