@@ -24,9 +24,12 @@ from petastorm._warnings import warn_user
 from petastorm.tokens._documents import Docs, TokenColumnError
 from petastorm.tokens._options import PackSpec
 from petastorm.tokens._queue import PieceQueue, Ranges
-from petastorm.tokens._rows import RowBlock
+from petastorm.tokens._rows import RowBlock, slice_rows
 
-__all__ = ['ConcatPacker', 'Packer', 'SinglePacker']
+__all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'SinglePacker']
+
+#: Tokens of rows :class:`ConcatPacker` cuts ahead at once (their batch arrays are made together).
+CUT_AHEAD_TOKENS = 1 << 18
 
 
 class Packer(Protocol):
@@ -111,7 +114,22 @@ class _QueuePacker:
 
 
 class ConcatPacker(_QueuePacker):
-    """``packing='concat'``: rows of exactly ``seq_len`` tokens cut from the documents one after the other."""
+    """``packing='concat'``: rows of exactly ``seq_len`` tokens cut from the documents one after the other.
+
+    Rows are cut ahead, :data:`CUT_AHEAD_TOKENS` at a time, and their arrays made at once by ``prepare`` (set by
+    the stream); :meth:`pull` hands out views of them. The queue gives up a row's tokens only when the row is
+    pulled, so what it holds is what a saved position names, as if each row were cut when pulled.
+    """
+
+    def __init__(self, pack: PackSpec, source: int) -> None:
+        super().__init__(pack, source)
+        self.prepare: Callable[[RowBlock], RowBlock] | None = None
+        self._cut: RowBlock | None = None
+        self._next = 0  # the first row of the cut not pulled
+
+    def reset(self) -> None:
+        super().reset()
+        self._cut = None
 
     def _ready(self) -> int:
         length = self.pack.seq_len
@@ -125,21 +143,38 @@ class ConcatPacker(_QueuePacker):
         count = min(rows, self._ready())
         if not count:
             return None
+        cut = self._cut
+        if cut is None or len(cut) - self._next < count:
+            ahead = max(count, CUT_AHEAD_TOKENS // self.pack.seq_len)
+            cut = self._cut = self._cut_rows(min(ahead, self._ready()))
+            self._next = 0
+        block = slice_rows(cut, self._next, self._next + count)
+        self._next += count
+        self.queue.skip(int(block.lengths.sum()))
+        return block
+
+    def _cut_rows(self, count: int) -> RowBlock:
+        """The next ``count`` rows of the queue (left in it)."""
         length = self.pack.seq_len
-        out = np.full(count * length, self.pack.pad_id, dtype=np.int64)
-        filled, (positions, docs, starts) = self.queue.take(out)
+        out = np.empty(count * length, dtype=np.int64)
+        filled, (positions, docs, starts) = self.queue.peek(out)
+        if filled < len(out):
+            out[filled:] = self.pack.pad_id
         # Every row starts a segment: a document going on from the row before continues as a segment of its own.
-        row_starts = np.arange(count, dtype=np.int64) * length
-        within = np.searchsorted(positions, row_starts, side='right') - 1
+        row_starts = np.arange(0, count * length, length, dtype=np.int64)
+        within = positions.searchsorted(row_starts, side='right') - 1
         missing = positions[within] != row_starts
-        positions = np.concatenate((positions, row_starts[missing]))
-        docs = np.concatenate((docs, docs[within[missing]]))
-        starts = np.concatenate((starts, starts[within[missing]] + row_starts[missing] - positions[within[missing]]))
-        order = np.argsort(positions, kind='stable')
-        positions = positions[order]
+        if missing.any():
+            extra = within[missing]
+            starts = np.concatenate((starts, starts[extra] + row_starts[missing] - positions[extra]))
+            docs = np.concatenate((docs, docs[extra]))
+            positions = np.concatenate((positions, row_starts[missing]))
+            order = np.argsort(positions, kind='stable')
+            positions, docs, starts = positions[order], docs[order], starts[order]
         lengths = np.minimum(length, filled - row_starts)
-        return RowBlock(out.reshape(count, length), lengths, positions // length, positions % length, docs[order],
-                        starts[order], np.full(count, self.source, dtype=np.int64))
+        block = RowBlock(out.reshape(count, length), lengths, positions // length, positions % length, docs, starts,
+                         np.full(count, self.source, dtype=np.int64))
+        return block if self.prepare is None else self.prepare(block)
 
 
 class SinglePacker(_QueuePacker):

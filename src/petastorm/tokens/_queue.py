@@ -69,7 +69,13 @@ class PieceQueue:
                 int(docs.bounds[self._piece + 1]) - self._offset)
 
     def take(self, out: np.ndarray, limit_to_piece: bool = False) -> tuple[int, list[np.ndarray]]:
-        """Copy the next tokens into ``out`` (as many as fit, or up to the end of the front piece).
+        """Copy the next tokens into ``out`` and take them off the queue (see :meth:`peek`)."""
+        filled, segments = self.peek(out, limit_to_piece)
+        self.skip(filled)
+        return filled, segments
+
+    def peek(self, out: np.ndarray, limit_to_piece: bool = False) -> tuple[int, list[np.ndarray]]:
+        """Copy the next tokens into ``out`` (as many as fit, or up to the end of the front piece), leaving them.
 
         Returns:
             ``(tokens copied, [positions in out, documents, starts in documents])``: the segments begun in ``out``
@@ -78,30 +84,41 @@ class PieceQueue:
         wanted = len(out)
         filled = 0
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        while filled < wanted and self._chunks:
-            docs = self._chunks[0]
-            end = int(docs.bounds[-1])
-            stop = min(end, self._offset + wanted - filled)
+        piece, offset = self._piece, self._offset
+        for docs in self._chunks:
+            bounds = docs.bounds
+            stop = min(int(bounds[-1]), offset + wanted - filled)
             if limit_to_piece:
-                stop = min(stop, int(docs.bounds[self._piece + 1]))
-            out[filled:filled + stop - self._offset] = docs.values[self._offset:stop]
-            last = int(np.searchsorted(docs.bounds, stop, side='left'))  # pieces starting before stop: [piece, last)
-            begins = docs.bounds[self._piece:last].copy()
-            begins[0] = self._offset
-            parts.append((begins - self._offset + filled, docs.rows[self._piece:last],
-                          docs.starts[self._piece:last] + begins - docs.bounds[self._piece:last]))
-            filled += stop - self._offset
-            self._advance(docs, stop, end)
-            if limit_to_piece:
+                stop = min(stop, int(bounds[piece + 1]))
+            out[filled:filled + stop - offset] = docs.values[offset:stop]
+            last = int(bounds.searchsorted(stop, side='left'))  # pieces starting before stop: [piece, last)
+            begins = bounds[piece:last].copy()
+            begins[0] = offset
+            parts.append((begins + (filled - offset), docs.rows[piece:last],
+                          docs.starts[piece:last] + (begins - bounds[piece:last])))
+            filled += stop - offset
+            piece = offset = 0
+            if filled >= wanted or limit_to_piece:
                 break
-        self.tokens -= filled
+        if len(parts) == 1:
+            return filled, list(parts[0])
         if not parts:
             empty = np.empty(0, dtype=np.int64)
             return 0, [empty, empty, empty]
         return filled, [np.concatenate([part[k] for part in parts]) for k in range(3)]
 
+    def skip(self, count: int) -> None:
+        """Take ``count`` tokens off the front."""
+        self.tokens -= count
+        while count:
+            docs = self._chunks[0]
+            end = int(docs.bounds[-1])
+            stop = min(end, self._offset + count)
+            count -= stop - self._offset
+            self._advance(docs, stop, end)
+
     def _advance(self, docs: Docs, stop: int, end: int) -> None:
-        new_piece = int(np.searchsorted(docs.bounds, stop, side='right')) - 1
+        new_piece = int(docs.bounds.searchsorted(stop, side='right')) - 1
         self.pieces -= new_piece - self._piece
         self._piece, self._offset = new_piece, stop
         if stop == end:

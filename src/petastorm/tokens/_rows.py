@@ -11,6 +11,7 @@ saved position must name about rows not delivered yet (:func:`row_segments`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ import numpy as np
 from petastorm.tokens._options import BatchSpec
 
 __all__ = ['IGNORE_INDEX', 'RowBlock', 'Segment', 'batch_arrays', 'block_of_rows', 'concat_blocks', 'padding_rows',
-           'row_segments', 'take_rows']
+           'row_segments', 'slice_rows', 'take_rows', 'with_arrays']
 
 #: The label of a token that is not predicted (padding, the first token of a segment): PyTorch's and Hugging Face's.
 IGNORE_INDEX = -100
@@ -40,6 +41,7 @@ class RowBlock:
         seg_doc: int64 per segment: its document's number (the reader's row id).
         seg_start: int64 per segment: where it starts in its document's tokens.
         source: int64 per row: the source (of a mixture) it comes from; -1 for a row of padding only.
+        arrays: the rows' arrays of a batch when made already (:func:`with_arrays`), rows first, or None.
     """
 
     tokens: np.ndarray
@@ -49,6 +51,7 @@ class RowBlock:
     seg_doc: np.ndarray
     seg_start: np.ndarray
     source: np.ndarray
+    arrays: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -106,10 +109,23 @@ def concat_blocks(blocks: Sequence[RowBlock], width: int, pad_id: int) -> RowBlo
         return blocks[0]
     tokens = [block.tokens if block.width == width else _widened(block.tokens, width, pad_id) for block in blocks]
     first_rows = np.cumsum([0] + [len(block) for block in blocks[:-1]])
+    arrays = None
+    known = [block.arrays for block in blocks]
+    if all(one is not None and block.width == width for one, block in zip(known, blocks, strict=True)):
+        arrays = {name: np.concatenate([one[name] for one in known]) for name in known[0]}  # type: ignore[index]
     return RowBlock(np.concatenate(tokens), np.concatenate([b.lengths for b in blocks]),
                     np.concatenate([b.seg_row + first for b, first in zip(blocks, first_rows, strict=True)]),
                     np.concatenate([b.seg_col for b in blocks]), np.concatenate([b.seg_doc for b in blocks]),
-                    np.concatenate([b.seg_start for b in blocks]), np.concatenate([b.source for b in blocks]))
+                    np.concatenate([b.seg_start for b in blocks]), np.concatenate([b.source for b in blocks]), arrays)
+
+
+def slice_rows(block: RowBlock, start: int, stop: int) -> RowBlock:
+    """Rows ``[start, stop)`` of a block (views of its arrays)."""
+    first, last = block.seg_row.searchsorted((start, stop))
+    arrays = None if block.arrays is None else {name: values[start:stop] for name, values in block.arrays.items()}
+    return RowBlock(block.tokens[start:stop], block.lengths[start:stop], block.seg_row[first:last] - start,
+                    block.seg_col[first:last], block.seg_doc[first:last], block.seg_start[first:last],
+                    block.source[start:stop], arrays)
 
 
 def _widened(tokens: np.ndarray, width: int, pad_id: int) -> np.ndarray:
@@ -126,9 +142,10 @@ def take_rows(block: RowBlock, indices: np.ndarray) -> RowBlock:
     picked_counts = counts[indices]
     new_first = np.concatenate(([0], np.cumsum(picked_counts)))
     gather = np.repeat(first[indices] - new_first[:-1], picked_counts) + np.arange(new_first[-1])
+    arrays = None if block.arrays is None else {name: values[indices] for name, values in block.arrays.items()}
     return RowBlock(block.tokens[indices], block.lengths[indices],
                     np.repeat(np.arange(len(indices), dtype=np.int64), picked_counts), block.seg_col[gather],
-                    block.seg_doc[gather], block.seg_start[gather], block.source[indices])
+                    block.seg_doc[gather], block.seg_start[gather], block.source[indices], arrays)
 
 
 def row_segments(block: RowBlock) -> list[list[int]]:
@@ -149,38 +166,80 @@ def batch_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
     position the next token of the same segment. ``cu_seqlens`` (int32, as flash-attention takes it) bounds every
     segment of the flattened batch, padding included as a segment of its own.
     """
-    tokens = block.tokens
-    rows, width = tokens.shape
-    columns = np.arange(width, dtype=np.int64)
-    real = columns < block.lengths[:, None]
-    starts = np.zeros((rows, width), dtype=bool)
-    starts[block.seg_row, block.seg_col] = True
-    padded = np.flatnonzero(block.lengths < width)
-    starts[padded, block.lengths[padded]] = True
-    last_start = np.maximum.accumulate(np.where(starts, columns, 0), axis=1)
-    out = {'input_ids': tokens, 'position_ids': columns - last_start}
-    if spec.labels is not None:
-        out['labels'] = _labels(tokens, starts, real, spec.labels)
-    if spec.attention_mask:
-        out['attention_mask'] = real.astype(np.int64)
-    if spec.document_ids:
-        ids = np.cumsum(starts, axis=1, dtype=np.int64) - 1
-        ids[~real] = -1
-        out['document_ids'] = ids
+    out = dict(block.arrays) if block.arrays is not None else row_arrays(block, spec)
     if spec.cu_seqlens:
-        bounds = np.append(np.flatnonzero(starts.ravel()), rows * width).astype(np.int32)
+        rows, width = block.tokens.shape
+        starts, _ = _segment_starts(block)
+        bounds = np.append(starts, rows * width).astype(np.int32)
         out['cu_seqlens'] = bounds
         out['max_seqlen'] = np.array(int(np.diff(bounds).max()) if len(bounds) > 1 else 0, dtype=np.int64)
     return out
 
 
-def _labels(tokens: np.ndarray, starts: np.ndarray, real: np.ndarray, style: str) -> np.ndarray:
+def with_arrays(block: RowBlock, spec: BatchSpec) -> RowBlock:
+    """The block with its rows' arrays made (so that batches cut from it are views of them)."""
+    return dataclasses.replace(block, arrays=row_arrays(block, spec))
+
+
+def row_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
+    """The arrays of :func:`batch_arrays` that are rows first (all but ``cu_seqlens`` and ``max_seqlen``)."""
+    tokens = block.tokens
+    rows, width = tokens.shape
+    starts, is_padding = _segment_starts(block)
+    sizes = np.empty(len(starts), dtype=np.int64)
+    sizes[:-1] = starts[1:] - starts[:-1]
+    sizes[-1:] = rows * width - starts[-1:]
+    out = {'input_ids': tokens,
+           'position_ids': (_arange(rows * width) - np.repeat(starts, sizes)).reshape(rows, width)}
+    real = _arange(width) < block.lengths[:, None] if is_padding.any() else None
+    if spec.labels is not None:
+        out['labels'] = _labels(tokens, starts, real, spec.labels)
+    if spec.attention_mask:
+        out['attention_mask'] = np.ones((rows, width), dtype=np.int64) if real is None else real.astype(np.int64)
+    if spec.document_ids:
+        first_of_row = np.searchsorted(starts, starts - starts % width)  # each segment's row's first segment
+        numbers = np.where(is_padding, -1, np.arange(len(starts)) - first_of_row)
+        out['document_ids'] = np.repeat(numbers, sizes).reshape(rows, width)
+    return out
+
+
+_ARANGES: dict[int, np.ndarray] = {}
+
+
+def _arange(size: int) -> np.ndarray:
+    """``np.arange(size)`` (int64), made once per size (batches have few sizes); read-only."""
+    values = _ARANGES.get(size)
+    if values is None:
+        if len(_ARANGES) > 64:
+            _ARANGES.clear()
+        values = _ARANGES[size] = np.arange(size, dtype=np.int64)
+        values.flags.writeable = False
+    return values
+
+
+def _segment_starts(block: RowBlock) -> tuple[np.ndarray, np.ndarray]:
+    """Where every segment of the flattened batch starts (the padding of a row is one), and which are padding."""
+    width = block.width
+    starts = block.seg_row * width + block.seg_col
+    padded = np.flatnonzero(block.lengths < width)
+    if not len(padded):
+        return starts, np.zeros(len(starts), dtype=bool)
+    all_starts = np.concatenate((starts, padded * width + block.lengths[padded]))
+    order = np.argsort(all_starts, kind='stable')
+    return all_starts[order], order >= len(starts)
+
+
+def _labels(tokens: np.ndarray, starts: np.ndarray, real: np.ndarray | None, style: str) -> np.ndarray:
+    rows, width = tokens.shape
     if style == 'hf':
         labels = tokens.copy()
-        labels[starts | ~real] = IGNORE_INDEX
-        return labels
-    labels = np.full_like(tokens, IGNORE_INDEX)
-    labels[:, :-1] = tokens[:, 1:]
-    labels[:, :-1][starts[:, 1:]] = IGNORE_INDEX
-    labels[~real] = IGNORE_INDEX
+        labels.reshape(-1)[starts] = IGNORE_INDEX
+    else:
+        labels = np.empty_like(tokens)
+        labels[:, :-1] = tokens[:, 1:]
+        labels[:, -1] = IGNORE_INDEX
+        before = starts[starts % width != 0] - 1  # the last token of a segment predicts none
+        labels.reshape(-1)[before] = IGNORE_INDEX
+    if real is not None:
+        labels[~real] = IGNORE_INDEX
     return labels

@@ -19,6 +19,7 @@ rows in the buffer are saved by the ranges of documents they hold.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import numpy as np
 from petastorm.tokens._draws import Mixture, generator
 from petastorm.tokens._feed import Feed
 from petastorm.tokens._options import TokenOptions
+from petastorm.tokens._packers import ConcatPacker
 from petastorm.tokens._rows import (
     RowBlock,
     batch_arrays,
@@ -37,6 +39,7 @@ from petastorm.tokens._rows import (
     padding_rows,
     row_segments,
     take_rows,
+    with_arrays,
 )
 from petastorm.tokens._state import FORMAT, VERSION, check_states, merged_ranges, own_state, rank_states
 
@@ -89,6 +92,9 @@ class TokenStream:
         self._mixture = Mixture(read.weights, len(self.feeds), read.seed) if read.weights is not None else None
         first = self.feeds[0].source.state_dict()
         self.shard, self.shard_count = int(first['shard']), int(first['shard_count'])
+        for feed in self.feeds:
+            if isinstance(feed.packer, ConcatPacker):  # its rows are cut ahead: their arrays are made together
+                feed.packer.prepare = functools.partial(with_arrays, spec=self.spec)
         self._counts = _Counters(tokens=[0] * len(self.feeds))
         self._buffer: list[RowBlock] = []  # single rows: the shuffle's buffer, or a row put back (max_tokens)
         self._saved_rows: list[list[int]] | None = None  # the buffer's rows of a restore, until rebuilt

@@ -105,13 +105,18 @@ def token_arrays(encoded: Any, count: int, tokenizer: Any, field: str) -> np.nda
         got = f'{len(encoded)} items' if hasattr(encoded, '__len__') else type(encoded).__name__
         raise TokenizerOutputError(f'{what} returned {got} for {count} texts; it must return one list of token ids '
                                    f'per text (a function from a list of strings to a list of lists of ints)')
+    first = encoded[0] if count else None
+    wrong = f'{what} must return one list of integer token ids per text; its first item is {type(first).__name__} ' \
+            f'{first!r:.80}'
     try:
         lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=count)
+        sample = next((ids[0] for ids in encoded if len(ids)), 0)  # one element: numpy would truncate floats
+        if isinstance(sample, (bool, np.bool_)) or not isinstance(sample, (int, np.integer)) or isinstance(
+                encoded[0], (str, bytes)):
+            raise TypeError(f'a token id is {type(sample).__name__}')
         values = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
     except (TypeError, ValueError) as err:
-        first = encoded[0] if count else None
-        raise TokenizerOutputError(f'{what} must return one list of integer token ids per text; its first item is '
-                                   f'{type(first).__name__} {first!r:.80} ({err})') from err
+        raise TokenizerOutputError(f'{wrong} ({err})') from err
     if len(values) and (values.min() < 0 or values.max() > np.iinfo(np.int32).max):
         raise TokenizerOutputError(f'{what} returned token ids outside [0, 2**31): {values.min()}..{values.max()}')
     values = values.astype(np.int32)
