@@ -32,8 +32,12 @@ def lognormal_lengths(count: int, median: float = 40, sigma: float = 1.0, seed: 
 
 
 def write_corpus(path: Path, lengths: np.ndarray, row_group_size: int = 37, column: str = 'input_ids',
-                 value_type: pa.DataType = pa.int32(), list_type: str = 'list', first: int = 0) -> str:
-    """A Parquet file of one document per row (written by pyarrow), documents numbered from ``first``; its URL."""
+                 value_type: pa.DataType | None = None, list_type: str = 'list', first: int = 0) -> str:
+    """A Parquet file of one document per row (written by pyarrow), documents numbered from ``first``; its URL.
+
+    Tokens are int32 unless ``value_type`` says otherwise.
+    """
+    value_type = pa.int32() if value_type is None else value_type
     values = pa.array(np.concatenate([document(first + i, int(n)) for i, n in enumerate(lengths)]), value_type)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     make = pa.LargeListArray if list_type == 'large_list' else pa.ListArray

@@ -44,7 +44,8 @@ def test_rows_follow_the_weights_and_tokens_are_counted_per_source(urls):
         rows = [row for _ in range(100) for row in next(batches)['input_ids'].tolist()]
         stats = loader.stats()
     sources = [_source(row[0]) for row in rows]
-    assert all(_source(t) == source for row, source in zip(rows, sources) for t in row if t), 'a row has one source'
+    assert all(_source(t) == source for row, source in zip(rows, sources, strict=True) for t in row if t), \
+        'a row has one source'
     assert 0.68 < sources.count(0) / len(sources) < 0.82
     per_source = [sum(1 for row in rows for t in row if t and _source(t) == s) for s in (0, 1)]
     assert stats['tokens'] == per_source
@@ -55,7 +56,8 @@ def test_the_pass_ends_when_a_drawn_source_has_nothing_left(urls):
         tokens = collections.Counter(t for batch in loader for t in batch_tokens(batch))
     of_b = collections.Counter({t: n for t, n in tokens.items() if _source(t)})
     assert of_b == expected_tokens(LENGTHS_B, first=FIRST_B), 'B, drawn most, is read to its end'
-    assert max(tokens.values()) == 1 and 0 < len(tokens) - len(of_b) < sum(LENGTHS_A)
+    assert max(tokens.values()) == 1
+    assert 0 < len(tokens) - len(of_b) < sum(LENGTHS_A)
 
 
 def test_weights_may_be_a_function_of_the_step(urls):
@@ -70,9 +72,9 @@ def test_weights_may_be_a_function_of_the_step(urls):
         sources = [{_source(t) for t in batch_tokens(next(batches))} for _ in range(10)]
     assert sources == [{0}] * 5 + [{1}] * 5
     assert sorted(set(seen))[:10] == list(range(10)), 'called with the number of batches delivered before'
-    with pytest.raises(ValueError, match=r'weights\(0\) must hold one weight per source'):
-        with _loader(urls, weights=lambda step: [1.0]) as loader:
-            next(iter(loader))
+    with pytest.raises(ValueError, match=r'weights\(0\) must hold one weight per source'), \
+            _loader(urls, weights=lambda step: [1.0]) as loader:
+        next(iter(loader))
 
 
 def test_a_mixture_resumes_on_the_same_draws_bitwise(urls):
@@ -109,5 +111,5 @@ def test_a_mixture_on_other_ranks_delivers_no_token_twice(urls):
             delivered.update(t for batch in loader for t in batch_tokens(batch))
             totals.append(loader.stats()['tokens'])
     assert max(delivered.values()) == 1
-    assert [sum(column) for column in zip(*totals)] == [
+    assert [sum(column) for column in zip(*totals, strict=True)] == [
         sum(1 for t in delivered if _source(t) == s) for s in (0, 1)], 'rank 0 carries the saved totals'

@@ -56,7 +56,8 @@ def test_rows_and_position_ids_follow_the_documents(url, packing):
     batches, _ = _batches(url, packing=packing, return_document_ids=True, return_attention_mask=True)
     for batch in batches:
         ids, positions = batch['input_ids'], batch['position_ids']
-        assert ids.shape == positions.shape == (3, SEQ) and ids.dtype == positions.dtype == np.int64
+        assert ids.shape == positions.shape == (3, SEQ)
+        assert ids.dtype == positions.dtype == np.int64
         real = ids != 0
         continues = _continues(ids)
         # 0 where a document (or a piece of one) starts a segment, else one more than the token before.
@@ -65,7 +66,8 @@ def test_rows_and_position_ids_follow_the_documents(url, packing):
         assert (positions[real & ~continues] == 0).all()
         assert (batch['attention_mask'] == real).all()
         segment = np.cumsum(positions == 0, axis=1) - 1
-        assert (batch['document_ids'][real] == segment[real]).all() and (batch['document_ids'][~real] == -1).all()
+        assert (batch['document_ids'][real] == segment[real]).all()
+        assert (batch['document_ids'][~real] == -1).all()
         lengths = real.sum(axis=1)
         assert all(real[row, :n].all() and not real[row, n:].any() for row, n in enumerate(lengths)), \
             'padding only at the end of a row'
@@ -146,7 +148,8 @@ def test_token_budgets(url):
     assert {b['input_ids'].shape for b in packed} == {(3, SEQ)}, 'max_tokens // seq_len rows'
     single, _ = _batches(url, packing='none', max_tokens=100)
     shapes = [b['input_ids'].shape for b in single]
-    assert all(rows * width <= 100 for rows, width in shapes) and len(set(shapes)) > 1
+    assert all(rows * width <= 100 for rows, width in shapes)
+    assert len(set(shapes)) > 1
     assert collections.Counter(t for b in single for t in batch_tokens(b)) == expected_tokens(LENGTHS)
     for batch in single:  # the width is the longest row's: some row has no padding
         assert (batch['input_ids'][:, -1] != 0).any()
@@ -161,6 +164,7 @@ def test_the_shuffle_buffer_reorders_rows_reproducibly(url):
     def rows(batches):
         return [tuple(row) for b in batches for row in b['input_ids'].tolist()]
 
-    assert sorted(rows(shuffled)) == sorted(rows(plain)) and rows(shuffled) != rows(plain)
+    assert sorted(rows(shuffled)) == sorted(rows(plain))
+    assert rows(shuffled) != rows(plain)
     assert rows(again) == rows(shuffled)
     assert collections.Counter(t for b in other for t in batch_tokens(b)) == expected_tokens(LENGTHS)

@@ -49,7 +49,8 @@ def _run(url, stop_after=None, state=None, **kwargs):
 
 def _same(first, second):
     return len(first) == len(second) and all(
-        a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(first, second))
+        a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+        for a, b in zip(first, second, strict=True))
 
 
 CASES = [
@@ -91,7 +92,8 @@ def test_a_restored_loader_can_be_saved_and_restored_again(url):
 def test_a_position_saved_after_the_last_batch_starts_the_next_pass(url):
     whole, _ = _run(url, num_epochs=1)
     head, state = _run(url, stop_after=len(whole), num_epochs=1)
-    assert _same(head, whole) and state['in_progress'] is False
+    assert _same(head, whole)
+    assert state['in_progress'] is False
     with _loader(url, num_epochs=1) as loader:
         loader.load_state_dict(state)
         following = [numpy_batch(b) for b in loader]
@@ -155,3 +157,26 @@ def test_positions_of_another_loader_are_refused_by_name(url):
         loader.load_state_dict(state)
     with _loader(url) as loader, pytest.raises(ValueError, match='not a position saved by a petastorm.tokens'):
         loader.load_state_dict({'reader': {}})
+
+
+def test_epochs_of_steps_per_epoch_batches_continue_the_pass_and_survive_a_restore(url):
+    case = dict(steps_per_epoch=5, num_epochs=1)
+    whole, _ = _run(url, num_epochs=1)
+    with _loader(url, **case) as loader:
+        assert len(loader) == 5
+        epochs = [[numpy_batch(b) for b in loader] for _ in range(3)]
+        state = json.loads(json.dumps(loader.state_dict()))
+        assert [len(epoch) for epoch in epochs] == [5, 5, 5]
+        first = [numpy_batch(b) for b in loader][:2]
+    assert _same([b for epoch in epochs for b in epoch], whole[:15])
+    with _loader(url, **case) as loader:  # saved mid-pass, between epochs: the next epoch follows
+        loader.load_state_dict(state)
+        assert _same([numpy_batch(b) for b in loader][:2], first)
+    with _loader(url, **case) as loader:
+        head = [numpy_batch(b) for b in loader]
+        batches = iter(loader)
+        head += [numpy_batch(next(batches)) for _ in range(2)]
+        state = json.loads(json.dumps(loader.state_dict()))
+    with _loader(url, **case) as loader:  # saved mid-epoch: the restored epoch ends where the saved one would
+        loader.load_state_dict(state)
+        assert _same(head[5:] + [numpy_batch(b) for b in loader], whole[5:10])

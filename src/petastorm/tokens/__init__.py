@@ -37,7 +37,8 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
                       pack_window: int = 64, return_cu_seqlens: bool = False, return_document_ids: bool = False,
                       return_attention_mask: bool = False, weights: Any = None, cur_shard: Any = None,
                       shard_count: Any = None, seed: int = 0, shuffle_documents: bool = True,
-                      shuffle_buffer: int = 0, num_epochs: int | None = 1, equal_steps: Any = 'auto',
+                      shuffle_buffer: int = 0, steps_per_epoch: int | None = None, num_epochs: int | None = 1,
+                      equal_steps: Any = 'auto',
                       storage_options: dict[str, Any] | None = None, reader_pool_type: str = 'thread',
                       workers_count: int = 2, reader_options: dict[str, Any] | None = None) -> TokenLoader:
     """A torch loader of packed token batches read from Parquet (or a Delta or Iceberg table).
@@ -85,6 +86,9 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
             the same batches for any number of workers.
         shuffle_documents: read documents in a seeded random order (row groups and rows), a new one every epoch.
         shuffle_buffer: draw packed rows at random from a buffer of this many (0: in packing order).
+        steps_per_epoch: hand out at most this many batches per ``iter()`` (an epoch of a trainer) and continue the
+            pass in the next one; ``len()`` is then this number (Lightning reads one batch ahead of a loader without
+            ``len()``, and a checkpoint taken mid-epoch would miss that batch). None: an epoch is a pass.
         num_epochs: epochs per pass; None reads forever.
         equal_steps: in a ``torch.distributed`` run, every rank stops a pass at the first step some rank cannot
             fill (an all-reduce per step): ``'auto'`` (when the readers are sharded over the world), True or False.
@@ -105,7 +109,8 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
         labels=labels, long_documents=long_documents, pack_window=pack_window, return_cu_seqlens=return_cu_seqlens,
         return_document_ids=return_document_ids, return_attention_mask=return_attention_mask, weights=weights,
         cur_shard=cur_shard, shard_count=shard_count, seed=seed, shuffle_documents=shuffle_documents,
-        shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, equal_steps=equal_steps,
+        shuffle_buffer=shuffle_buffer, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs,
+        equal_steps=equal_steps,
         storage_options=storage_options, reader_pool_type=reader_pool_type, workers_count=workers_count,
         reader_options=reader_options)
     from petastorm.tokens._build import open_stream

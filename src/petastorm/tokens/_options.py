@@ -75,6 +75,8 @@ class BatchSpec:
         document_ids: add ``document_ids`` (the document's number inside its row; -1 on padding).
         attention_mask: add ``attention_mask`` (1 on tokens, 0 on padding).
         shuffle_buffer: packed rows drawn at random from a buffer of this many (0: in packing order).
+        steps_per_epoch: batches of an epoch (each ``iter()``), the pass going on over epochs; None: an epoch is
+            a pass.
     """
 
     batch_size: int | None = None
@@ -84,6 +86,7 @@ class BatchSpec:
     document_ids: bool = False
     attention_mask: bool = False
     shuffle_buffer: int = 0
+    steps_per_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def token_options(url_or_urls: Any, *, seq_len: Any, batch_size: Any = None, max
                   long_documents: Any = 'split', pack_window: Any = 64, return_cu_seqlens: Any = False,
                   return_document_ids: Any = False, return_attention_mask: Any = False, weights: Any = None,
                   cur_shard: Any = None, shard_count: Any = None, seed: Any = 0, shuffle_documents: Any = True,
-                  shuffle_buffer: Any = 0, num_epochs: Any = 1, equal_steps: Any = 'auto',
+                  shuffle_buffer: Any = 0, steps_per_epoch: Any = None, num_epochs: Any = 1, equal_steps: Any = 'auto',
                   storage_options: Any = None, reader_pool_type: Any = 'thread', workers_count: Any = 2,
                   reader_options: Any = None) -> TokenOptions:
     """Check every argument of :func:`~petastorm.tokens.make_token_loader` (documented there) into options.
@@ -152,7 +155,7 @@ def token_options(url_or_urls: Any, *, seq_len: Any, batch_size: Any = None, max
     """
     pack = _pack_spec(seq_len, packing, pad_id, bos_id, eos_id, long_documents, pack_window)
     batch = _batch_spec(pack, batch_size, max_tokens, labels, return_cu_seqlens, return_document_ids,
-                        return_attention_mask, shuffle_buffer)
+                        return_attention_mask, shuffle_buffer, steps_per_epoch)
     sources = _sources(url_or_urls, weights)
     read = ReadSpec(
         sources=sources, weights=_weights(weights, len(sources)),
@@ -195,7 +198,7 @@ def _token(name: str, value: Any) -> int:
 
 
 def _batch_spec(pack: PackSpec, batch_size: Any, max_tokens: Any, labels: Any, cu_seqlens: Any, document_ids: Any,
-                attention_mask: Any, shuffle_buffer: Any) -> BatchSpec:
+                attention_mask: Any, shuffle_buffer: Any, steps_per_epoch: Any) -> BatchSpec:
     if (batch_size is None) == (max_tokens is None):
         raise ValueError(f'give make_token_loader either batch_size= (rows per batch) or max_tokens= (tokens per '
                          f'batch), got batch_size={batch_size!r}, max_tokens={max_tokens!r}')
@@ -215,7 +218,9 @@ def _batch_spec(pack: PackSpec, batch_size: Any, max_tokens: Any, labels: Any, c
                      cu_seqlens=_flag('return_cu_seqlens', cu_seqlens),
                      document_ids=_flag('return_document_ids', document_ids),
                      attention_mask=_flag('return_attention_mask', attention_mask),
-                     shuffle_buffer=int(shuffle_buffer))
+                     shuffle_buffer=int(shuffle_buffer),
+                     steps_per_epoch=None if steps_per_epoch is None else check_positive_int('steps_per_epoch',
+                                                                                             steps_per_epoch))
 
 
 def _flag(name: str, value: Any) -> bool:

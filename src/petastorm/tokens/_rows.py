@@ -110,9 +110,9 @@ def concat_blocks(blocks: Sequence[RowBlock], width: int, pad_id: int) -> RowBlo
     tokens = [block.tokens if block.width == width else _widened(block.tokens, width, pad_id) for block in blocks]
     first_rows = np.cumsum([0] + [len(block) for block in blocks[:-1]])
     arrays = None
-    known = [block.arrays for block in blocks]
-    if all(one is not None and block.width == width for one, block in zip(known, blocks, strict=True)):
-        arrays = {name: np.concatenate([one[name] for one in known]) for name in known[0]}  # type: ignore[index]
+    known = [block.arrays for block in blocks if block.arrays is not None and block.width == width]
+    if len(known) == len(blocks):
+        arrays = {name: np.concatenate([one[name] for one in known]) for name in known[0]}
     return RowBlock(np.concatenate(tokens), np.concatenate([b.lengths for b in blocks]),
                     np.concatenate([b.seg_row + first for b, first in zip(blocks, first_rows, strict=True)]),
                     np.concatenate([b.seg_col for b in blocks]), np.concatenate([b.seg_doc for b in blocks]),

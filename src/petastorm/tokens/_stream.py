@@ -2,7 +2,9 @@
 
 :class:`TokenStream` is what the torch loader and the Grain dataset share. Its rules for passes are the loaders'
 (:class:`petastorm.reading.BatchStream`): each ``iter()`` starts a pass (the readers' next ``num_epochs`` epochs),
-unless the sources are endless (``num_epochs=None``), where it continues; an older iterator is superseded. A pass
+unless the sources are endless (``num_epochs=None``), where it continues; an older iterator is superseded. With
+``steps_per_epoch`` an ``iter()`` hands out the batches up to the next multiple of it (counted from the start of
+the pass, so a restored loader ends the epoch where the saved one would have), and the next one continues. A pass
 ends when its single source has nothing left, or when a mixture draws a source that has nothing left (as
 :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader` does), or when :meth:`TokenStream.end_pass`
 says so (every rank of a distributed run ending at the same step). The stream knows a pass ended when it hands
@@ -120,7 +122,10 @@ class TokenStream:
         return None if self.pack.packing == 'none' else self.spec.max_tokens // self.pack.seq_len
 
     def num_batches(self) -> int | None:
-        """Batches of a whole pass, when known in advance: one document per row, cut, a fixed batch size."""
+        """Batches of an epoch: ``steps_per_epoch`` (at most), or those of a pass when known in advance (one
+        document per row, cut, a fixed batch size)."""
+        if self.spec.steps_per_epoch is not None:
+            return self.spec.steps_per_epoch
         rows = self.feeds[0].source.num_rows_per_pass
         batch = self.rows_per_batch
         if (rows is None or batch is None or len(self.feeds) > 1 or self.pack.packing != 'none'
@@ -147,10 +152,11 @@ class TokenStream:
             raise RuntimeError(f'Cannot start a new iteration because last time iteration failed with error '
                                f'{self.error!r}.')
         current = self._pass
-        if current is not None and current.broken and not current.complete and self.endless:
+        continues = self.endless or self.spec.steps_per_epoch is not None
+        if current is not None and current.broken and not current.complete and continues:
             self.load_state_dict(self.state_dict())  # an interrupt went through the pass: continue from its position
         elif current is not None and (current.complete or
-                                      ((current.delivered or current.broken) and not self.endless)):
+                                      ((current.delivered or current.broken) and not continues)):
             self._close_pass()
         if self._pass is None:
             self._start_pass()
@@ -179,7 +185,9 @@ class TokenStream:
         self._mixture_ended = False
 
     def _serve(self, token: int) -> Iterator[dict[str, np.ndarray]]:
-        while True:
+        epoch = self.spec.steps_per_epoch
+        served = 0
+        while not (epoch is not None and served and self._counts.steps % epoch == 0):
             current = self._pass
             if token != self._token:
                 if current is None or current.complete:
@@ -199,6 +207,7 @@ class TokenStream:
                 current.broken = True
                 raise
             current.delivered += 1
+            served += 1
             yield batch
 
     def _batches(self) -> Generator[dict[str, np.ndarray], None, None]:

@@ -50,9 +50,10 @@ class TokenLoader(_TorchDataLoader):
     A batch holds ``input_ids``, ``position_ids`` and (unless ``labels=None``) ``labels``, int64 tensors of
     ``(rows, seq_len)``, plus ``attention_mask``, ``document_ids`` (int64) and ``cu_seqlens`` (int32, with
     ``max_seqlen`` an int) when asked for. Each ``iter()`` is a pass (the readers' next ``num_epochs`` epochs; an
-    endless loader, ``num_epochs=None``, continues). ``len()`` is known only when one document makes one row
-    (``packing='none'`` with ``long_documents='truncate'``, one source, ``batch_size``); otherwise it raises
-    ``TypeError``, as torch does for an iterable dataset.
+    endless loader, ``num_epochs=None``, continues), or ``steps_per_epoch`` batches of it. ``len()`` is
+    ``steps_per_epoch``, or the batches of a pass when one document makes one row (``packing='none'`` with
+    ``long_documents='truncate'``, one source, ``batch_size``); otherwise it raises ``TypeError``, as torch does
+    for an iterable dataset.
 
     In a ``torch.distributed`` run whose readers are sharded over the whole world, every rank stops a pass at the
     same step (``equal_steps``), and :meth:`state_dict` holds every rank's position.
@@ -104,9 +105,9 @@ class TokenLoader(_TorchDataLoader):
     def __len__(self) -> int:
         batches = self._stream.num_batches()
         if batches is None:
-            raise TypeError("len() of a token loader is known only when each document makes one row "
-                            "(packing='none', long_documents='truncate', one source, batch_size=); packed rows "
-                            "are counted by reading")
+            raise TypeError("len() of a token loader is steps_per_epoch when given, or known when each document "
+                            "makes one row (packing='none', long_documents='truncate', one source, batch_size=); "
+                            "packed rows are counted by reading")
         return batches
 
     def stats(self) -> dict[str, Any]:
