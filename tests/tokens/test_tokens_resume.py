@@ -180,3 +180,31 @@ def test_epochs_of_steps_per_epoch_batches_continue_the_pass_and_survive_a_resto
     with _loader(url, **case) as loader:  # saved mid-epoch: the restored epoch ends where the saved one would
         loader.load_state_dict(state)
         assert _same(head[5:] + [numpy_batch(b) for b in loader], whole[5:10])
+
+
+@pytest.mark.parametrize('case', [dict(packing='concat'), dict(packing='first_fit', shuffle_buffer=5),
+                                  dict(packing='none', max_tokens=60)], ids=['concat', 'first_fit', 'none'])
+def test_positions_saved_every_step_restore_exactly_and_elsewhere(url, case):
+    """A position saved at every step names what was handed out since the reader last moved (as runs of documents
+    it drops when read again): restored on the same ranks bitwise, on others every token once."""
+    whole, _ = _run(url, num_epochs=1, **case)
+    states = []
+    with _loader(url, num_epochs=1, **case) as loader:
+        for _batch in loader:
+            states.append(json.loads(json.dumps(loader.state_dict())))
+    assert any(part['delivered'] for state in states for part in state['sources']), 'the runs are exercised'
+    for stop in (3, len(states) // 2, len(states) - 2):
+        tail, _ = _run(url, state=states[stop - 1], num_epochs=1, **case)
+        assert _same(whole[:stop] + tail, whole)
+    ranks = []
+    for rank in range(2):
+        with _loader(url, cur_shard=rank, shard_count=2, num_epochs=1, **case) as loader:
+            batches = iter(loader)
+            delivered = collections.Counter()
+            for _ in range(5):
+                delivered.update(batch_tokens(next(batches)))
+                state = json.loads(json.dumps(loader.state_dict()))
+            ranks.append((delivered, state))
+    gathered = {'format': 'petastorm.tokens', 'version': 1, 'ranks': [state for _, state in ranks]}
+    total = ranks[0][0] + ranks[1][0] + _rest(url, 3, gathered, num_epochs=1, **case)
+    assert total == expected_tokens(LENGTHS)

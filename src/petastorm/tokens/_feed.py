@@ -4,8 +4,11 @@ A :class:`Feed` reads the documents of one reader (a batch of them at a time, to
 when they are text), hands them to its packer and pulls rows from it. Its part of a saved position
 (:meth:`Feed.state`) is:
 
-* ``'reader'``: the reader's position with every document the feed or the loader still holds counted as not
-  delivered (the reader's ``state_holding``), so a restored reader reads them again first;
+* ``'reader'``: the reader's position with every document the feed or the loader held counted as not
+  delivered (the reader's ``state_holding``), so a restored reader reads them again first; it is made when the
+  reader delivers a batch of documents and kept until the next (:mod:`petastorm.tokens._held`), so
+* ``'delivered'``: runs ``[first, stop)`` of the documents it holds that were handed out whole since (read again
+  only to be dropped);
 * ``'remaining'``: for documents read again whose delivery had begun, the ranges of their tokens left
   (``[document, start, stop, start, stop, ...]``); a document read again that is not named there comes whole;
 * ``'packer'``: the rows the packer packed or began and did not hand out, as the documents' ranges they hold.
@@ -26,6 +29,7 @@ import numpy as np
 from petastorm.reading import ColumnBatch, ColumnSource
 from petastorm.tokens._documents import Docs, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
+from petastorm.tokens._held import HeldPosition, in_runs, merged_runs
 from petastorm.tokens._options import PackSpec
 from petastorm.tokens._packers import ConcatPacker, Packer, SinglePacker
 from petastorm.tokens._queue import Ranges, add_range
@@ -93,6 +97,9 @@ class Feed:
         self._saved_rows: dict[str, Any] | None = None  # the packer's rows of a restore, until rebuilt
         self._wanted: set[int] = set()  # documents whose tokens the restore's rows need
         self._arrived: dict[int, np.ndarray] = {}
+        self._reads = 0  # batches of documents read: the reader's position changes with them
+        self._position = HeldPosition()
+        self._delivered = np.empty((0, 2), dtype=np.int64)  # runs of documents read again only to be dropped
 
     # -- passes --------------------------------------------------------------------------------------------------
 
@@ -101,6 +108,8 @@ class Feed:
         if restart:
             self.source.restart()
             self._carried = {}
+            self._delivered = np.empty((0, 2), dtype=np.int64)
+            self._position.reset()
         self.packer.reset()
         self._batches = None
         self._exhausted = False
@@ -140,12 +149,17 @@ class Feed:
             if batch.row_ids is None:
                 raise RuntimeError(f'{self.where}: the reader delivered rows without numbers; the token loader needs '
                                    f'a reader from make_batch_reader without a transform that changes the row count')
+            self._reads += 1
             docs = documents_of(batch.columns[self.field], batch.row_ids, self.pack, self.field)
             return self._arrive(docs)
         return None
 
     def _arrive(self, docs: Docs) -> Docs:
         """The pieces of newly read documents that go to the queue; the tokens a restore waits for are kept."""
+        if len(self._delivered):
+            dropped = in_runs(docs.rows, self._delivered)
+            if dropped.any():
+                docs = docs.take(np.flatnonzero(~dropped))
         if self._wanted:
             wanted = np.flatnonzero(np.isin(docs.rows, np.fromiter(self._wanted, np.int64, len(self._wanted))))
             for index in wanted.tolist():
@@ -177,14 +191,19 @@ class Feed:
         """
         if between:
             return {'reader': self.source.state_holding(np.empty(0, dtype=np.int64)), 'remaining': [],
-                    'packer': {}}
-        held = np.concatenate((self.packer.held_rows(), np.asarray(buffered, dtype=np.int64),
-                               np.fromiter(self._arrived, np.int64, len(self._arrived))))
-        reader = self.source.state_holding(np.unique(held))
+                    'delivered': [], 'packer': {}}
+        packer = self.packer
+        parts = [packer.packed_rows(), np.asarray(buffered, dtype=np.int64)]
+        if self._arrived:
+            parts.append(np.fromiter(self._arrived, np.int64, len(self._arrived)))
+        others = np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
+        reader, gone = self._position.position(self._reads, packer.queue.held_rows, packer.queue.pieces, others,
+                                               self.source.state_holding)
         remaining = {doc: list(spans) for doc, spans in self._carried.items()}
         self.packer.partial(remaining)
         packed = self._saved_rows if self._saved_rows is not None else self.packer.listed()
-        return {'reader': reader, 'remaining': _entries(remaining), 'packer': packed}
+        return {'reader': reader, 'remaining': _entries(remaining),
+                'delivered': merged_runs(self._delivered, gone).tolist(), 'packer': packed}
 
     def restore(self, state: dict[str, Any], buffered_docs: set[int], in_progress: bool) -> None:
         """Continue from this source's saved part, on the same rank: the rows it names are rebuilt exactly.
@@ -195,19 +214,22 @@ class Feed:
             in_progress: the position was saved in the middle of a pass.
         """
         self.source.restart(state['reader'], new_pass=not in_progress)
-        self._reset_restore(ranges_of_entries(state.get('remaining')))
+        self._reset_restore(ranges_of_entries(state.get('remaining')), merged_runs(state.get('delivered', [])))
         packed = dict(state.get('packer') or {})
         self._wanted = set(listed_ranges(packed.get('rows'), {}, False)) | set(
             listed_ranges([row[1:] for row in packed.get('open', ())], {}, False)) | set(buffered_docs)
         self._saved_rows = packed if self._wanted or packed else None
 
-    def restore_elsewhere(self, reader_states: list[dict[str, Any]], remaining: Ranges, in_progress: bool) -> None:
+    def restore_elsewhere(self, reader_states: list[dict[str, Any]], remaining: Ranges, delivered: np.ndarray,
+                          in_progress: bool) -> None:
         """Continue from the saved parts of every rank of another world size: only the ranges left are known."""
         self.source.restart(reader_states, new_pass=not in_progress)
-        self._reset_restore(remaining)
+        self._reset_restore(remaining, delivered)
 
-    def _reset_restore(self, carried: Ranges) -> None:
+    def _reset_restore(self, carried: Ranges, delivered: np.ndarray) -> None:
         self.packer.reset()
+        self._delivered = delivered
+        self._position.reset()
         self._batches = None
         self._exhausted = False
         self._carried = carried

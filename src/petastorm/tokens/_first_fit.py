@@ -46,7 +46,8 @@ class FirstFitPacker:
         self._free = np.full(window, self.pack.seq_len, dtype=np.int64)
         self._open = np.zeros(window, dtype=bool)
         self._rows: list[list[Segment]] = [[] for _ in range(window)]
-        self._ready: deque[list[Segment]] = deque()
+        self._flats: list[list[int]] = [[] for _ in range(window)]  # each open row's segments as a state keeps them
+        self._ready: deque[tuple[list[Segment], list[int]]] = deque()
 
     def push(self, docs: Docs) -> None:
         """Take the documents of one batch of the reader (placed when rows are asked for)."""
@@ -75,7 +76,8 @@ class FirstFitPacker:
         length = self.pack.seq_len
         full, rest = divmod(len(values), length)
         for index in range(full):
-            self._ready.append([(doc, start + index * length, values[index * length:(index + 1) * length])])
+            first = start + index * length
+            self._ready.append(([(doc, first, values[index * length:(index + 1) * length])], [doc, first, length]))
         if rest:
             self._place(doc, start + full * length, values[full * length:])
 
@@ -92,13 +94,15 @@ class FirstFitPacker:
             self._close(slot)
             self._open[slot] = True
         self._rows[slot].append((doc, start, values))
+        self._flats[slot] += (doc, start, size)
         self._free[slot] -= size
         if not self._free[slot]:
             self._close(slot)
 
     def _close(self, slot: int) -> None:
-        self._ready.append(self._rows[slot])
+        self._ready.append((self._rows[slot], self._flats[slot]))
         self._rows[slot] = []
+        self._flats[slot] = []
         self._free[slot] = self.pack.seq_len
         self._open[slot] = False
 
@@ -111,18 +115,15 @@ class FirstFitPacker:
         count = min(rows, len(self._ready))
         if not count:
             return None
-        taken = [self._ready.popleft() for _ in range(count)]
+        taken = [self._ready.popleft()[0] for _ in range(count)]
         return block_of_rows(taken, self.pack.seq_len, self.pack.pad_id, self.source)
 
     # -- what a saved position keeps -----------------------------------------------------------------------------
 
-    def held_rows(self) -> np.ndarray:
-        """Documents in the queue, in open rows and in closed rows not pulled."""
-        packed = [doc for row in self._packed_rows() for doc, _, _ in row]
-        return np.concatenate((self.queue.held_rows(), np.array(packed, dtype=np.int64)))
-
-    def _packed_rows(self) -> list[list[Segment]]:
-        return list(self._ready) + [self._rows[slot] for slot in np.flatnonzero(self._open).tolist()]
+    def packed_rows(self) -> np.ndarray:
+        """Documents in open rows and in closed rows not pulled."""
+        flats = [flat for _, flat in self._ready] + [self._flats[slot] for slot in np.flatnonzero(self._open).tolist()]
+        return np.array([doc for flat in flats for doc in flat[::3]], dtype=np.int64)
 
     def partial(self, into: Ranges) -> None:
         """Ranges of documents waiting in the queue that are not whole (placed ones are :meth:`listed`)."""
@@ -130,22 +131,19 @@ class FirstFitPacker:
 
     def listed(self) -> dict[str, Any]:
         """``{'rows': closed rows not pulled, 'open': [slot, segments...] per open row}``, segments flat."""
-        return {'rows': [_flat(row) for row in self._ready],
-                'open': [[slot, *_flat(self._rows[slot])] for slot in np.flatnonzero(self._open).tolist()]}
+        return {'rows': [list(flat) for _, flat in self._ready],
+                'open': [[slot, *self._flats[slot]] for slot in np.flatnonzero(self._open).tolist()]}
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Rebuild the rows of :meth:`listed` (on a packer just :meth:`reset`)."""
         for row in listed.get('rows', ()):
-            self._ready.append(_segments(row, tokens))
+            self._ready.append((_segments(row, tokens), [int(number) for number in row]))
         for entry in listed.get('open', ()):
             slot, segments = int(entry[0]), _segments(entry[1:], tokens)
             self._rows[slot] = segments
+            self._flats[slot] = [int(number) for number in entry[1:]]
             self._open[slot] = True
             self._free[slot] = self.pack.seq_len - sum(len(values) for _, _, values in segments)
-
-
-def _flat(segments: list[Segment]) -> list[int]:
-    return [int(number) for doc, start, values in segments for number in (doc, start, len(values))]
 
 
 def _segments(flat: list[int], tokens: Callable[[int], np.ndarray]) -> list[Segment]:

@@ -57,8 +57,8 @@ class Packer(Protocol):
         """Something was pushed and not pulled yet."""
         ...
 
-    def held_rows(self) -> np.ndarray:
-        """The documents of which some tokens were received and not handed out (repeats allowed)."""
+    def packed_rows(self) -> np.ndarray:
+        """The documents of rows packed or begun and not handed out (beside the queue's; repeats allowed)."""
         ...
 
     def partial(self, into: Ranges) -> None:
@@ -96,8 +96,8 @@ class _QueuePacker:
     def pending(self) -> bool:
         return self.queue.tokens > 0
 
-    def held_rows(self) -> np.ndarray:
-        return self.queue.held_rows()
+    def packed_rows(self) -> np.ndarray:
+        return np.empty(0, dtype=np.int64)
 
     def partial(self, into: Ranges) -> None:
         self.queue.partial(into)

@@ -43,6 +43,7 @@ class PieceQueue:
 
     def __init__(self) -> None:
         self._chunks: deque[Docs] = deque()
+        self._partial_chunks: set[int] = set()  # ids of chunks holding pieces that are not whole documents
         self._piece = 0  # the first piece of the first chunk not wholly taken
         self._offset = 0  # tokens of the first chunk taken (into its values)
         self.tokens = 0  # tokens waiting
@@ -52,6 +53,8 @@ class PieceQueue:
         """Append the pieces of a batch."""
         if len(docs):
             self._chunks.append(docs)
+            if not docs.whole.all():
+                self._partial_chunks.add(id(docs))
             self.tokens += int(docs.bounds[-1])
             self.pieces += len(docs)
 
@@ -122,7 +125,7 @@ class PieceQueue:
         self.pieces -= new_piece - self._piece
         self._piece, self._offset = new_piece, stop
         if stop == end:
-            self._chunks.popleft()
+            self._partial_chunks.discard(id(self._chunks.popleft()))
             self._piece = self._offset = 0
 
     def pop_piece(self) -> tuple[int, int, np.ndarray] | None:
@@ -148,11 +151,14 @@ class PieceQueue:
     def partial(self, into: Ranges) -> None:
         """Add the ranges of the waiting pieces that are not whole documents to ``into``."""
         for index, docs in enumerate(self._chunks):
+            partial = id(docs) in self._partial_chunks
+            if index and not partial:
+                continue
             first = self._piece if index == 0 else 0
-            partial = np.flatnonzero(~docs.whole[first:]) + first
-            if index == 0 and self._offset > docs.bounds[first] and (not len(partial) or partial[0] != first):
-                partial = np.concatenate(([first], partial))
-            for piece in partial.tolist():
+            pieces = (np.flatnonzero(~docs.whole[first:]) + first).tolist() if partial else []
+            if index == 0 and self._offset > docs.bounds[first] and (not pieces or pieces[0] != first):
+                pieces.insert(0, first)
+            for piece in pieces:
                 begin = docs.bounds[piece] if not (index == 0 and piece == first) else self._offset
                 start = int(docs.starts[piece] + begin - docs.bounds[piece])
                 add_range(into, int(docs.rows[piece]), start,

@@ -13,7 +13,8 @@ In a ``torch.distributed`` run a loader saves ``{'format', 'version', 'ranks': [
 of them (:func:`merged_ranges`): the readers split the documents no rank delivered again, and what is left of
 each partly delivered document is known by its ranges. A document is named by every rank that holds part of it
 and, after an earlier restore on another world size, by ranks that only know it was partly delivered then; the
-ranges of a rank that received it are within those, so the ranges left are what all of them name in common.
+ranges of a rank that received it are within those, so the ranges left are what all of them name in common. A
+document a rank lists as ``'delivered'`` (held by its reader's position, all of it handed out since) is dropped.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from petastorm.tokens._feed import listed_ranges, ranges_of_entries
+from petastorm.tokens._held import merged_runs
 from petastorm.tokens._options import TokenOptions
 from petastorm.tokens._queue import Ranges
 
-__all__ = ['FORMAT', 'VERSION', 'check_states', 'intersect', 'merged_ranges', 'own_state', 'rank_states']
+__all__ = ['FORMAT', 'VERSION', 'check_states', 'intersect', 'merged_delivered', 'merged_ranges', 'own_state',
+           'rank_states']
 
 FORMAT = 'petastorm.tokens'
 VERSION = 1
@@ -112,3 +117,9 @@ def merged_ranges(states: Sequence[dict[str, Any]], source: int) -> Ranges:
         for doc, spans in _rank_ranges(state, source).items():
             merged[doc] = intersect(merged[doc], spans) if doc in merged else spans
     return merged
+
+
+def merged_delivered(states: Sequence[dict[str, Any]], source: int) -> np.ndarray:
+    """Runs of the documents of ``source`` a rank delivered whole while its reader still counted them as held."""
+    return merged_runs(*[state['sources'][source].get('delivered', []) for state in states
+                         if state.get('in_progress')])

@@ -40,10 +40,19 @@ from petastorm.tokens._rows import (
     concat_blocks,
     padding_rows,
     row_segments,
+    slice_rows,
     take_rows,
     with_arrays,
 )
-from petastorm.tokens._state import FORMAT, VERSION, check_states, merged_ranges, own_state, rank_states
+from petastorm.tokens._state import (
+    FORMAT,
+    VERSION,
+    check_states,
+    merged_delivered,
+    merged_ranges,
+    own_state,
+    rank_states,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +107,8 @@ class TokenStream:
             if isinstance(feed.packer, ConcatPacker):  # its rows are cut ahead: their arrays are made together
                 feed.packer.prepare = functools.partial(with_arrays, spec=self.spec)
         self._counts = _Counters(tokens=[0] * len(self.feeds))
-        self._buffer: list[RowBlock] = []  # single rows: the shuffle's buffer, or a row put back (max_tokens)
+        # Single rows with their segments as a position keeps them: the shuffle's buffer, or a row put back.
+        self._buffer: list[tuple[RowBlock, list[int]]] = []
         self._saved_rows: list[list[int]] | None = None  # the buffer's rows of a restore, until rebuilt
         self._mixture_ended = False
         self._pass: _Pass | None = None
@@ -271,7 +281,7 @@ class TokenStream:
             block = self._draw(min(capacity - len(self._buffer), max(extra, 1)))
             if block is None or not len(block):
                 return
-            self._buffer.extend(take_rows(block, np.array([index])) for index in range(len(block)))
+            self._buffer.extend(_single_rows(block))
 
     def _shuffled(self, count: int) -> list[RowBlock | None]:
         """``count`` rows drawn at random from the buffer (refilled first)."""
@@ -283,7 +293,7 @@ class TokenStream:
         counts.picks += 1
         picked = rng.choice(len(self._buffer), size=min(count, len(self._buffer)), replace=False)
         chosen = set(picked.tolist())
-        rows: list[RowBlock | None] = [self._buffer[index] for index in picked.tolist()]
+        rows: list[RowBlock | None] = [self._buffer[index][0] for index in picked.tolist()]
         self._buffer = [row for index, row in enumerate(self._buffer) if index not in chosen]
         return rows
 
@@ -292,7 +302,7 @@ class TokenStream:
             rows = self._shuffled(1)
             return rows[0] if rows else None
         if self._buffer:
-            return self._buffer.pop(0)
+            return self._buffer.pop(0)[0]
         return self._draw(1)
 
     def _budget_block(self) -> RowBlock | None:
@@ -307,7 +317,7 @@ class TokenStream:
                 break
             wider = max(width, int(row.lengths[0]))
             if rows and (len(rows) + 1) * wider > budget:
-                self._buffer.insert(0, row)  # it opens the next batch
+                self._buffer.insert(0, _single_rows(row)[0])  # it opens the next batch
                 break
             rows.append(row)
             width = wider
@@ -347,8 +357,7 @@ class TokenStream:
         between = self._restart or (current is not None and current.complete)
         counts = self._counts
         rows = [] if between else (self._saved_rows if self._saved_rows is not None else
-                                   row_segments(concat_blocks(self._buffer, self.pack.seq_len, self.pack.pad_id))
-                                   if self._buffer else [])
+                                   [flat for _, flat in self._buffer])
         buffered = [np.array([d for row in rows if row[0] == index for d in row[1::3]], dtype=np.int64)
                     for index in range(len(self.feeds))]
         if self._saved_rows is not None:
@@ -403,7 +412,7 @@ class TokenStream:
         in_progress = any(state.get('in_progress') for state in states)
         for index, feed in enumerate(self.feeds):
             feed.restore_elsewhere([state['sources'][index]['reader'] for state in states],
-                                   merged_ranges(states, index), in_progress)
+                                   merged_ranges(states, index), merged_delivered(states, index), in_progress)
         tokens = [sum(int(state['tokens'][index]) for state in states) if self.shard == 0 else 0
                   for index in range(len(self.feeds))]
         self._counts = _Counters(
@@ -422,11 +431,17 @@ class TokenStream:
         for feed in self.feeds:
             feed.read_saved()
         if self._saved_rows is not None:
-            self._buffer = [block_of_rows([_segments(row, self.feeds[int(row[0])])], self.pack.seq_len,
-                                          self.pack.pad_id, int(row[0])) for row in self._saved_rows]
+            self._buffer = [(block_of_rows([_segments(row, self.feeds[int(row[0])])], self.pack.seq_len,
+                                           self.pack.pad_id, int(row[0])), row) for row in self._saved_rows]
         for feed in self.feeds:
             feed.finish_restore()
         self._saved_rows = None
+
+
+def _single_rows(block: RowBlock) -> list[tuple[RowBlock, list[int]]]:
+    """Each row of a block on its own, with its segments as a position keeps them."""
+    flats = row_segments(block)
+    return [(slice_rows(block, index, index + 1), flat) for index, flat in enumerate(flats)]
 
 
 def _segments(row: list[int], feed: Feed) -> list[tuple[int, int, np.ndarray]]:
