@@ -251,8 +251,12 @@ def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
-                   where: str) -> dict[str, Column]:
-    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`)."""
+                   where: str, text_as_objects: bool = False) -> dict[str, Column]:
+    """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`).
+
+    ``text_as_objects``: strings as objects, for a pandas DataFrame (see
+    :func:`~petastorm.typemaps.scalars.scalar_column_to_numpy`).
+    """
     columns: dict[str, Column] = {}
     for field in fields:
         column = table.column(field.name)
@@ -264,7 +268,7 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
                 columns[field.name] = field.codec.decode_column(field, column)
             else:
-                columns[field.name] = scalar_column_to_numpy(field, column)
+                columns[field.name] = scalar_column_to_numpy(field, column, text_as_objects)
         except MissingDependencyError:
             raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
@@ -361,7 +365,10 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
             lap(clock, 'io')
     table, num_rows = _take_rows(table, names, kept.selection)
     lap(clock, 'filter')
-    columns = decode_columns(ctx.fields, table, where)
+    # A make_batch_reader transform function gets a DataFrame: its text goes there as the objects pandas holds,
+    # without a fixed-width array as wide as the longest text of the row group on the way.
+    frame = ctx.transform is not None and ctx.transform.batched and ctx.transform.spec.func is not None
+    columns = decode_columns(ctx.fields, table, where, text_as_objects=frame and ctx.ngram is None)
     lap(clock, 'decode')
     batch = _make_batch(ctx, columns, kept, scheduled, num_rows, where)
     lap(clock, 'transform')
