@@ -60,7 +60,7 @@ __all__ = ['TokenStream']
 
 _SUPERSEDED = ('this iterator of the {name} was superseded by a newer iter() of the same loader, which continues '
                'its pass; iterate the newest one')
-_SHUFFLE_STREAM = 1  # the key of the shuffle's draws, beside the mixture's (0)
+_MIXTURE_STREAM, _SHUFFLE_STREAM = 0, 1  # the keys of the mixture's and the shuffle's draws
 
 
 @dataclass
@@ -260,7 +260,7 @@ class TokenStream:
         if self._mixture_ended:
             return None
         counts = self._counts
-        chosen = self._mixture.sources(self._key[:3], counts.draws, count, counts.total_steps)
+        chosen = self._mixture.sources([*self._key, _MIXTURE_STREAM], counts.draws, count, counts.total_steps)
         counts.draws += count
         wanted = np.bincount(chosen, minlength=len(self.feeds))
         blocks = {index: self.feeds[index].rows(int(number)) for index, number in enumerate(wanted.tolist())
@@ -336,7 +336,7 @@ class TokenStream:
         if self._mixture_ended:
             return False
         counts = self._counts
-        first = int(self._mixture.sources(self._key[:3], counts.draws, 1, counts.total_steps)[0])
+        first = int(self._mixture.sources([*self._key, _MIXTURE_STREAM], counts.draws, 1, counts.total_steps)[0])
         return self.feeds[first].has_more()
 
     def _finish_batch(self, block: RowBlock) -> dict[str, np.ndarray]:
