@@ -168,3 +168,19 @@ def test_the_shuffle_buffer_reorders_rows_reproducibly(url):
     assert rows(shuffled) != rows(plain)
     assert rows(again) == rows(shuffled)
     assert collections.Counter(t for b in other for t in batch_tokens(b)) == expected_tokens(LENGTHS)
+
+
+def test_batches_kept_by_the_caller_are_never_written_again(url, monkeypatch):
+    """Rows are cut ahead into arrays that are used again once no batch refers to them: one still held is not."""
+    monkeypatch.setattr('petastorm.tokens._packers.CUT_AHEAD_TOKENS', 4 * SEQ)  # many cuts of 4 rows
+    kwargs = dict(seq_len=SEQ, batch_size=2, reader_pool_type='dummy')
+    with make_token_dataset(url, **kwargs) as dataset:
+        copied = [{name: np.array(value) for name, value in batch.items()} for batch in dataset]
+    with make_token_dataset(url, **kwargs) as dataset:
+        kept = []
+        for index, batch in enumerate(dataset):
+            if index % 3 == 0:  # some batches kept as they came (views), the others dropped
+                kept.append((index, batch))
+    assert len(kept) > 5
+    for index, batch in kept:
+        assert all(np.array_equal(batch[name], copied[index][name]) for name in batch)

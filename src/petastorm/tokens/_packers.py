@@ -24,7 +24,7 @@ from petastorm._warnings import warn_user
 from petastorm.tokens._documents import Docs, TokenColumnError
 from petastorm.tokens._options import PackSpec
 from petastorm.tokens._queue import PieceQueue, Ranges
-from petastorm.tokens._rows import RowBlock, slice_rows
+from petastorm.tokens._rows import ArrayPool, RowBlock, slice_rows
 
 __all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'SinglePacker']
 
@@ -123,7 +123,8 @@ class ConcatPacker(_QueuePacker):
 
     def __init__(self, pack: PackSpec, source: int) -> None:
         super().__init__(pack, source)
-        self.prepare: Callable[[RowBlock], RowBlock] | None = None
+        self.prepare: Callable[..., RowBlock] | None = None  # called with the block and pool=
+        self._pool = ArrayPool()
         self._cut: RowBlock | None = None
         self._next = 0  # the first row of the cut not pulled
 
@@ -146,6 +147,7 @@ class ConcatPacker(_QueuePacker):
         cut = self._cut
         if cut is None or len(cut) - self._next < count:
             ahead = max(count, CUT_AHEAD_TOKENS // self.pack.seq_len)
+            self._cut = cut = None  # its arrays go back to the pool once the batches cut from them are dropped
             cut = self._cut = self._cut_rows(min(ahead, self._ready()))
             self._next = 0
         block = slice_rows(cut, self._next, self._next + count)
@@ -156,7 +158,8 @@ class ConcatPacker(_QueuePacker):
     def _cut_rows(self, count: int) -> RowBlock:
         """The next ``count`` rows of the queue (left in it)."""
         length = self.pack.seq_len
-        out = np.empty(count * length, dtype=np.int64)
+        tokens = self._pool.array('input_ids', (count, length))
+        out = tokens.reshape(-1)
         filled, (positions, docs, starts) = self.queue.peek(out)
         if filled < len(out):
             out[filled:] = self.pack.pad_id
@@ -172,9 +175,9 @@ class ConcatPacker(_QueuePacker):
             order = np.argsort(positions, kind='stable')
             positions, docs, starts = positions[order], docs[order], starts[order]
         lengths = np.minimum(length, filled - row_starts)
-        block = RowBlock(out.reshape(count, length), lengths, positions // length, positions % length, docs, starts,
+        block = RowBlock(tokens, lengths, positions // length, positions % length, docs, starts,
                          np.full(count, self.source, dtype=np.int64))
-        return block if self.prepare is None else self.prepare(block)
+        return block if self.prepare is None else self.prepare(block, pool=self._pool)
 
 
 class SinglePacker(_QueuePacker):

@@ -12,6 +12,7 @@ saved position must name about rows not delivered yet (:func:`row_segments`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,8 +20,8 @@ import numpy as np
 
 from petastorm.tokens._options import BatchSpec
 
-__all__ = ['IGNORE_INDEX', 'RowBlock', 'Segment', 'batch_arrays', 'block_of_rows', 'concat_blocks', 'padding_rows',
-           'row_segments', 'slice_rows', 'take_rows', 'with_arrays']
+__all__ = ['IGNORE_INDEX', 'ArrayPool', 'RowBlock', 'Segment', 'batch_arrays', 'block_of_rows', 'concat_blocks',
+           'padding_rows', 'row_arrays', 'row_segments', 'slice_rows', 'take_rows', 'with_arrays']
 
 #: The label of a token that is not predicted (padding, the first token of a segment): PyTorch's and Hugging Face's.
 IGNORE_INDEX = -100
@@ -176,12 +177,47 @@ def batch_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
     return out
 
 
-def with_arrays(block: RowBlock, spec: BatchSpec) -> RowBlock:
-    """The block with its rows' arrays made (so that batches cut from it are views of them)."""
-    return dataclasses.replace(block, arrays=row_arrays(block, spec))
+def with_arrays(block: RowBlock, spec: BatchSpec, pool: ArrayPool | None = None) -> RowBlock:
+    """The block with its rows' arrays made (so that batches cut from it are views of them), in ``pool``'s arrays
+    when given."""
+    return dataclasses.replace(block, arrays=row_arrays(block, spec, pool))
 
 
-def row_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
+class ArrayPool:
+    """Large arrays used again once nothing refers to them any more (their reference counts say so).
+
+    A block's arrays reach the training loop as views (``torch.from_numpy`` of slices); once every batch cut from
+    them is dropped, their memory is filled again for a later block instead of new memory being mapped, which costs
+    more in page faults than filling it. An array someone still holds is never written.
+    """
+
+    def __init__(self, keep: int = 3) -> None:
+        self._arrays: dict[str, list[np.ndarray]] = {}
+        self._keep = keep
+
+    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """An int64 array of ``shape`` for ``name``: a free one of the pool, or a new one (kept for later)."""
+        arrays = self._arrays.setdefault(name, [])
+        for index in range(len(arrays)):
+            # Held only by the list and the call's argument: no block, view or tensor refers to it.
+            if arrays[index].shape == shape and sys.getrefcount(arrays[index]) == _FREE_REFERENCES:
+                return arrays[index]
+        fresh = np.empty(shape, dtype=np.int64)
+        arrays.append(fresh)
+        if len(arrays) > self._keep:
+            arrays.pop(0)  # still held outside: it lives on there, the pool lets it go
+        return fresh
+
+
+def _free_references() -> int:
+    arrays = [np.empty(1)]
+    return sys.getrefcount(arrays[0])
+
+
+_FREE_REFERENCES = _free_references()
+
+
+def row_arrays(block: RowBlock, spec: BatchSpec, pool: ArrayPool | None = None) -> dict[str, np.ndarray]:
     """The arrays of :func:`batch_arrays` that are rows first (all but ``cu_seqlens`` and ``max_seqlen``)."""
     tokens = block.tokens
     rows, width = tokens.shape
@@ -189,32 +225,38 @@ def row_arrays(block: RowBlock, spec: BatchSpec) -> dict[str, np.ndarray]:
     sizes = np.empty(len(starts), dtype=np.int64)
     sizes[:-1] = starts[1:] - starts[:-1]
     sizes[-1:] = rows * width - starts[-1:]
-    out = {'input_ids': tokens,
-           'position_ids': (_arange(rows * width) - np.repeat(starts, sizes)).reshape(rows, width)}
-    real = _arange(width) < block.lengths[:, None] if is_padding.any() else None
+    padded = np.flatnonzero(block.lengths < width).tolist() if is_padding.any() else []
+
+    def new(name: str) -> np.ndarray:
+        return np.empty((rows, width), dtype=np.int64) if pool is None else pool.array(name, (rows, width))
+
+    out = {'input_ids': tokens, 'position_ids': _positions(new('position_ids'), starts, sizes)}
     if spec.labels is not None:
-        out['labels'] = _labels(tokens, starts, real, spec.labels)
+        out['labels'] = _labels(new('labels'), tokens, starts, spec.labels)
     if spec.attention_mask:
-        out['attention_mask'] = np.ones((rows, width), dtype=np.int64) if real is None else real.astype(np.int64)
+        out['attention_mask'] = new('attention_mask')
+        out['attention_mask'].fill(1)
     if spec.document_ids:
         first_of_row = np.searchsorted(starts, starts - starts % width)  # each segment's row's first segment
         numbers = np.where(is_padding, -1, np.arange(len(starts)) - first_of_row)
         out['document_ids'] = np.repeat(numbers, sizes).reshape(rows, width)
+    for row in padded:  # what follows a row's last token predicts nothing and is not attended to
+        length = int(block.lengths[row])
+        if 'labels' in out:
+            out['labels'][row, max(length - (spec.labels == 'shifted'), 0):] = IGNORE_INDEX
+        if 'attention_mask' in out:
+            out['attention_mask'][row, length:] = 0
     return out
 
 
-_ARANGES: dict[int, np.ndarray] = {}
-
-
-def _arange(size: int) -> np.ndarray:
-    """``np.arange(size)`` (int64), made once per size (batches have few sizes); read-only."""
-    values = _ARANGES.get(size)
-    if values is None:
-        if len(_ARANGES) > 64:
-            _ARANGES.clear()
-        values = _ARANGES[size] = np.arange(size, dtype=np.int64)
-        values.flags.writeable = False
-    return values
+def _positions(out: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """0 at each segment's start, counting up within it: a running sum of ones, reset at every start."""
+    flat = out.reshape(-1)
+    flat.fill(1)
+    flat[starts[1:]] = 1 - sizes[:-1]
+    flat[0] = 0
+    np.cumsum(flat, out=flat)
+    return out
 
 
 def _segment_starts(block: RowBlock) -> tuple[np.ndarray, np.ndarray]:
@@ -229,17 +271,16 @@ def _segment_starts(block: RowBlock) -> tuple[np.ndarray, np.ndarray]:
     return all_starts[order], order >= len(starts)
 
 
-def _labels(tokens: np.ndarray, starts: np.ndarray, real: np.ndarray | None, style: str) -> np.ndarray:
-    rows, width = tokens.shape
+def _labels(out: np.ndarray, tokens: np.ndarray, starts: np.ndarray, style: str) -> np.ndarray:
+    """``'hf'``: the tokens, a segment's first one ignored; ``'shifted'``: the next token, a segment's last one
+    ignored (padding is marked by the caller)."""
+    width = tokens.shape[1]
+    flat = out.reshape(-1)
     if style == 'hf':
-        labels = tokens.copy()
-        labels.reshape(-1)[starts] = IGNORE_INDEX
+        np.copyto(out, tokens)
+        flat[starts] = IGNORE_INDEX
     else:
-        labels = np.empty_like(tokens)
-        labels[:, :-1] = tokens[:, 1:]
-        labels[:, -1] = IGNORE_INDEX
-        before = starts[starts % width != 0] - 1  # the last token of a segment predicts none
-        labels.reshape(-1)[before] = IGNORE_INDEX
-    if real is not None:
-        labels[~real] = IGNORE_INDEX
-    return labels
+        out[:, :-1] = tokens[:, 1:]
+        out[:, -1] = IGNORE_INDEX
+        flat[starts[starts % width != 0] - 1] = IGNORE_INDEX
+    return out
