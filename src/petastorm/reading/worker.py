@@ -368,7 +368,8 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
     # A make_batch_reader transform function gets a DataFrame: its text goes there as the objects pandas holds,
     # without a fixed-width array as wide as the longest text of the row group on the way.
     frame = ctx.transform is not None and ctx.transform.batched and ctx.transform.spec.func is not None
-    columns = decode_columns(ctx.fields, table, where, text_as_objects=frame and ctx.ngram is None)
+    columns = decode_columns(ctx.fields, table, where, text_as_objects=True) if frame else \
+        decode_columns(ctx.fields, table, where)
     lap(clock, 'decode')
     batch = _make_batch(ctx, columns, kept, scheduled, num_rows, where)
     lap(clock, 'transform')
