@@ -8,7 +8,7 @@ import collections
 import pyarrow as pa
 import pytest
 
-from support.conftest_s3 import BUCKET, MotoServer
+from support.s3_loopback import BUCKET, MotoServer
 from support.token_corpus import batch_tokens, document, expected_tokens, lognormal_lengths, write_corpus
 
 pytest.importorskip('grain')

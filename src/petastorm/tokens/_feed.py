@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.reading import ColumnBatch, ColumnSource
+from petastorm.reading import ColumnBatch, ColumnSource, PositionSource, positions_of
 from petastorm.tokens._documents import Docs, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
 from petastorm.tokens._held import HeldPosition, in_runs, merged_runs
@@ -73,6 +73,14 @@ def listed_ranges(rows: Any, into: Ranges, skip_source: bool) -> Ranges:
     return into
 
 
+def _positions(source: ColumnSource, where: str) -> PositionSource:
+    positions = positions_of(source)
+    if positions is None:
+        raise TypeError(f'{where}: the token loader needs a reader that names every row it delivers (a '
+                        f'make_batch_reader reader); got {type(source).__name__}')
+    return positions
+
+
 class Feed:
     """The documents of one reader, packed into rows (see the module's documentation).
 
@@ -87,6 +95,7 @@ class Feed:
     def __init__(self, index: int, source: ColumnSource, field: str, pack: PackSpec, where: str) -> None:
         self.index = index
         self.source = source
+        self.positions = _positions(source, where)
         self.field = field
         self.pack = pack
         self.where = where
@@ -190,7 +199,7 @@ class Feed:
             between: the pass ended: a restore starts the next one, so nothing held is kept.
         """
         if between:
-            return {'reader': self.source.state_holding(np.empty(0, dtype=np.int64)), 'remaining': [],
+            return {'reader': self.positions.state_holding(np.empty(0, dtype=np.int64)), 'remaining': [],
                     'delivered': [], 'packer': {}}
         packer = self.packer
         parts = [packer.packed_rows(), np.asarray(buffered, dtype=np.int64)]
@@ -198,7 +207,7 @@ class Feed:
             parts.append(np.fromiter(self._arrived, np.int64, len(self._arrived)))
         others = np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
         reader, gone = self._position.position(self._reads, packer.queue.held_rows, packer.queue.pieces, others,
-                                               self.source.state_holding)
+                                               self.positions.state_holding)
         remaining = {doc: list(spans) for doc, spans in self._carried.items()}
         self.packer.partial(remaining)
         packed = self._saved_rows if self._saved_rows is not None else self.packer.listed()

@@ -101,7 +101,7 @@ class TokenStream:
         self.name = name
         read = options.read
         self._mixture = Mixture(read.weights, len(self.feeds), read.seed) if read.weights is not None else None
-        first = self.feeds[0].source.state_dict()
+        first = self.feeds[0].positions.state_dict()
         self.shard, self.shard_count = int(first['shard']), int(first['shard_count'])
         for feed in self.feeds:
             if isinstance(feed.packer, ConcatPacker):  # its rows are cut ahead: their arrays are made together
@@ -121,7 +121,7 @@ class TokenStream:
     @property
     def endless(self) -> bool:
         """Every source is endless (``num_epochs=None``): a new iteration continues the pass."""
-        return all(feed.source.endless for feed in self.feeds)
+        return all(feed.source.info.endless for feed in self.feeds)
 
     @property
     def rows_per_batch(self) -> int | None:
