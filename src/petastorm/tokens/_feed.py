@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from petastorm.errors import PetastormError
 from petastorm.reading import ColumnBatch, ColumnSource, PositionSource, positions_of
 from petastorm.tokens._documents import Docs, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
@@ -38,7 +39,7 @@ from petastorm.tokens._rows import RowBlock
 __all__ = ['Feed', 'RestoreError', 'listed_ranges', 'make_packer', 'ranges_of_entries']
 
 
-class RestoreError(RuntimeError):
+class RestoreError(PetastormError, RuntimeError):
     """A saved position names documents that the reader does not deliver again (another dataset or options)."""
 
 
