@@ -5,15 +5,12 @@ handler.
 
 import collections
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from support.rank_processes import run_ranks
 from support.token_corpus import batch_tokens, expected_tokens, lognormal_lengths, write_corpus
 
 torch = pytest.importorskip('torch')
@@ -30,34 +27,6 @@ LENGTHS = np.concatenate([lognormal_lengths(50, median=8, seed=1, longest=40),
 @pytest.fixture(scope='module')
 def url(tmp_path_factory):
     return write_corpus(tmp_path_factory.mktemp('trainers') / 'docs.parquet', LENGTHS, row_group_size=50)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def _run_ranks(script, args, world):
-    """Run ``script`` in ``world`` processes as torchrun would; fail with their output if any fails."""
-    port = _free_port()
-    processes = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), NODE_RANK='0',
-                   MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), OMP_NUM_THREADS='1',
-                   PYTHONPATH=os.pathsep.join(sys.path))
-        processes.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT))
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=240)[0].decode(errors='replace'))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert [p.returncode for p in processes] == [0] * world, '\n'.join(o[-3000:] for o in outputs)
 
 
 DDP_SCRIPT = textwrap.dedent('''
@@ -100,7 +69,7 @@ def test_ddp_ranks_stop_at_the_same_step_and_their_position_continues_on_one_ran
     script = tmp_path / 'ddp_tokens.py'
     script.write_text(DDP_SCRIPT)
     out = tmp_path / 'ddp.json'
-    _run_ranks(script, [url, str(out)], 2)
+    run_ranks(str(script), [url, str(out)], 2)
     runs = [json.loads((tmp_path / f'ddp.json.{rank}').read_text()) for rank in range(2)]
     alone = []
     for rank in range(2):  # without agreeing, the two shares would give different step counts

@@ -127,29 +127,27 @@ class Feed:
     def rows(self, count: int) -> RowBlock | None:
         """Up to ``count`` rows (fewer only at the end of the pass; None when nothing is left)."""
         packer = self.packer
-        while not packer.fill(count):
-            if self._exhausted:
-                break
-            docs = self._next_docs()
-            if docs is None:
-                self._exhausted = True
-                packer.finish()
-            else:
-                packer.push(docs)
+        while not packer.fill(count) and self._read_more():
+            pass
         return packer.pull(count)
 
     def has_more(self) -> bool:
         """The pass has a token left to give (reading the next batch of documents if the packer has none)."""
-        packer = self.packer
-        while not packer.pending():
-            if self._exhausted:
+        while not self.packer.pending():
+            if not self._read_more():
                 return False
-            docs = self._next_docs()
-            if docs is None:
-                self._exhausted = True
-                packer.finish()
-            else:
-                packer.push(docs)
+        return True
+
+    def _read_more(self) -> bool:
+        """Hand the packer the next batch of documents (at the end of the pass, say so); False once it ended."""
+        if self._exhausted:
+            return False
+        docs = self._next_docs()
+        if docs is None:
+            self._exhausted = True
+            self.packer.finish()
+        else:
+            self.packer.push(docs)
         return True
 
     def _next_docs(self) -> Docs | None:
