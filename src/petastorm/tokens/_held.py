@@ -36,17 +36,15 @@ def merged_runs(*parts: Any) -> np.ndarray:
     runs = [np.asarray(part, dtype=np.int64).reshape(-1, 2) for part in parts if len(part)]
     if not runs:
         return np.empty((0, 2), dtype=np.int64)
-    if len(runs) == 1 and len(runs[0]) == 1:
-        return runs[0]
+    if len(runs) == 1 and (len(runs[0]) == 1 or (runs[0][1:, 0] > runs[0][:-1, 1]).all()):
+        return runs[0]  # sorted and apart already (what id_runs makes)
     table = np.concatenate(runs)
     table = table[np.argsort(table[:, 0], kind='stable')]
-    out = [table[0].tolist()]
-    for first, stop in table[1:].tolist():
-        if first <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], stop)
-        else:
-            out.append([first, stop])
-    return np.array(out, dtype=np.int64)
+    reach = np.maximum.accumulate(table[:, 1])
+    begins = np.concatenate(([True], table[1:, 0] > reach[:-1]))  # a run begins past every run before it
+    first = np.flatnonzero(begins)
+    last = np.concatenate((first[1:], [len(table)])) - 1
+    return np.column_stack((table[first, 0], reach[last]))
 
 
 def in_runs(ids: np.ndarray, runs: np.ndarray) -> np.ndarray:
