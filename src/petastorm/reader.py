@@ -122,7 +122,8 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             epoch's global seeded order of rows is split into equal consecutive shares, so that every shard
             reads exactly the same number of rows per epoch (see ``docs/distributed.md``).
         shard_remainder: with ``shard_mode='rows'``, what happens to the fewer than ``shard_count`` rows left
-            over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them.
+            over: ``'pad'`` (default) repeats the first rows of the epoch's order, ``'drop_last'`` skips them,
+            ``'spread'`` gives them to the first shards (one each: shares differ by one row, every row is read once).
         table_version: for a Delta or Iceberg table (see ``docs/tables.md``), the version to read: None (default)
             the latest; an int, the Delta version number or the Iceberg snapshot id; a ``datetime`` (naive ones are
             UTC) or an ISO 8601 string, the version current at that time; a string naming an Iceberg branch or tag.

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
              'petastorm.utils')),
     ('adapters', ('petastorm.pytorch', 'petastorm.tf_utils', 'petastorm.spark', 'petastorm.spark_utils',
                   'petastorm.ray', 'petastorm.etl', 'petastorm.tools', 'petastorm.cli', 'petastorm.benchmark',
-                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax',
+                  'petastorm.test_util', 'petastorm.torchdata', 'petastorm.jax', 'petastorm.tokens',
                   'petastorm.reader_impl.pytorch_shuffling_buffer')),
 )
 

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 from petastorm.plan.items import ScheduledItem, WorkItem, split_head
 from petastorm.plan.order import epoch_order
-from petastorm.plan.runs import Remainder, Run, rank_share, runs_length, share_size, slice_runs, units_of_runs
+from petastorm.plan.runs import (
+    Remainder,
+    Run,
+    rank_share,
+    remainder_rows,
+    runs_length,
+    share_size,
+    slice_runs,
+    units_of_runs,
+)
 from petastorm.plan.shard import ShardMode
 
 __all__ = ['ShardLayout', 'Stage', 'pass_stages']
@@ -70,12 +79,12 @@ class ShardLayout:
     @property
     def rows_per_epoch(self) -> int:
         """Rows this shard reads in a fresh epoch (before filters)."""
-        return share_size(self.total_rows, self.splits[0], self.remainder)
+        return share_size(self.total_rows, self.splits[0], self.remainder, self.splits[1])
 
     @property
     def remainder_rows(self) -> int:
         """Rows dropped or repeated per epoch to make the shares equal (0 in ``'row_groups'`` mode)."""
-        return abs(self.total_rows - self.splits[0] * self.rows_per_epoch)
+        return remainder_rows(self.total_rows, self.splits[0], self.remainder)
 
     def with_seed(self, seed: int) -> ShardLayout:
         """The same layout ordered by another seed (a restored reader adopts the saved one)."""

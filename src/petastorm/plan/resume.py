@@ -198,7 +198,7 @@ def restored_stage(states: Sequence[ReaderState], layout: ShardLayout) -> Stage:
         raise ValueError(f"the state is of shard {first.shard} of {old_count} and this reader is shard "
                          f"{layout.shard} of {layout.shard_count}; with shard_mode='row_groups' a shard can only "
                          f"continue its own state (changing the world size needs shard_mode='rows')")
-    if len(states) == 1 and first.pending:
+    if len(states) == 1 and old_count > 1 and first.pending:
         raise ValueError('the state holds rows buffered by a loader of its rank; with another world size or '
                          'rank, pass the states of every saved rank (a list) to load_state_dict')
     first = min(states, key=lambda s: s.epoch)
@@ -210,9 +210,10 @@ def restored_stage(states: Sequence[ReaderState], layout: ShardLayout) -> Stage:
         return Stage(min(run[0] for run in held), tuple(held))
     runs = stage.runs if stage.runs is not None else ((stage.epoch, 0, layout.total_rows),)
     remainder: Remainder = layout.remainder  # check_state made the saved one equal to it
-    if len(states) == 1:
+    if len(states) == 1 and old_count > 1:
         progress: list[tuple[int, tuple[Run, ...]]] = [(first.consumed, ())] * old_count
     else:
-        quota = share_size(runs_length(runs), old_count, remainder)
-        progress = [(s.consumed if s.epoch == stage.epoch else quota, s.pending) for s in states]
+        total = runs_length(runs)
+        progress = [(s.consumed if s.epoch == stage.epoch else share_size(total, old_count, remainder, s.shard),
+                     s.pending) for s in states]
     return Stage(stage.epoch, tuple(remaining_runs(runs, old_count, remainder, progress)))

@@ -4,8 +4,8 @@ Sharding by rows (``shard_mode='rows'``) works on the *global order* of an epoch
 :func:`petastorm.plan.order.epoch_order`): position ``p`` of that order is one row. A *run*
 ``(epoch, start, stop)`` names positions ``[start, stop)`` of the global order of ``epoch``; a list of runs is a
 sequence of rows. Every shard takes the same number of consecutive positions (:func:`rank_share`); the few left
-over are dropped or filled by repeating the first positions. Runs are also how a saved position names the rows
-not delivered yet.
+over are dropped or filled by repeating the first positions, or (``'spread'``) the first shards take one more.
+Runs are also how a saved position names the rows not delivered yet.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from petastorm.plan.items import ScheduledItem, WorkItem
 
 __all__ = [
     'EPOCH_SPAN', 'REMAINDER_POLICIES', 'Remainder', 'Run', 'encode_rows', 'merge_runs', 'rank_share',
-    'remainder_rows', 'remaining_runs', 'run_table_of_rows', 'runs_length', 'runs_of_rows', 'share_size', 'slice_runs',
-    'units_of_runs',
+    'remainder_rows', 'remaining_runs', 'run_table_of_rows', 'runs_length', 'runs_of_rows', 'share_bounds',
+    'share_size', 'slice_runs', 'units_of_runs',
 ]
 
 #: Positions ``[start, stop)`` of the global order of one epoch: ``(epoch, start, stop)``.
 Run = tuple[int, int, int]
 #: What happens to the rows left over when the global order does not split evenly across shards.
-Remainder = Literal['drop_last', 'pad']
-REMAINDER_POLICIES: tuple[str, ...] = ('drop_last', 'pad')
+Remainder = Literal['drop_last', 'pad', 'spread']
+REMAINDER_POLICIES: tuple[str, ...] = ('drop_last', 'pad', 'spread')
 
 
 def runs_length(runs: Sequence[Run]) -> int:
@@ -77,25 +77,39 @@ def slice_runs(runs: Sequence[Run], start: int, stop: int) -> list[Run]:
     return merge_runs(out)
 
 
-def share_size(total: int, shard_count: int, remainder: Remainder) -> int:
-    """Rows every shard gets when ``total`` rows are split into equal shares."""
-    return total // shard_count if remainder == 'drop_last' else -(-total // shard_count)
+def share_size(total: int, shard_count: int, remainder: Remainder, shard: int = 0) -> int:
+    """Rows ``shard`` gets when ``total`` rows are split into shares (equal but with ``'spread'``)."""
+    start, stop = share_bounds(total, shard_count, shard, remainder)
+    return stop - start
+
+
+def share_bounds(total: int, shard_count: int, shard: int, remainder: Remainder) -> tuple[int, int]:
+    """The positions ``[start, stop)`` of ``shard``'s share (``stop`` past ``total`` wraps around, ``'pad'``)."""
+    if remainder == 'spread':
+        quota, left = divmod(total, shard_count)
+        start = shard * quota + min(shard, left)
+        return start, start + quota + int(shard < left)
+    quota = total // shard_count if remainder == 'drop_last' else -(-total // shard_count)
+    return shard * quota, (shard + 1) * quota
 
 
 def remainder_rows(total: int, shard_count: int, remainder: Remainder) -> int:
-    """Rows dropped (``'drop_last'``) or repeated (``'pad'``) to make the shares equal."""
+    """Rows dropped (``'drop_last'``) or repeated (``'pad'``) to make the shares equal (0 with ``'spread'``)."""
+    if remainder == 'spread':
+        return 0
     return abs(total - shard_count * share_size(total, shard_count, remainder))
 
 
 def rank_share(runs: Sequence[Run], shard_count: int, shard: int, remainder: Remainder) -> list[Run]:
-    """The rows of ``shard``: its equal, consecutive part of the sequence ``runs``.
+    """The rows of ``shard``: its consecutive part of the sequence ``runs``.
 
     Shard ``k`` takes positions ``[k * q, (k + 1) * q)`` with ``q`` from :func:`share_size`. With
     ``'drop_last'`` the last ``total - shard_count * q`` rows go to nobody; with ``'pad'`` the last shard's part
-    runs past the end and wraps around, repeating the first rows (fewer than ``shard_count`` of them).
+    runs past the end and wraps around, repeating the first rows (fewer than ``shard_count`` of them); with
+    ``'spread'`` the first ``total % shard_count`` shards take one row more, so every row goes to one shard.
     """
-    quota = share_size(runs_length(runs), shard_count, remainder)
-    return slice_runs(runs, shard * quota, (shard + 1) * quota)
+    start, stop = share_bounds(runs_length(runs), shard_count, shard, remainder)
+    return slice_runs(runs, start, stop)
 
 
 def remaining_runs(runs: Sequence[Run], shard_count: int, remainder: Remainder,

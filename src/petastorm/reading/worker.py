@@ -238,11 +238,12 @@ def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
 
 
 def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], table: pa.Table,
-                   where: str, row_keys: np.ndarray | None = None) -> dict[str, Column]:
+                   where: str, row_keys: np.ndarray | None = None, text_as_objects: bool = False) -> dict[str, Column]:
     """Decode every field's column of ``table`` (codecs decode whole columns at once; see :mod:`petastorm.columns`).
 
     ``row_keys``: the keys of the rows' random draws (:func:`petastorm.plan.row_keys.row_draw_keys`), for codecs
-    that draw (a video clip's start).
+    that draw (a video clip's start). ``text_as_objects``: strings as objects, for a pandas DataFrame (see
+    :func:`~petastorm.typemaps.scalars.scalar_column_to_numpy`).
     """
     columns: dict[str, Column] = {}
     for field in fields:
@@ -255,7 +256,7 @@ def decode_columns(fields: tuple[UnischemaField, ...] | list[UnischemaField], ta
                 # The ndarray codecs also refuse arrays whose dtype or shape is not the field's.
                 columns[field.name] = decode_stored_column(field, column, row_keys)
             else:
-                columns[field.name] = scalar_column_to_numpy(field, column)
+                columns[field.name] = scalar_column_to_numpy(field, column, text_as_objects)
         except MissingDependencyError:
             raise  # names the library and the extra to install: nothing about this row group to add
         except Exception as err:
@@ -352,7 +353,11 @@ def _read_item(ctx: ReadContext, scheduled: ScheduledItem, clock: StageClock | N
             lap(clock, 'io')
     table, num_rows = _take_rows(table, names, kept.selection)
     lap(clock, 'filter')
-    columns = decode_columns(ctx.fields, table, where, _draw_keys(ctx, scheduled, kept.selection, num_rows))
+    # A make_batch_reader transform function gets a DataFrame: its text goes there as the objects pandas holds,
+    # without a fixed-width array as wide as the longest text of the row group on the way.
+    frame = ctx.transform is not None and ctx.transform.batched and ctx.transform.spec.func is not None
+    columns = decode_columns(ctx.fields, table, where, _draw_keys(ctx, scheduled, kept.selection, num_rows),
+                             text_as_objects=frame)
     lap(clock, 'decode')
     batch = _make_batch(ctx, columns, kept, scheduled, num_rows, where)
     lap(clock, 'transform')

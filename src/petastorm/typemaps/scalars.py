@@ -380,13 +380,16 @@ def _checked_decimal(value: Any, arrow_type: pa.DataType) -> decimal.Decimal:
     return number
 
 
-def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray) -> Column:
+def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray, text_as_objects: bool = False) -> Column:
     """Decode a native Arrow column into a column of ``field``'s values (see :mod:`petastorm.columns`).
 
     Null-free flat columns are numpy arrays whose elements are of ``field.numpy_dtype`` (strings fixed-width
     unicode, decimals an object array of ``Decimal``); a column with nulls is a :class:`MaskedColumn`; lists,
     maps and structs are list and struct columns over the Arrow buffers, dense ``(rows, *shape)`` arrays where the
     field's shape fixes a list's length.
+
+    ``text_as_objects``: null-free strings and binaries become an object array of ``str``/``bytes`` (what a pandas
+    DataFrame holds) instead of a fixed-width array as wide as the longest value.
     """
     column = single_chunk(column)
     if isinstance(column.type, pa.DictionaryType):
@@ -400,6 +403,8 @@ def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray) -> Co
         masked = from_arrow(column)
         assert isinstance(masked, MaskedColumn)
         return MaskedColumn(_typed(dtype, masked.values), masked.valid)
+    if text_as_objects and dtype in (np.str_, np.bytes_):
+        return column.to_numpy(zero_copy_only=False)
     return _typed(dtype, _to_numpy(column))
 
 

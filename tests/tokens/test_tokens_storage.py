@@ -1,0 +1,51 @@
+"""The token loader reads where the readers read: a Delta table's version, and S3 (moto's server on loopback).
+
+Token ids say where they come from (``support.token_corpus``), so each test checks every token once.
+"""
+
+import collections
+
+import pyarrow as pa
+import pytest
+
+from support.s3_loopback import BUCKET, MotoServer
+from support.token_corpus import batch_tokens, document, expected_tokens, lognormal_lengths, write_corpus
+
+pytest.importorskip('grain')
+from petastorm.tokens import make_token_dataset  # noqa: E402
+
+LENGTHS = lognormal_lengths(80, median=12, seed=7, longest=50)
+
+
+def _tokens(url, **kwargs):
+    with make_token_dataset(url, seq_len=16, batch_size=4, workers_count=1, **kwargs) as dataset:
+        return collections.Counter(t for batch in dataset for t in batch_tokens(batch))
+
+
+def test_a_delta_table_at_a_pinned_version(tmp_path):
+    deltalake = pytest.importorskip('deltalake')
+    table = str(tmp_path / 'delta')
+
+    def rows(first, lengths):
+        return pa.table({'input_ids': pa.array([document(first + i, int(n)) for i, n in enumerate(lengths)],
+                                               pa.list_(pa.int32()))})
+
+    deltalake.write_deltalake(table, rows(0, LENGTHS[:50]))
+    deltalake.write_deltalake(table, rows(50, LENGTHS[50:]), mode='append')
+    assert _tokens(f'file://{table}') == expected_tokens(LENGTHS)
+    assert _tokens(f'file://{table}', reader_options={'table_version': 0}) == expected_tokens(LENGTHS[:50])
+
+
+def test_a_store_on_s3(tmp_path):
+    s3fs = pytest.importorskip('s3fs')
+    pytest.importorskip('moto')
+    local = write_corpus(tmp_path / 'docs.parquet', LENGTHS, row_group_size=20)
+    with MotoServer() as server:
+        options = server.storage_options()
+        fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+        fs.mkdir(BUCKET)
+        fs.put(local[len('file://'):], f'{BUCKET}/tokens/docs.parquet')
+        url = f's3://{BUCKET}/tokens'
+        assert _tokens(url, storage_options=options) == expected_tokens(LENGTHS)
+        ranks = [_tokens(url, storage_options=options, cur_shard=rank, shard_count=2) for rank in range(2)]
+    assert ranks[0] + ranks[1] == expected_tokens(LENGTHS)
