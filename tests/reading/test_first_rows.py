@@ -47,9 +47,9 @@ def test_only_the_head_is_decoded_before_the_first_batch(url, monkeypatch):
     decoded = []
     real = worker.decode_columns
 
-    def counting(fields, table, where, *rest):
+    def counting(fields, table, where, *rest, **named):
         decoded.append(table.num_rows)
-        return real(fields, table, where, *rest)
+        return real(fields, table, where, *rest, **named)
 
     monkeypatch.setattr(worker, 'decode_columns', counting)
     with make_batch_reader(url, reader_pool_type='dummy', shuffle_row_groups=False) as reader:
