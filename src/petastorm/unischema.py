@@ -359,7 +359,7 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
 
 
 def _inferred_field(arrow_field: pa.Field, omit_unsupported: bool) -> UnischemaField | None:
-    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type)
+    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type, arrow_field.metadata)
     if tensor is not None:
         return UnischemaField(arrow_field.name, tensor[0], tensor[1], ArrowTensorCodec(), arrow_field.nullable)
     described = field_type_of_arrow(arrow_field.type)
