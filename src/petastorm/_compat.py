@@ -69,7 +69,7 @@ def refuse_unreadable_null_lists(table: pa.Table, where: str) -> None:
 
 
 def _null_over_fixed_size_list(array: pa.Array) -> bool:
-    """True when a fixed-size list in ``array`` has a null row, or lies under a null row of a list or struct."""
+    """True when a fixed-size list in ``array`` has a null row, or lies under a null row of a struct."""
     if isinstance(array, pa.ExtensionArray):
         return _null_over_fixed_size_list(array.storage)
     arrow_type = array.type
@@ -80,8 +80,11 @@ def _null_over_fixed_size_list(array: pa.Array) -> bool:
         return any(_has_fixed_size_list(child.type) and (array.null_count > 0 or _null_over_fixed_size_list(child))
                    for child in children)
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_map(arrow_type):
-        values = array.flatten()
-        return _has_fixed_size_list(arrow_type) and (array.null_count > 0 or _null_over_fixed_size_list(values))
+        if not _has_fixed_size_list(arrow_type):
+            return False
+        # A null list holds no elements: only the fixed-size lists inside may be null (or under null structs).
+        first, last = array.offsets[0].as_py(), array.offsets[len(array)].as_py()
+        return _null_over_fixed_size_list(array.values.slice(first, last - first))
     return False
 
 
