@@ -212,9 +212,9 @@ def decoded_cache_cases(settings: Settings) -> list[Measurement]:
 
 
 def storage_cases(settings: Settings) -> list[Measurement]:
-    import storage_bench  # puts tests/ on sys.path for conftest_s3
+    import storage_bench  # puts tests/ on sys.path for s3_loopback
 
-    from support.conftest_s3 import MotoServer
+    from support.s3_loopback import MotoServer
 
     rows, workers = (100_000 if settings.quick else 1_000_000), 4
     table = storage_bench.make_table(rows)

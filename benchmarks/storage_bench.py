@@ -37,7 +37,7 @@ from petastorm import make_batch_reader
 from petastorm.fs import path_to_url, resolve_url
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests'))
-from support.conftest_s3 import BUCKET, MotoServer  # noqa: E402
+from support.s3_loopback import BUCKET, MotoServer  # noqa: E402
 
 COLUMNS = 10
 

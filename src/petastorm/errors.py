@@ -11,8 +11,8 @@ __all__ = [
     'CodecError', 'CorruptDataError', 'CorruptFooterError', 'DataFileChangedError', 'DatasetWriteError',
     'DecodeFieldError', 'MissingDataFilesError', 'MissingDependencyError', 'NoDataAvailableError',
     'NoMatchingFieldsError', 'PetastormError', 'PetastormMetadataError', 'PetastormMetadataGenerationError',
-    'SchemaError', 'StorageCredentialsError', 'StorageError', 'StorageNotFoundError', 'StoragePermissionError',
-    'TableVersionError', 'UnsupportedTableFeatureError',
+    'SchemaError', 'StorageCredentialsError', 'StorageError', 'StorageNotFoundError', 'StorageOptionsError',
+    'StoragePermissionError', 'TableVersionError', 'UnsupportedTableFeatureError',
 ]
 
 
@@ -78,6 +78,15 @@ class StorageCredentialsError(StorageError, PermissionError):
 
 class StoragePermissionError(StorageError, PermissionError):
     """The storage denied an operation on a URL to the credentials in use."""
+
+
+class StorageOptionsError(PetastormError, ValueError, TypeError):
+    """A ``storage_options`` key that no client of the URL takes, or one setting given twice with different values.
+
+    Raised before any request; the message names the key, where it came from (``storage_options`` or a dict in it),
+    the closest accepted name and the accepted names. A ``ValueError`` (a bad argument) and a ``TypeError`` (what
+    the client's unexpected keyword argument raised before), so either ``except`` catches it.
+    """
 
 
 class TableVersionError(PetastormMetadataError, ValueError):

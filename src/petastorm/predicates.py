@@ -195,9 +195,10 @@ class in_reduce(PredicateBase):  # noqa: N801
 
     def evaluate(self, columns: dict[str, np.ndarray], num_rows: int) -> np.ndarray:
         """The combined mask: element-wise and/or of the predicates' masks for ``all``/``any``, else row by row."""
+        if not self._predicate_list:  # what reduce_func says of no answers, for every row: all([]), not any([])
+            return np.full(num_rows, bool(self._reduce_func([])))
         if self._reduce_func in (all, any):
-            masks = np.stack([p.evaluate(columns, num_rows) for p in self._predicate_list]) if \
-                self._predicate_list else np.ones((1, num_rows), dtype=bool)
+            masks = np.stack([p.evaluate(columns, num_rows) for p in self._predicate_list])
             combine = np.logical_and if self._reduce_func is all else np.logical_or
             return combine.reduce(masks, axis=0)
         return super().evaluate(columns, num_rows)

@@ -10,7 +10,10 @@ Parquet cells, and a nullability flag::
     ])
 
 Spark and TensorFlow are imported only by the methods that render to them. The model is layered: native
-column types (:mod:`petastorm.typemaps.scalars`) and codecs sit below this module, and the TensorFlow dtype table
+column types (:mod:`petastorm.typemaps.scalars`), struct types as trees of leaves (:mod:`petastorm.typemaps.structs`)
+and codecs sit below this module, with the codecs' side of two of its functions: the field each column of a plain
+Parquet file is read as (``petastorm.codecs._inference``, for :func:`infer_unischema`) and a row checked and
+encoded for storage (``petastorm.codecs._rows``, exported here as :func:`encode_row`). The TensorFlow dtype table
 lives in the TensorFlow adapter, which ``as_tf_dtypes`` and :func:`numpy_to_tf_dtype` call into.
 """
 
@@ -27,10 +30,12 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm._warnings import warn_user
-from petastorm.codecs import ArrowTensorCodec, ScalarCodec, encode_value
+from petastorm.codecs import ArrowTensorCodec, ScalarCodec
+from petastorm.codecs._inference import field_type_of_column, field_type_of_feature, hf_features
+from petastorm.codecs._rows import encode_row
 from petastorm.errors import SchemaError
-from petastorm.typemaps.hf_features import field_type_of_feature, hf_features
-from petastorm.typemaps.scalars import field_type_of_arrow, native_arrow_type
+from petastorm.typemaps.scalars import native_arrow_type
+from petastorm.typemaps.structs import leaf_paths, pruned_struct
 
 __all__ = [
     'Unischema', 'UnischemaField', 'arrow_type_of_field', 'check_storable', 'dict_to_spark_row', 'encode_row',
@@ -326,7 +331,7 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
     (``arrow.fixed_shape_tensor``, ``arrow.variable_shape_tensor``) become n-d fields decoded by
     ``ArrowTensorCodec``; nested lists, structs, maps, times and decimals carry their Arrow type in a
     ``ScalarCodec`` (see :func:`petastorm.typemaps.scalars.field_type_of_arrow`). Files written by Hugging Face
-    ``datasets`` have their features read (:mod:`petastorm.typemaps.hf_features`): images, class labels, n-d arrays.
+    ``datasets`` have their features read (:mod:`petastorm.codecs._inference`): images, class labels, n-d arrays.
 
     Args:
         source: a ``pyarrow.Schema``, or anything with a ``schema`` attribute holding one (a
@@ -348,36 +353,11 @@ def infer_unischema(source: Any, omit_unsupported_fields: bool = True, partition
     for arrow_field in schema:
         if arrow_field.name in partitions:
             continue
-        described = field_type_of_feature(features.get(arrow_field.name), arrow_field.type)
+        described = field_type_of_feature(features.get(arrow_field.name), arrow_field.type) or \
+            field_type_of_column(arrow_field, omit_unsupported_fields)
         if described is not None:
             fields.append(UnischemaField(arrow_field.name, *described, arrow_field.nullable))
-            continue
-        field = _inferred_field(arrow_field, omit_unsupported_fields)
-        if field is not None:
-            fields.append(field)
     return Unischema(name, fields)
-
-
-def _inferred_field(arrow_field: pa.Field, omit_unsupported: bool) -> UnischemaField | None:
-    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type, arrow_field.metadata)
-    if tensor is not None:
-        return UnischemaField(arrow_field.name, tensor[0], tensor[1], ArrowTensorCodec(), arrow_field.nullable)
-    described = field_type_of_arrow(arrow_field.type)
-    if described is None:
-        if not omit_unsupported:
-            raise ValueError(f'Cannot auto-create unischema due to unsupported column type {arrow_field.type} '
-                             f'of column {arrow_field.name!r}')
-        warn_user(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
-                      UserWarning)
-        return None
-    numpy_type, shape, needs_codec = described
-    codec = ScalarCodec(_plain_type(arrow_field.type)) if needs_codec else None
-    return UnischemaField(arrow_field.name, numpy_type, shape, codec, arrow_field.nullable)
-
-
-def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
-    """The type a reader decodes a column of ``arrow_type`` as: extension types as their storage."""
-    return arrow_type.storage_type if isinstance(arrow_type, pa.BaseExtensionType) else arrow_type
 
 
 def struct_type_of_field(field: UnischemaField) -> pa.StructType | None:
@@ -394,20 +374,7 @@ def struct_leaf_paths(field: UnischemaField) -> list[str]:
     leaves of a stored struct reads only them.
     """
     struct = struct_type_of_field(field)
-    if struct is None:
-        return [field.name]
-    paths: list[str] = []
-
-    def walk(prefix: str, arrow_type: pa.StructType) -> None:
-        for i in range(arrow_type.num_fields):
-            child = arrow_type.field(i)
-            if pa.types.is_struct(child.type) and child.type.num_fields:
-                walk(f'{prefix}.{child.name}', child.type)
-            else:
-                paths.append(f'{prefix}.{child.name}')
-
-    walk(field.name, struct)
-    return paths or [field.name]
+    return (leaf_paths(field.name, struct) or [field.name]) if struct is not None else [field.name]
 
 
 def struct_leaf_field(schema: Unischema, path: str) -> tuple[UnischemaField, list[str]] | None:
@@ -444,21 +411,7 @@ def prune_struct_field(field: UnischemaField, leaves: list[list[str]]) -> Unisch
     """``field`` (a struct field) holding only the given leaves (paths below it), in the struct's own order."""
     struct = struct_type_of_field(field)
     assert struct is not None, 'prune_struct_field takes a struct field'
-
-    def prune(arrow_type: pa.StructType, paths: list[list[str]]) -> pa.StructType:
-        kept = []
-        for i in range(arrow_type.num_fields):
-            child = arrow_type.field(i)
-            below = [p[1:] for p in paths if p[0] == child.name]
-            if not below:
-                continue
-            if any(not p for p in below) or not pa.types.is_struct(child.type):
-                kept.append(child)
-            else:
-                kept.append(child.with_type(prune(child.type, below)))
-        return pa.struct(kept)
-
-    return field._replace(codec=ScalarCodec(prune(struct, leaves)))
+    return field._replace(codec=ScalarCodec(pruned_struct(struct, leaves)))
 
 
 def _parses_as_int(value: str) -> bool:
@@ -508,54 +461,6 @@ def insert_explicit_nulls(unischema: Unischema, row_dict: dict) -> None:
                 row_dict[name] = None
             else:
                 raise ValueError(f'Field {name} is not found in the row_dict, but is not nullable.')
-
-
-def encode_row(unischema: Unischema, row_dict: Mapping[str, Any], *, column_encoded: bool = False) -> dict[str, Any]:
-    """Validate ``row_dict`` against the schema and encode every value to what its Parquet cell stores.
-
-    This is the validation shared by :func:`dict_to_spark_row` and the dataset writer. With ``column_encoded``,
-    codec values are what the codec's ``check_value`` returns, for the caller to pass on to its ``encode_column``
-    (the codec protocol of :class:`~petastorm.codecs.DataframeColumnCodec`); without it, each value is encoded
-    into its cell.
-
-    Args:
-        unischema: the schema the row follows.
-        row_dict: ``{field name: value}``; nullable fields may be missing.
-        column_encoded: leave codec values for column encoding (see above).
-
-    Returns:
-        ``{field name: encoded value}`` for every field of the schema, ``None`` for nulls.
-
-    Raises:
-        SchemaError: missing or unexpected fields, a ``None`` in a non-nullable field, or a value whose type or
-            shape does not match the field (the message names the field and what was expected).
-    """
-    if not isinstance(row_dict, Mapping):
-        raise SchemaError(f'Expected a dict of field values for schema {unischema._name}, got {type(row_dict)}')
-    row = dict(row_dict)
-    missing = [n for n, f in unischema.fields.items() if n not in row and not f.nullable]
-    if missing:
-        # The first sentence is the original's.
-        raise SchemaError(f'Field {missing[0]} is not found in the row_dict, but is not nullable (missing '
-                          f'non-nullable fields: {missing}; the row_dict has {sorted(row)}; schema '
-                          f'{unischema._name} has {list(unischema.fields)})')
-    extra = set(row) - set(unischema.fields)
-    if extra:
-        raise SchemaError(f'Dictionary fields {sorted(row)} do not match schema fields {list(unischema.fields)}: '
-                          f'unexpected {sorted(extra)} (not fields of schema {unischema._name})')
-    encoded: dict[str, Any] = {}
-    for name, field in unischema.fields.items():
-        value = row.get(name)
-        if value is None:
-            if not field.nullable:
-                raise SchemaError(f'Field {name!r} is not nullable, but got None')
-            encoded[name] = None
-            continue
-        if column_encoded and field.codec is not None:
-            encoded[name] = field.codec.check_value(field, value)
-        else:
-            encoded[name] = encode_value(field, value)
-    return encoded
 
 
 def dict_to_spark_row(unischema: Unischema, row_dict: Mapping[str, Any]) -> Any:

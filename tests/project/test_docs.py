@@ -169,7 +169,7 @@ def test_page_runs_as_pasted(page, tmp_path, request):
     if 's3' in markers:
         s3fs = pytest.importorskip('s3fs')
         pytest.importorskip('moto')
-        from support.conftest_s3 import MotoServer
+        from support.s3_loopback import MotoServer
 
         server = MotoServer()
         request.addfinalizer(server.stop)

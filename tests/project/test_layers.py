@@ -1,14 +1,20 @@
-"""The package's shape holds: imports point down the layers, and no modules import each other in a circle.
+"""The package's shape holds: imports point down the layers, and neither modules nor folders import in a circle.
 
 Every ``import`` statement of ``src/petastorm`` counts, at module level or inside a function: a lazy import is
 still a dependency. The layers are those of ``docs/architecture.md``; a new module must be given one here.
+
+Within one layer, the folders (packages) depend on each other one way: two folders whose modules import each other
+(``a/x.py`` imports ``b``, ``b/y.py`` imports ``a/z.py``) are one subsystem cut in two, even when no single module
+is in a circle. A folder is a package of the tree, whatever its name; a folder that spans two layers on purpose
+(``reading/``) counts as one folder per layer, and each module loose at the top of the package is a folder of its
+own.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -112,8 +118,8 @@ def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
     return found
 
 
-def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """The groups of modules that import each other in a circle (strongly connected, more than one module)."""
+def import_cycles(graph: Mapping[str, Mapping[str, object]]) -> list[list[str]]:
+    """The groups of modules (or folders) that import each other in a circle (strongly connected, more than one)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -147,6 +153,47 @@ def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return cycles
 
 
+def folder_of(module: str, modules: dict[str, pathlib.Path]) -> str:
+    """The folder ``module`` belongs to, with its layer: ``'petastorm.codecs (model)'``.
+
+    The folder is the package holding the module (a package's ``__init__`` belongs to the package itself); a module
+    loose at the top of ``petastorm`` is a folder of its own.
+    """
+    path = modules[module]
+    folder = module if path.stem == '__init__' else module.rpartition('.')[0]
+    if folder == 'petastorm':
+        folder = module
+    layer = layer_of(module)
+    return f'{folder} ({"?" if layer is None else LAYERS[layer][0]})'
+
+
+def folder_graph(graph: dict[str, dict[str, int]], root: pathlib.Path = SOURCE) -> dict[str, dict[str, str]]:
+    """``{folder: {imported folder of the same layer: 'module imports module at line n'}}`` (the first such import).
+
+    Imports across layers are left out: one that points up is :func:`upward_imports`' to report.
+    """
+    modules = source_modules(root)
+    folders: dict[str, dict[str, str]] = {}
+    for module, edges in sorted(graph.items()):
+        own = folder_of(module, modules)
+        targets = folders.setdefault(own, {})
+        for target, line in sorted(edges.items()):
+            other = folder_of(target, modules)
+            if other != own and layer_of(target) == layer_of(module):
+                targets.setdefault(other, f'{module} imports {target} at line {line}')
+    return folders
+
+
+def folder_cycles(folders: dict[str, dict[str, str]]) -> list[str]:
+    """One line per import that closes a circle of folders of one layer, grouped by circle."""
+    found = []
+    for group in import_cycles(folders):
+        members = set(group)
+        found.extend(f'{folder} -> {target}: {why}' for folder in group
+                     for target, why in sorted(folders[folder].items()) if target in members)
+    return found
+
+
 @pytest.fixture(scope='module')
 def graph() -> dict[str, dict[str, int]]:
     return import_graph()
@@ -162,6 +209,10 @@ def test_imports_point_down_the_layers(graph):
 
 def test_no_import_cycles(graph):
     assert import_cycles(graph) == []
+
+
+def test_no_folder_cycles(graph):
+    assert folder_cycles(folder_graph(graph)) == []
 
 
 def test_allowed_upward_imports_still_exist(graph):
@@ -189,3 +240,30 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
     graph = import_graph(tmp_path)
     assert upward_imports(graph) == ['petastorm.plan (plan) imports petastorm.pytorch (adapters) at line 2']
     assert import_cycles(graph) == [['petastorm.codecs', 'petastorm.unischema']]
+
+
+def test_the_checks_catch_a_cycle_of_folders(tmp_path):
+    # Two folders of one layer whose modules import each other, with no module in a circle; a folder that spans two
+    # layers (its lower module imported from below, its upper module importing from below) is not a circle; nor are
+    # a package's own modules importing each other.
+    _write_package(tmp_path, {
+        '__init__.py': '',
+        'codecs/__init__.py': 'from petastorm.codecs import _scalar\n',
+        'codecs/_scalar.py': 'from petastorm.typemaps import scalars\n',
+        'typemaps/__init__.py': '',
+        'typemaps/scalars.py': '',
+        'typemaps/hf.py': 'from petastorm.codecs import _scalar\n',
+        'pools/__init__.py': 'from petastorm.reading import batch\n',
+        'reading/__init__.py': 'from petastorm.reading import setup\n',
+        'reading/batch.py': '',
+        'reading/setup.py': 'import petastorm.pools\nfrom petastorm.reading import batch\n',
+    })
+    graph = import_graph(tmp_path)
+    assert import_cycles(graph) == []
+    assert upward_imports(graph) == []
+    assert folder_cycles(folder_graph(graph, tmp_path)) == [
+        'petastorm.codecs (model) -> petastorm.typemaps (model): petastorm.codecs._scalar imports '
+        'petastorm.typemaps.scalars at line 1',
+        'petastorm.typemaps (model) -> petastorm.codecs (model): petastorm.typemaps.hf imports '
+        'petastorm.codecs._scalar at line 1',
+    ]

@@ -3,7 +3,7 @@
 * The filesystem tests (``test_fs_*.py``): an in-memory dataset, a ``$HADOOP_HOME`` and a stand-in HDFS
   connector (:mod:`support.fake_storage`).
 * The S3 tests (``test_s3_*.py``, ``test_tables_s3.py``): one moto server for the whole run, the fault-injecting
-  proxy in front of it, and a Petastorm dataset on it (:mod:`support.conftest_s3`, :mod:`support.s3_datasets`).
+  proxy in front of it, and a Petastorm dataset on it (:mod:`support.s3_loopback`, :mod:`support.s3_datasets`).
 * The local disk cache tests (``test_local_disk_cache_*.py``): a dataset of many small row groups
   (:mod:`support.cache_stores`).
 """
@@ -18,9 +18,9 @@ import pytest
 import petastorm.fs.hadoop as hadoop
 from petastorm import write_dataset
 from support.cache_stores import row_group_count, write_cache_store
-from support.conftest_s3 import BUCKET, FaultProxy, MotoServer
 from support.fake_storage import HA_SITE, FsSchema, StubConnector, fs_rows, site_xml
 from support.s3_datasets import ROWS, S3Schema, s3_row
+from support.s3_loopback import BUCKET, FaultProxy, MotoServer
 
 # -- the filesystem tests --------------------------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ def stub_connector():
 
 @pytest.fixture(scope='session')
 def moto():
-    """moto's S3 server on loopback, with the bucket :data:`support.conftest_s3.BUCKET`."""
+    """moto's S3 server on loopback, with the bucket :data:`support.s3_loopback.BUCKET`."""
     s3fs = pytest.importorskip('s3fs')
     with MotoServer() as server:
         s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(BUCKET)

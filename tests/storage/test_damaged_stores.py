@@ -3,7 +3,7 @@
 The stores sit in the directory of a loopback S3 server (petastorm.test_util.s3_server), so a test damages a file
 by writing to disk and both S3 clients users have, s3fs (``storage_options``) and pyarrow's ``S3FileSystem``
 (``filesystem=``), see the damage. Throttling and dropped connections come from the fault-injecting proxy of
-``conftest_s3`` in front of the server; the reads that survive them deliver every row exactly once.
+``support.s3_loopback`` in front of the server; the reads that survive them deliver every row exactly once.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from petastorm.test_util.s3_server import S3DirectoryServer
 pytest.importorskip('s3fs')
 
 from reliability.helpers import SMALL_ROWS, write_small_dataset  # noqa: E402
-from support.conftest_s3 import FaultPlan, FaultProxy, arrow_s3  # noqa: E402
+from support.s3_loopback import FaultPlan, FaultProxy, arrow_s3  # noqa: E402
 
 BUCKET = 'damaged'
 #: storage_options (which pyarrow's own client reads when it can), an s3fs filesystem (our fsspec layer: ETags, size

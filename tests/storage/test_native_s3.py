@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from petastorm.fs._native_s3 import native_s3_options
+from petastorm.fs.settings import native_s3_options
 
 
 def _strategy_attempts(arguments: dict) -> int:

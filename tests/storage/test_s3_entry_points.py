@@ -21,8 +21,8 @@ import pytest
 from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 from petastorm.fs_utils import FilesystemResolver, get_filesystem_and_path_or_paths
-from support.conftest_s3 import BUCKET, SECRET_KEY, FaultProxy
 from support.s3_datasets import ROWS, S3Schema, read_ids, s3_row
+from support.s3_loopback import BUCKET, SECRET_KEY, FaultProxy
 
 s3fs = pytest.importorskip('s3fs')
 pytest.importorskip('moto')

@@ -25,8 +25,8 @@ from petastorm import make_batch_reader, make_reader, write_dataset
 from petastorm.codecs import ScalarCodec
 from petastorm.errors import StorageCredentialsError, StorageError, StoragePermissionError
 from petastorm.unischema import Unischema, UnischemaField
-from support.conftest_s3 import BUCKET, SECRET_KEY, FaultPlan, MotoServer
 from support.s3_datasets import ROWS, S3Schema, read_ids, s3_row
+from support.s3_loopback import BUCKET, SECRET_KEY, FaultPlan, MotoServer
 
 s3fs = pytest.importorskip('s3fs')
 pytest.importorskip('moto')

@@ -30,7 +30,7 @@ from petastorm.unischema import Unischema, UnischemaField
 
 s3fs = pytest.importorskip('s3fs')
 
-from support.conftest_s3 import arrow_s3  # noqa: E402
+from support.s3_loopback import arrow_s3  # noqa: E402
 
 BUCKET = 'bucket'
 PAYLOAD = bytes(range(256)) * 40  # 10,240 bytes whose every offset is recognisable

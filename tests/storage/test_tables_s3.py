@@ -20,7 +20,7 @@ pytest.importorskip('moto')
 deltalake = pytest.importorskip('deltalake')
 pytest.importorskip('pyiceberg')
 
-from support.conftest_s3 import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
+from support.s3_loopback import BUCKET, SECRET_KEY, MotoServer  # noqa: E402
 from support.tables_util import reader_rows, rows_of_table  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def test_write_dataset_appends_to_a_delta_table_on_s3(moto):
 
 
 def test_storage_options_translated_for_the_table_libraries():
-    from petastorm.tables._storage import delta_storage_options, iceberg_io_properties
+    from petastorm.fs.settings import delta_storage_options, iceberg_io_properties
 
     options = {'key': 'K', 'secret': 'S', 'token': 'T', 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:1',
                                                                           'region_name': 'eu-west-1'},

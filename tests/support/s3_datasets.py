@@ -1,6 +1,6 @@
 """The datasets the S3 tests write to the moto server, and how they read them back.
 
-``tests/storage/conftest.py`` starts the server (:class:`support.conftest_s3.MotoServer`) and writes
+``tests/storage/conftest.py`` starts the server (:class:`support.s3_loopback.MotoServer`) and writes
 ``s3_dataset`` (:data:`ROWS` rows of :data:`S3Schema` in several files and row groups) once per test run.
 """
 

@@ -123,49 +123,68 @@ def _configure_logging(args: argparse.Namespace) -> None:
         logging.getLogger().setLevel(logging.DEBUG if args.vv else logging.INFO)
 
 
+def _checked_arguments(args: argparse.Namespace) -> dict | None:
+    """Refuse wrong arguments before the benchmark is spawned; the ``storage_options`` they give.
+
+    Raises:
+        UsageError: an argument out of range, a dataset that is not there, a loader with a read method other than
+            python, or a field regex that matches nothing.
+        MissingDependencyError: the framework of ``--read-method tf`` or ``--loader`` is not installed.
+    """
+    if args.workers_count < 1:
+        raise _cli.UsageError(f'--workers-count must be at least 1, got {args.workers_count}')
+    if args.warmup_cycles < 0 or args.measure_cycles < 1:
+        raise _cli.UsageError(f'--warmup-cycles must be >= 0 and --measure-cycles >= 1, got '
+                              f'{args.warmup_cycles} and {args.measure_cycles}')
+    storage_options = _cli.parse_storage_options(args.storage_options)
+    _cli.existing_directory(args.dataset_path, 'dataset', storage_options)
+    if args.loader != Loader.NONE.value and args.read_method != ReadMethod.PYTHON.value:
+        raise _cli.UsageError(f'--loader {args.loader} cannot be combined with --read-method {args.read_method}')
+    if args.loader_batch_size < 1:
+        raise _cli.UsageError(f'--loader-batch-size must be at least 1, got {args.loader_batch_size}')
+    if args.read_method == ReadMethod.TF.value:
+        _require('tensorflow', '--read-method tf')
+    if args.loader != Loader.NONE.value:
+        _require('torch', f'--loader {args.loader}')
+    if args.field_regex:
+        try:  # in this process, before spawning the benchmark: a regex that matches nothing is a usage error
+            _matching_fields(args.dataset_path, args.field_regex, args.batch, {'storage_options': storage_options})
+        except (ValueError, re.error) as err:
+            raise _cli.UsageError(str(err)) from err
+    return storage_options
+
+
+def _measure(args: argparse.Namespace, storage_options: dict | None) -> ThroughputReport:
+    """The benchmark the arguments describe, run in a child process."""
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    return measure_throughput(
+        args.dataset_path, args.field_regex, warmup_cycles_count=args.warmup_cycles,
+        measure_cycles_count=args.measure_cycles, pool_type=WorkerPoolType(args.pool_type),
+        loaders_count=args.workers_count, profile_threads=args.profile_threads,
+        read_method=ReadMethod(args.read_method), shuffling_queue_size=args.shuffling_queue_size,
+        batch=args.batch, loader=Loader(args.loader),
+        loader_batch_size=args.loader_batch_size, time_stages=args.v or args.vv or args.json,
+        on_progress=show_progress if progress else None,
+        reader_extra_args={'storage_options': storage_options} if storage_options else None)
+
+
+def _print_report(report: ThroughputReport, args: argparse.Namespace) -> None:
+    """The JSON line (``--json``), or the stage breakdown (when timed) and the result line."""
+    if args.json:
+        print(result_as_json(report, args))
+        return
+    if report.stages is not None:
+        print(report.stages.format())
+    print(format_result(report.result))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``petastorm-throughput.py``."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     _configure_logging(args)
 
     def work() -> None:
-        if args.workers_count < 1:
-            raise _cli.UsageError(f'--workers-count must be at least 1, got {args.workers_count}')
-        if args.warmup_cycles < 0 or args.measure_cycles < 1:
-            raise _cli.UsageError(f'--warmup-cycles must be >= 0 and --measure-cycles >= 1, got '
-                                  f'{args.warmup_cycles} and {args.measure_cycles}')
-        storage_options = _cli.parse_storage_options(args.storage_options)
-        _cli.existing_directory(args.dataset_path, 'dataset', storage_options)
-        if args.loader != Loader.NONE.value and args.read_method != ReadMethod.PYTHON.value:
-            raise _cli.UsageError(f'--loader {args.loader} cannot be combined with --read-method {args.read_method}')
-        if args.loader_batch_size < 1:
-            raise _cli.UsageError(f'--loader-batch-size must be at least 1, got {args.loader_batch_size}')
-        if args.read_method == ReadMethod.TF.value:
-            _require('tensorflow', '--read-method tf')
-        if args.loader != Loader.NONE.value:
-            _require('torch', f'--loader {args.loader}')
-        if args.field_regex:
-            try:  # in this process, before spawning the benchmark: a regex that matches nothing is a usage error
-                _matching_fields(args.dataset_path, args.field_regex, args.batch,
-                                 {'storage_options': storage_options})
-            except (ValueError, re.error) as err:
-                raise _cli.UsageError(str(err)) from err
-        progress = sys.stderr.isatty() if args.progress is None else args.progress
-        report = measure_throughput(
-            args.dataset_path, args.field_regex, warmup_cycles_count=args.warmup_cycles,
-            measure_cycles_count=args.measure_cycles, pool_type=WorkerPoolType(args.pool_type),
-            loaders_count=args.workers_count, profile_threads=args.profile_threads,
-            read_method=ReadMethod(args.read_method), shuffling_queue_size=args.shuffling_queue_size,
-            batch=args.batch, loader=Loader(args.loader),
-            loader_batch_size=args.loader_batch_size, time_stages=args.v or args.vv or args.json,
-            on_progress=show_progress if progress else None,
-            reader_extra_args={'storage_options': storage_options} if storage_options else None)
-        if args.json:
-            print(result_as_json(report, args))
-            return
-        if report.stages is not None:
-            print(report.stages.format())
-        print(format_result(report.result))
+        _print_report(_measure(args, _checked_arguments(args)), args)
 
     _cli.run(PROG, work)
 

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from petastorm.benchmark.stages import StageBreakdown, stage_breakdown
+from petastorm.errors import PetastormError
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class ThroughputReport:
     stages: StageBreakdown | None
 
 
-class BenchmarkProcessError(RuntimeError):
+class BenchmarkProcessError(PetastormError, RuntimeError):
     """The benchmark failed in the child process that measured it.
 
     The message is the original error's; ``error_type`` is the class name of the original exception (the

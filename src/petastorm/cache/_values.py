@@ -79,20 +79,22 @@ class _Encoder:
                 raise self._refuse(value, where)
             return {'npscalar': self._blob(_npy_bytes(np.asarray(value), where))}
         if kind in (list, tuple, dict):
-            if id(value) in self._open:
-                raise UncacheableValueError(f'{where} contains itself; the local disk cache stores only acyclic '
-                                            f'values')
-            self._open.add(id(value))
-            try:
-                if kind is list:
-                    return [self.node(item, f'{where}[{i}]') for i, item in enumerate(value)]
-                if kind is tuple:
-                    return {'tuple': [self.node(item, f'{where}[{i}]') for i, item in enumerate(value)]}
+            return self._container(value, where)
+        raise self._refuse(value, where)
+
+    def _container(self, value: list | tuple | dict, where: str) -> Any:
+        """A list, tuple or dict and what it holds; one that holds itself is refused."""
+        if id(value) in self._open:
+            raise UncacheableValueError(f'{where} contains itself; the local disk cache stores only acyclic values')
+        self._open.add(id(value))
+        try:
+            if isinstance(value, dict):
                 return {'dict': [[self.node(k, f'a key of {where}'), self.node(v, f'{where}[{k!r}]')]
                                  for k, v in value.items()]}
-            finally:
-                self._open.discard(id(value))
-        raise self._refuse(value, where)
+            items = [self.node(item, f'{where}[{i}]') for i, item in enumerate(value)]
+            return items if type(value) is list else {'tuple': items}
+        finally:
+            self._open.discard(id(value))
 
     def _array(self, array: np.ndarray, where: str) -> Any:
         if array.dtype == object:

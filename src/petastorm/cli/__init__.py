@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from petastorm import __version__
+from petastorm.errors import PetastormError
 from petastorm.fs import resolve_url
 
 __all__ = [
@@ -42,7 +43,7 @@ EXIT_USAGE = 2
 _PROGRESS_HANDLER = '_petastorm_progress'
 
 
-class UsageError(Exception):
+class UsageError(PetastormError, ValueError):
     """A command-line argument is wrong (reported with exit code 2)."""
 
 
@@ -127,35 +128,48 @@ def _pair_value(text: str) -> Any:
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     """The ``storage_options`` dict a ``--storage-options`` value stands for (None when the flag is absent).
 
+    The keys are checked against the URL's clients where the options are used (:func:`petastorm.fs.resolve_url`,
+    which :func:`existing_path` and :func:`check_target` call before any work), so an unknown key is a usage error.
+
     Raises:
         UsageError: not a JSON object, an unreadable ``@FILE``, or a pair without ``=``.
     """
     if text is None:
         return None
-    source = '--storage-options'
-    from_file = text.startswith('@')
-    if from_file:
+    if text.startswith('@'):
         source = f'--storage-options file {text[1:]!r}'
-        try:
-            with open(text[1:]) as f:
-                text = f.read()
-        except OSError as err:
-            raise UsageError(f'{source} cannot be read: {err.strerror}') from err
-        except UnicodeDecodeError as err:
-            # Only the position: the bytes themselves may be part of a secret.
-            raise UsageError(f'{source} is not UTF-8 text (an invalid byte at position {err.start})') from err
+        return _json_options(_read_options_file(text[1:], source), source)
     stripped = text.strip()
-    if from_file or stripped.startswith('{'):
-        try:
-            options = json.loads(stripped)
-        except json.JSONDecodeError as err:
-            # The position is enough to find the mistake; the text itself may hold a secret.
-            raise UsageError(f'{source} is not valid JSON ({err.msg} at character {err.pos})') from err
-        if not isinstance(options, dict):
-            raise UsageError(f'{source} must be a JSON object, got a JSON {type(options).__name__}')
-        return options
+    if stripped.startswith('{'):
+        return _json_options(stripped, '--storage-options')
+    return _pair_options(stripped, '--storage-options')
+
+
+def _read_options_file(path: str, source: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as err:
+        raise UsageError(f'{source} cannot be read: {err.strerror}') from err
+    except UnicodeDecodeError as err:
+        # Only the position: the bytes themselves may be part of a secret.
+        raise UsageError(f'{source} is not UTF-8 text (an invalid byte at position {err.start})') from err
+
+
+def _json_options(text: str, source: str) -> dict[str, Any]:
+    try:
+        options = json.loads(text.strip())
+    except json.JSONDecodeError as err:
+        # The position is enough to find the mistake; the text itself may hold a secret.
+        raise UsageError(f'{source} is not valid JSON ({err.msg} at character {err.pos})') from err
+    if not isinstance(options, dict):
+        raise UsageError(f'{source} must be a JSON object, got a JSON {type(options).__name__}')
+    return options
+
+
+def _pair_options(text: str, source: str) -> dict[str, Any]:
     options = {}
-    for pair in filter(None, (p.strip() for p in stripped.split(','))):
+    for pair in filter(None, (p.strip() for p in text.split(','))):
         key, sep, value = pair.partition('=')
         if not sep:
             raise UsageError(f'{source} expects a JSON object or key=value pairs separated by commas; '

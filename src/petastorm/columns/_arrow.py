@@ -113,17 +113,8 @@ def primitive_to_numpy(array: pa.Array) -> np.ndarray:
     if pa.types.is_boolean(arrow_type):
         data = array.buffers()[1]
         return _bits(data, array.offset, len(array)) if data is not None else np.zeros(len(array), dtype=bool)
-    for kind in _TIME_KINDS:
-        if getattr(pa.types, f'is_{kind}')(arrow_type):
-            unit = arrow_type.unit
-            width = np.dtype(np.int32) if kind == 'time32' else np.dtype(np.int64)
-            numbers = _buffer_view(array, width)
-            target = np.dtype(f'{"datetime64" if kind == "timestamp" else "timedelta64"}[{unit}]')
-            return numbers.view(target) if width.itemsize == 8 else numbers.astype(np.int64).view(target)
-    if pa.types.is_date32(arrow_type):
-        return _buffer_view(array, np.dtype(np.int32)).astype('datetime64[D]')
-    if pa.types.is_date64(arrow_type):
-        return _buffer_view(array, np.dtype(np.int64)).view('datetime64[ms]')
+    if pa.types.is_temporal(arrow_type) and not pa.types.is_interval(arrow_type):
+        return _temporal_to_numpy(array)
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or _is_view(arrow_type, 'string'):
         values = array.to_numpy(zero_copy_only=False)
         return values.astype(np.str_) if len(values) else np.empty(0, dtype=np.str_)
@@ -136,6 +127,20 @@ def primitive_to_numpy(array: pa.Array) -> np.ndarray:
     if pa.types.is_null(arrow_type):
         return np.zeros(len(array), dtype=np.float64)
     raise TypeError(f'Arrow type {arrow_type} has no numpy form')
+
+
+def _temporal_to_numpy(array: pa.Array) -> np.ndarray:
+    """Timestamps, durations, times and dates: views of the Arrow integers as ``datetime64``/``timedelta64``."""
+    arrow_type = array.type
+    if pa.types.is_date32(arrow_type):
+        return _buffer_view(array, np.dtype(np.int32)).astype('datetime64[D]')
+    if pa.types.is_date64(arrow_type):
+        return _buffer_view(array, np.dtype(np.int64)).view('datetime64[ms]')
+    kind = next(kind for kind in _TIME_KINDS if getattr(pa.types, f'is_{kind}')(arrow_type))
+    width = np.dtype(np.int32) if kind == 'time32' else np.dtype(np.int64)
+    numbers = _buffer_view(array, width)
+    target = np.dtype(f'{"datetime64" if kind == "timestamp" else "timedelta64"}[{arrow_type.unit}]')
+    return numbers.view(target) if width.itemsize == 8 else numbers.astype(np.int64).view(target)
 
 
 def from_arrow(column: pa.Array | pa.ChunkedArray) -> Column:
@@ -175,8 +180,12 @@ def from_arrow(column: pa.Array | pa.ChunkedArray) -> Column:
     if pa.types.is_fixed_size_list(arrow_type):
         return _fixed_size_list(array)
     valid = _validity(array)
-    if valid is None:
-        return primitive_to_numpy(array)
+    return primitive_to_numpy(array) if valid is None else _masked(array, valid)
+
+
+def _masked(array: pa.Array, valid: np.ndarray) -> MaskedColumn:
+    """A non-nested array with nulls: its values (a fill value at the nulls) and ``valid``."""
+    arrow_type = array.type
     if pa.types.is_null(arrow_type):
         return MaskedColumn(np.zeros(len(array), dtype=np.float64), valid)
     if _fixed_width(arrow_type):

@@ -7,7 +7,7 @@ scheme                                    filesystem
 ``hdfs://``                               ``pyarrow.fs.HadoopFileSystem``, namenode from the URL or the Hadoop
                                           configuration (see :mod:`petastorm.fs.hadoop`)
 ``s3://``, ``s3a://``                     ``pyarrow.fs.S3FileSystem`` when every ``storage_option`` means the
-                                          same to it (:mod:`petastorm.fs._native_s3`), else s3fs
+                                          same to it (:mod:`petastorm.fs.settings.s3_pyarrow`), else s3fs
                                           (``pip install 'neo-petastorm[s3]'``)
 ``gs://``, ``gcs://``                     gcsfs (``pip install 'neo-petastorm[gcs]'``)
 ``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
@@ -17,10 +17,11 @@ anything else                             the fsspec implementation registered f
 
 fsspec filesystems are wrapped as ``PyFileSystem(StorageHandler(fs))`` (:mod:`petastorm.fs._handler`): errors
 name the URL, transient failures are retried, and reads are exact ranged requests. ``storage_options`` are the
-keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...); for S3 we add
-botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``) unless
-the options set retries themselves, and 64 pooled connections (``max_pool_connections``, botocore's default is 10)
-unless they set that. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
+keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...), checked and
+translated for each client by :mod:`petastorm.fs.settings` (which refuses an unknown key before any request); for
+S3 we add botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``)
+unless the options set retries themselves, and 64 pooled connections (``max_pool_connections``, botocore's default
+is 10) unless they set that. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
 filesystem) is used as it is and only the path is taken from the URL.
 """
 
@@ -42,14 +43,12 @@ from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
 from petastorm.fs._native_s3 import native_s3_filesystem
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
+from petastorm.fs.settings import HDFS_SCHEMES, S3_SCHEMES, check_storage_options, fsspec_options
+from petastorm.fs.settings.s3 import S3Settings, read_s3_settings, s3_endpoint, with_client_defaults
+from petastorm.fs.settings.s3_pyarrow import pyarrow_s3_arguments
 
 #: schemes fsspec does not register under that name, and the one it does.
 _SCHEME_ALIASES = {'abfss': 'abfs'}
-_HDFS_SCHEMES = ('hdfs', 'viewfs')
-_S3_SCHEMES = ('s3', 's3a')
-S3_DEFAULT_RETRIES = {'max_attempts': 5, 'mode': 'standard'}
-#: connections an S3 client keeps open (botocore's default is 10): footers and row groups are read this many at once.
-S3_DEFAULT_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -114,37 +113,26 @@ def fsspec_class(scheme: str, url: str) -> Any:
         raise MissingDependencyError(f'opening {display_url(url)} needs {module!r}: {err}') from err
 
 
-def _options_for(scheme: str, storage_options: dict | None) -> dict:
-    options = dict(storage_options or {})
-    if scheme in _S3_SCHEMES:
-        config = dict(options.get('config_kwargs') or {})
-        config.setdefault('retries', dict(S3_DEFAULT_RETRIES))
-        config.setdefault('max_pool_connections', S3_DEFAULT_CONNECTIONS)
-        options['config_kwargs'] = config
-    return options
-
-
 def fsspec_filesystem(scheme: str, url: str, storage_options: dict | None = None) -> Any:
     """The fsspec filesystem (unwrapped) for a URL: options parsed from the URL, updated with ``storage_options``."""
     cls = fsspec_class(scheme, url)
     options = dict(cls._get_kwargs_from_urls(url))
-    options.update(_options_for(scheme, storage_options))
+    options.update(fsspec_options(scheme, url, storage_options))
     try:
         fs = cls(**options)
     except (TypeError, ValueError, OSError) as err:
         secrets = secrets_of(storage_options)
         raise StorageError(f'cannot create the {scheme}:// filesystem for {display_url(url)} with the given '
                            f'storage_options: {describe(err, secrets)}') from safe_cause(err, secrets)
-    if scheme in _S3_SCHEMES and not (options.get('config_kwargs') or {}).get('proxies'):
-        check_endpoint_listens(_s3_endpoint(options), url)
+    if scheme in S3_SCHEMES:
+        _check_s3_endpoint(read_s3_settings(storage_options, url), url)
     return fs
 
 
-def _s3_endpoint(options: dict) -> str | None:
-    """The endpoint an S3 filesystem was told to use (options, then the environment), or None for AWS's own."""
-    client_kwargs = options.get('client_kwargs') or {}
-    return (options.get('endpoint_url') or client_kwargs.get('endpoint_url') or os.environ.get('AWS_ENDPOINT_URL_S3')
-            or os.environ.get('AWS_ENDPOINT_URL'))
+def _check_s3_endpoint(settings: S3Settings, url: str) -> None:
+    """Refuse an endpoint nothing listens at (unless reached through a proxy the options name)."""
+    if not settings.config_kwargs.get('proxies'):
+        check_endpoint_listens(s3_endpoint(settings, os.environ), url)
 
 
 def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0) -> None:
@@ -201,9 +189,9 @@ def path_in(url: str, filesystem: Any = None) -> str:
     scheme = parsed.scheme
     if scheme == 'file':
         return _local_path(parsed, url)
-    if scheme in _HDFS_SCHEMES:
+    if scheme in HDFS_SCHEMES:
         return parsed.path or '/'
-    if scheme in _S3_SCHEMES and filesystem is None:
+    if scheme in S3_SCHEMES and filesystem is None:
         return (parsed.netloc + parsed.path).rstrip('/')  # bucket/key, without importing s3fs
     from fsspec import AbstractFileSystem
     from fsspec.implementations.arrow import ArrowFSWrapper
@@ -231,19 +219,21 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
 
     Raises:
         ValueError: not a string, no scheme, or an unknown scheme.
+        StorageOptionsError: a ``storage_options`` key that no client of the URL takes (a ``ValueError``).
         MissingDependencyError: the scheme's package is not installed.
         StorageError: the filesystem could not be created or connected.
     """
     url = normalize_dir_url(dataset_url)
     check_hdfs_driver(hdfs_driver)
     scheme = urlparse(url).scheme.lower()
+    check_storage_options(url, storage_options, fsspec_class if filesystem is None else None)
     if filesystem is not None:
         return as_arrow_filesystem(filesystem, scheme), path_in(url, filesystem)
     if scheme == 'file':
         return pafs.LocalFileSystem(), path_in(url)
-    if scheme in _HDFS_SCHEMES:
+    if scheme in HDFS_SCHEMES:
         return hdfs_filesystem(url, storage_options, hdfs_driver, hadoop_configuration), path_in(url)
-    if scheme in _S3_SCHEMES:
+    if scheme in S3_SCHEMES:
         native = s3_filesystem(url, storage_options)
         if native is not None:
             return native, path_in(url)
@@ -257,10 +247,12 @@ def s3_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | N
     Raises:
         StorageError: nothing listens at the endpoint the options name.
     """
-    options = _options_for('s3', storage_options)
-    native = native_s3_filesystem(options, os.environ)
-    if native is not None and not (options.get('config_kwargs') or {}).get('proxies'):
-        check_endpoint_listens(_s3_endpoint(options), url)
+    settings = with_client_defaults(read_s3_settings(storage_options, url))
+    arguments = pyarrow_s3_arguments(settings, os.environ)
+    if arguments is None:
+        return None
+    native = native_s3_filesystem(arguments)
+    _check_s3_endpoint(settings, url)
     return native
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from petastorm.errors import PetastormError
 from petastorm.fs._errors import is_transient, redact
 
 logger = logging.getLogger(__name__)
@@ -20,8 +21,12 @@ logger = logging.getLogger(__name__)
 T = TypeVar('T')
 
 
-class RetriesExhausted(Exception):
-    """Carries the last transient error and the number of attempts made (internal; translated by the caller)."""
+class RetriesExhausted(PetastormError, OSError):
+    """Carries the last transient error and the number of attempts made.
+
+    Our callers translate it into a :class:`~petastorm.errors.StorageError` that names the URL; a caller of
+    :meth:`RetryPolicy.call` catches it as an ``OSError``: the storage failed.
+    """
 
     def __init__(self, error: BaseException, attempts: int) -> None:
         super().__init__(str(error))

@@ -17,8 +17,9 @@ from urllib.parse import ParseResult, urlparse
 
 import pyarrow.fs as pafs
 
-from petastorm.fs._resolve import _options_for, fsspec_class, local_url_hint, normalize_dir_url, path_in
+from petastorm.fs._resolve import fsspec_class, local_url_hint, normalize_dir_url, path_in
 from petastorm.fs.hadoop import HdfsConnector, HdfsNamenodeResolver, check_hdfs_driver
+from petastorm.fs.settings import fsspec_options
 
 __all__ = ['FilesystemResolver', 'get_dataset_path', 'get_filesystem_and_path_or_paths']
 
@@ -132,7 +133,7 @@ class FilesystemResolver:
             url = _unparse(parsed)
             cls = fsspec_class(scheme, url)
             options = dict(cls._get_kwargs_from_urls(url))
-            options.update(_options_for(scheme, storage_options))
+            options.update(fsspec_options(scheme, url, storage_options))
             self._filesystem_factory = _FsspecFactory(scheme, url, options)
         self._filesystem = self._filesystem_factory()
 

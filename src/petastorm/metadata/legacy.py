@@ -147,34 +147,26 @@ _OLD_PACKAGES = ('av.experimental.deepdrive.dataset_toolkit', 'av.ml.dataset_too
 
 def _resolve(module: str, name: str) -> Any:
     """The allow-list: what each permitted global resolves to. Returns None when refused."""
-    for old in _OLD_PACKAGES:
-        if module == old or module.startswith(old + '.'):
-            logger.warning('Depickling "%s.%s" which has moved to "petastorm%s". Regenerate metadata.',
-                           module, name, module[len(old):])
-            module = 'petastorm' + module[len(old):]
-    if module in ('petastorm.unischema', 'petastorm.codecs'):
-        return _STAND_INS.get(name)
-    if module == 'petastorm.etl.rowgroup_indexers':
-        return _INDEXERS.get(name)
-    if module == 'pyspark.sql.types':
-        return _SPARK_TYPES.get(name)
-    if module == 'pyspark.serializers' and name == '_restore':
-        return _restore_namedtuple
-    if module == 'numpy':
-        return _NUMPY_TYPES.get(name)
-    if module in ('numpy.core.multiarray', 'numpy._core.multiarray'):
-        return {'scalar': _numpy_scalar, '_reconstruct': _ndarray_reconstruct}.get(name)
-    if module in ('builtins', '__builtin__'):
-        return _BUILTINS.get(name)
-    if module == 'collections':
-        return {'OrderedDict': collections.OrderedDict, 'defaultdict': collections.defaultdict}.get(name)
-    if module in ('copy_reg', 'copyreg') and name == '_reconstructor':
-        return _reconstructor
-    if module == 'decimal' and name == 'Decimal':
-        return decimal.Decimal
-    if module == '_codecs' and name == 'encode':
-        return _codecs_encode
-    return None
+    moved_from = next((old for old in _OLD_PACKAGES if module == old or module.startswith(old + '.')), None)
+    if moved_from is not None:
+        logger.warning('Depickling "%s.%s" which has moved to "petastorm%s". Regenerate metadata.',
+                       module, name, module[len(moved_from):])
+        module = 'petastorm' + module[len(moved_from):]
+    numpy_core = {'scalar': _numpy_scalar, '_reconstruct': _ndarray_reconstruct}
+    copy_registry = {'_reconstructor': _reconstructor}
+    allowed: dict[str, dict[str, Any]] = {
+        'petastorm.unischema': _STAND_INS, 'petastorm.codecs': _STAND_INS,
+        'petastorm.etl.rowgroup_indexers': _INDEXERS,
+        'pyspark.sql.types': _SPARK_TYPES,
+        'pyspark.serializers': {'_restore': _restore_namedtuple},
+        'numpy': _NUMPY_TYPES, 'numpy.core.multiarray': numpy_core, 'numpy._core.multiarray': numpy_core,
+        'builtins': _BUILTINS, '__builtin__': _BUILTINS,
+        'collections': {'OrderedDict': collections.OrderedDict, 'defaultdict': collections.defaultdict},
+        'copy_reg': copy_registry, 'copyreg': copy_registry,
+        'decimal': {'Decimal': decimal.Decimal},
+        '_codecs': {'encode': _codecs_encode},
+    }
+    return allowed.get(module, {}).get(name)
 
 
 class _RestrictedUnpickler(pickle.Unpickler):

@@ -40,6 +40,7 @@ from petastorm.pools._transport import (
     REPLY_CANCELLED,
     REPLY_OK,
     REPLY_SLOTS,
+    ReplyHeader,
     ShmResult,
     decode_exception,
     decode_reply_header,
@@ -216,52 +217,60 @@ class ProcessCore:
         except (EOFError, OSError):
             return False
         header = decode_reply_header(data)
-        seq, slot = header.seq, header.slot
-        with self.cond:
-            if self.outstanding.pop(seq, None) is not None:
-                self.load[index] -= 1
-            self.slots_created[index] = max(self.slots_created[index], header.slots_created)
-            wanted = seq >= self.valid_from and not self.stopping
-        if header.destroyed:
-            self.slots.forget(index, list(header.destroyed))
+        wanted = self._note_reply(index, header)
         if header.kind in (REPLY_CANCELLED, REPLY_SLOTS):
             return True
-        error: BaseException | None = None
-        try:
-            payload = decode_reply_payload(data, header)
-        except BaseException as exc:  # e.g. a class of the result that the parent cannot import
-            payload = None
-            error = RuntimeError(f'{self.label}: the result of item {seq} could not be unpickled in the parent: '
-                                 f'{exc!r}')
-            error.__cause__ = exc
+        payload, error = self._decoded_payload(data, header)
         del data
-        if slot >= 0 and (error is not None or not wanted):
-            self.slots.release_now(index, slot)
+        if header.slot >= 0 and (error is not None or not wanted):
+            self.slots.release_now(index, header.slot)
         if not wanted:
             return True
-        if error is not None:
-            entry: tuple[bool, Any] = (False, error)
-        elif header.kind == REPLY_OK:
-            wrapped: list[bool] = []
-
-            def wrap(shm: ShmResult) -> np.ndarray:
-                buffer = self.slots.wrap(index, shm.slot, shm.name, shm.size)
-                wrapped.append(True)  # from now on garbage collection releases the slot
-                return buffer
-
-            try:
-                entry = (True, unpack_result(payload, wrap))
-            except BaseException as exc:  # e.g. out of address space
-                if slot >= 0 and not wrapped:
-                    self.slots.release_now(index, slot, reuse=False)
-                entry = (False, exc)
-        else:
-            entry = (False, decode_exception(payload))
+        entry = (False, error) if error is not None else self._result_entry(index, header, payload)
         with self.cond:
-            if seq >= self.valid_from and not self.stopping:
-                self.done[seq] = entry
+            if header.seq >= self.valid_from and not self.stopping:
+                self.done[header.seq] = entry
                 self.cond.notify_all()
         return True
+
+    def _note_reply(self, index: int, header: ReplyHeader) -> bool:
+        """Count a reply of worker ``index`` as answered and note its slots; whether its result is still wanted."""
+        with self.cond:
+            if self.outstanding.pop(header.seq, None) is not None:
+                self.load[index] -= 1
+            self.slots_created[index] = max(self.slots_created[index], header.slots_created)
+            wanted = header.seq >= self.valid_from and not self.stopping
+        if header.destroyed:
+            self.slots.forget(index, list(header.destroyed))
+        return wanted
+
+    def _decoded_payload(self, data: bytes, header: ReplyHeader) -> tuple[Any, BaseException | None]:
+        """The reply's payload, or the error that it could not be unpickled in the parent."""
+        try:
+            return decode_reply_payload(data, header), None
+        except BaseException as exc:  # e.g. a class of the result that the parent cannot import
+            error = RuntimeError(f'{self.label}: the result of item {header.seq} could not be unpickled in the '
+                                 f'parent: {exc!r}')
+            error.__cause__ = exc
+            return None, error
+
+    def _result_entry(self, index: int, header: ReplyHeader, payload: Any) -> tuple[bool, Any]:
+        """``(True, result)`` with its arrays mapped from the worker's slot, or ``(False, exception)``."""
+        if header.kind != REPLY_OK:
+            return False, decode_exception(payload)
+        wrapped: list[bool] = []
+
+        def wrap(shm: ShmResult) -> np.ndarray:
+            buffer = self.slots.wrap(index, shm.slot, shm.name, shm.size)
+            wrapped.append(True)  # from now on garbage collection releases the slot
+            return buffer
+
+        try:
+            return True, unpack_result(payload, wrap)
+        except BaseException as exc:  # e.g. out of address space
+            if header.slot >= 0 and not wrapped:
+                self.slots.release_now(index, header.slot, reuse=False)
+            return False, exc
 
     def _send_idle_releases(self) -> None:
         # Releases normally travel with tasks; when none are being sent (the consumer finished an iteration, or
@@ -328,16 +337,7 @@ class ProcessCore:
         with self._join_lock:
             if self.joined:
                 return
-            # Exit is observed through the sentinels only: reaping is left to the collector.
-            if not _wait_exited(self.workers, self.join_timeout):
-                for worker in running(self.workers):
-                    logger.warning('%s: worker pid %s did not exit within %.1f s; terminating it', self.label,
-                                   worker.pid, self.join_timeout)
-                    worker.popen.terminate()
-                if not _wait_exited(self.workers, 2.0):
-                    for worker in running(self.workers):
-                        worker.popen.kill()
-                    _wait_exited(self.workers, None)
+            self._end_workers()
             if self.collector is not None:
                 self.collector.join()
             else:  # start() failed before the collector existed
@@ -351,6 +351,20 @@ class ProcessCore:
                 self._unlink_slot_names(worker.index)
                 self.slots.forget(worker.index)
             self.joined = True
+
+    def _end_workers(self) -> None:
+        """Wait for every worker to exit, terminating (then killing) those still running after ``join_timeout``."""
+        # Exit is observed through the sentinels only: reaping is left to the collector.
+        if _wait_exited(self.workers, self.join_timeout):
+            return
+        for worker in running(self.workers):
+            logger.warning('%s: worker pid %s did not exit within %.1f s; terminating it', self.label, worker.pid,
+                           self.join_timeout)
+            worker.popen.terminate()
+        if not _wait_exited(self.workers, 2.0):
+            for worker in running(self.workers):
+                worker.popen.kill()
+            _wait_exited(self.workers, None)
 
     def worker_pids(self) -> list[int]:
         """The process ids of the workers (as started; some may have exited)."""

@@ -61,7 +61,7 @@ class WorkerFunctionError(PetastormError, RuntimeError):
     """
 
 
-class RemoteTraceback(Exception):
+class RemoteTraceback(PetastormError):
     """Carries the formatted traceback of an exception raised in a worker process.
 
     It is attached as ``__cause__`` of the exception re-raised in the consumer, so the usual traceback printout
@@ -382,6 +382,37 @@ class PoolBase:
         if run_id != self._run_id:
             raise SupersededError(f'{self.kind} pool: this imap iterator was superseded by a later imap call')
 
+    def _fill_window(self, items: Iterator[Any], run_id: int, pending: deque[Any]) -> Any:
+        """Submit items until ``budget.limit`` are in flight.
+
+        Returns None then, ``_NO_MORE_ITEMS`` when the items ran out first, ``STOPPED`` when the pool stopped.
+        """
+        while len(pending) < self._budget.limit:
+            item = next(items, _NO_MORE_ITEMS)
+            if item is _NO_MORE_ITEMS:
+                return _NO_MORE_ITEMS
+            with self._run_lock:  # a concurrent imap call cannot slip in between the check and the submit
+                self._check_current(run_id)
+                handle = self._submit(item)
+                if handle is STOPPED:
+                    return STOPPED
+                pending.append(handle)
+                self._items_submitted += 1
+            del item
+        return None
+
+    def _oldest_result(self, pending: deque[Any], run_id: int) -> Any:
+        """The result of the oldest item in flight (waited for), or ``STOPPED``."""
+        try:
+            return self._wait(pending[0])
+        except BaseException:
+            # A worker error stops the pool and reaches the caller with the worker's traceback. An iterator
+            # superseded meanwhile (SupersededError, or an error of its abandoned work) leaves the pool to
+            # the later imap call.
+            if run_id == self._run_id:
+                self.stop()
+            raise
+
     def _ordered_window(self, items: Iterator[Any], run_id: int, pending: deque[Any]) -> Iterator[Any]:
         """The loop behind ``imap``: keep up to ``budget.limit`` items in flight and yield the oldest result."""
         budget = self._budget
@@ -391,30 +422,14 @@ class PoolBase:
                 if self._stopped:
                     return
                 self._check_current(run_id)
-                while not exhausted and len(pending) < budget.limit:
-                    item = next(items, _NO_MORE_ITEMS)
-                    if item is _NO_MORE_ITEMS:
-                        exhausted = True
-                        break
-                    with self._run_lock:  # a concurrent imap call cannot slip in between the check and the submit
-                        self._check_current(run_id)
-                        handle = self._submit(item)
-                        if handle is STOPPED:
-                            return
-                        pending.append(handle)
-                        self._items_submitted += 1
-                    del item
+                if not exhausted:
+                    filled = self._fill_window(items, run_id, pending)
+                    if filled is STOPPED:
+                        return
+                    exhausted = filled is _NO_MORE_ITEMS
                 if not pending:
                     return
-                try:
-                    result = self._wait(pending[0])
-                except BaseException:
-                    # A worker error stops the pool and reaches the caller with the worker's traceback. An iterator
-                    # superseded meanwhile (SupersededError, or an error of its abandoned work) leaves the pool to
-                    # the later imap call.
-                    if run_id == self._run_id:
-                        self.stop()
-                    raise
+                result = self._oldest_result(pending, run_id)
                 if result is STOPPED or self._stopped:
                     return
                 pending.popleft()

@@ -34,11 +34,11 @@ from petastorm.errors import (
     UnsupportedTableFeatureError,
 )
 from petastorm.fs import ResolvedLocation, path_in
+from petastorm.fs.settings import delta_storage_options
 from petastorm.metadata import keys
 from petastorm.tables._files import ColumnSource, DataFileEntry, normalized_type, plan_files, unique_positions
 from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
-from petastorm.tables._storage import delta_storage_options
 
 __all__ = ['MAX_READER_VERSION', 'SUPPORTED_READER_FEATURES', 'TYPE_READER_FEATURES', 'UNISCHEMA_PROPERTY',
            'check_protocol', 'delta_uri', 'open_delta_table']

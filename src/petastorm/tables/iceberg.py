@@ -40,6 +40,7 @@ from petastorm.errors import (
     UnsupportedTableFeatureError,
 )
 from petastorm.fs import ResolvedLocation, path_in, resolve_location
+from petastorm.fs.settings import iceberg_io_properties
 from petastorm.tables._files import (
     ColumnSource,
     DataFileEntry,
@@ -50,7 +51,6 @@ from petastorm.tables._files import (
 )
 from petastorm.tables._model import TableStore, TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
-from petastorm.tables._storage import iceberg_io_properties
 
 __all__ = ['open_iceberg_location', 'open_iceberg_table']
 

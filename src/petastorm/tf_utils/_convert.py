@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from petastorm.columns import ListColumn, MaskedColumn
+from petastorm.errors import PetastormError
 
 # Petastorm widened these before making tensors; TensorFlow kernels rarely accept the unsigned originals.
 _WIDENED: dict[np.dtype, np.dtype] = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
 _EPOCH = np.datetime64(0, 'ns')
 
 
-class RaggedColumnError(ValueError):
+class RaggedColumnError(PetastormError, ValueError):
     """A column's rows are arrays of different shapes, so they do not stack into one tensor."""
 
 

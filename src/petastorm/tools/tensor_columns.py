@@ -135,17 +135,31 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
         raise SchemaError(f'{dataset_url} is not a dataset directory with Petastorm metadata')
     old = stored_schema(store)
     new = tensor_schema(old, list(columns))
-    fs = store.filesystem
+    target_root = _target_root(store, dataset_url, output_url, storage_options)
+    row_groups = _convert_files(store, target_root, old, new, list(columns), compression)
+    _write_metadata(store, target_root, new, row_groups)
+    return new
+
+
+def _target_root(store: Any, dataset_url: str, output_url: str | None, storage_options: dict | None) -> str:
+    """Where the converted dataset goes: the dataset itself, or ``output_url`` (emptied) on the same filesystem."""
     if output_url is None:
-        target_fs, target_root = fs, store.root
-    else:
-        target_fs, target_root = resolve_url(output_url, storage_options)
-        if target_fs.type_name != fs.type_name:
-            raise SchemaError(f'--output-url {output_url} must be on the same filesystem as {dataset_url}')
-        if target_root.rstrip('/') == store.root.rstrip('/'):
-            raise SchemaError(f'--output-url {output_url} is the dataset itself; leave it out to convert in place')
-        if fs.get_file_info(target_root).type == pafs.FileType.Directory:
-            fs.delete_dir(target_root)  # the caller checked that replacing it was asked for
+        return store.root
+    fs = store.filesystem
+    target_fs, target_root = resolve_url(output_url, storage_options)
+    if target_fs.type_name != fs.type_name:
+        raise SchemaError(f'--output-url {output_url} must be on the same filesystem as {dataset_url}')
+    if target_root.rstrip('/') == store.root.rstrip('/'):
+        raise SchemaError(f'--output-url {output_url} is the dataset itself; leave it out to convert in place')
+    if fs.get_file_info(target_root).type == pafs.FileType.Directory:
+        fs.delete_dir(target_root)  # the caller checked that replacing it was asked for
+    return target_root
+
+
+def _convert_files(store: Any, target_root: str, old: Unischema, new: Unischema, columns: list[str],
+                   compression: str) -> dict[str, list[int]]:
+    """Every data file converted into a staging directory, then moved to ``target_root``; their row group sizes."""
+    fs = store.filesystem
     staging = posixpath.join(target_root, f'_petastorm_staging-{uuid.uuid4().hex}')
     fs.create_dir(staging, recursive=True)
     row_groups = {}
@@ -154,7 +168,7 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
             relative = store.relpath(path)
             staged = posixpath.join(staging, relative)
             fs.create_dir(posixpath.dirname(staged), recursive=True)
-            row_groups[relative] = _convert_file(fs, path, staged, old, new, list(columns), compression)
+            row_groups[relative] = _convert_file(fs, path, staged, old, new, columns, compression)
             logger.info('converted %s', relative)
         for relative in row_groups:
             final = posixpath.join(target_root, relative)
@@ -163,6 +177,12 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
     finally:
         if fs.get_file_info(staging).type == pafs.FileType.Directory:
             fs.delete_dir(staging)
+    return row_groups
+
+
+def _write_metadata(store: Any, target_root: str, new: Unischema, row_groups: dict[str, list[int]]) -> None:
+    """The converted dataset's metadata: the new schema, the row groups, the user's other key-value entries."""
+    fs = store.filesystem
     kept = {k: v for k, v in store.metadata_kv.items() if k not in _REWRITTEN_KEYS and not k.startswith(b'ARROW:')}
     for name in (COMMON_METADATA, SUMMARY_METADATA):  # their Arrow schema still shows the blob columns
         path = posixpath.join(target_root, name)
@@ -171,7 +191,6 @@ def convert_to_tensor_columns(dataset_url: str, columns: Sequence[str], *, outpu
     if kept:
         update_common_metadata(fs, target_root, kept)
     write_dataset_metadata(fs, target_root, new, row_groups, legacy_metadata=False)
-    return new
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -173,6 +174,17 @@ def arrow_type_to_json(arrow_type: pa.DataType) -> dict[str, Any]:
         return {'type': kind, 'unit': arrow_type.unit}
     if pa.types.is_fixed_size_binary(arrow_type):
         return {'type': 'fixed_size_binary', 'byte_width': arrow_type.byte_width}
+    nested = _nested_type_to_json(arrow_type)
+    if nested is not None:
+        return nested
+    name = str(arrow_type)
+    if name not in _ARROW_BY_NAME:
+        raise SchemaError(f'Arrow type {arrow_type} cannot be described in the schema metadata')
+    return {'type': name}
+
+
+def _nested_type_to_json(arrow_type: pa.DataType) -> dict[str, Any] | None:
+    """The JSON description of a dictionary, map, list or struct type (its children described too); else None."""
     if isinstance(arrow_type, pa.DictionaryType):
         return {'type': 'dictionary', 'index': arrow_type_to_json(arrow_type.index_type),
                 'value': arrow_type_to_json(arrow_type.value_type)}
@@ -186,10 +198,7 @@ def arrow_type_to_json(arrow_type: pa.DataType) -> dict[str, Any]:
                 'item': _field_to_json(arrow_type.value_field)}
     if pa.types.is_struct(arrow_type):
         return {'type': 'struct', 'fields': [_field_to_json(arrow_type.field(i)) for i in range(arrow_type.num_fields)]}
-    name = str(arrow_type)
-    if name not in _ARROW_BY_NAME:
-        raise SchemaError(f'Arrow type {arrow_type} cannot be described in the schema metadata')
-    return {'type': name}
+    return None
 
 
 def _field_to_json(field: pa.Field) -> dict[str, Any]:
@@ -204,35 +213,40 @@ def _field_from_json(description: dict[str, Any]) -> pa.Field:
 def arrow_type_from_json(description: dict[str, Any]) -> pa.DataType:
     """Inverse of :func:`arrow_type_to_json`."""
     kind = description.get('type')
-    if kind == 'decimal':
-        precision, scale = int(description['precision']), int(description['scale'])
-        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-    if kind == 'timestamp':
-        return pa.timestamp(description.get('unit', 'us'), tz=description.get('tz'))
-    if kind == 'time':
-        unit = description['unit']
-        return pa.time32(unit) if unit in ('s', 'ms') else pa.time64(unit)
-    if kind == 'duration':
-        return pa.duration(description['unit'])
-    if kind == 'fixed_size_binary':
-        return pa.binary(int(description['byte_width']))
-    if kind == 'dictionary':
-        return pa.dictionary(arrow_type_from_json(description['index']), arrow_type_from_json(description['value']))
-    if kind == 'map':
-        item = _field_from_json(description['item'])
-        return pa.map_(arrow_type_from_json(description['key']), item)
-    if kind == 'fixed_size_list':
-        return pa.list_(_field_from_json(description['item']), int(description['size']))
-    if kind in ('list', 'large_list'):
-        item = _field_from_json(description['item'])
-        return pa.large_list(item) if kind == 'large_list' else pa.list_(item)
-    if kind == 'struct':
-        return pa.struct([_field_from_json(f) for f in description['fields']])
+    build = _TYPE_FROM_JSON.get(kind) if isinstance(kind, str) else None
+    if build is not None:
+        return build(description)
     if kind not in _ARROW_BY_NAME:
         raise SchemaError(f'unknown scalar type {kind!r} in the schema metadata; expected one of '
                           f'{", ".join(sorted(_ARROW_BY_NAME))}, decimal, timestamp, time, duration, list, '
                           f'large_list, fixed_size_list, map, struct, dictionary')
     return _ARROW_BY_NAME[kind]
+
+
+def _decimal_from_json(description: dict[str, Any]) -> pa.DataType:
+    precision, scale = int(description['precision']), int(description['scale'])
+    return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+
+
+def _time_from_json(description: dict[str, Any]) -> pa.DataType:
+    unit = description['unit']
+    return pa.time32(unit) if unit in ('s', 'ms') else pa.time64(unit)
+
+
+#: How each ``type`` of a description that says more than a name becomes an Arrow type.
+_TYPE_FROM_JSON: dict[str, Callable[[dict[str, Any]], pa.DataType]] = {
+    'decimal': _decimal_from_json,
+    'timestamp': lambda d: pa.timestamp(d.get('unit', 'us'), tz=d.get('tz')),
+    'time': _time_from_json,
+    'duration': lambda d: pa.duration(d['unit']),
+    'fixed_size_binary': lambda d: pa.binary(int(d['byte_width'])),
+    'dictionary': lambda d: pa.dictionary(arrow_type_from_json(d['index']), arrow_type_from_json(d['value'])),
+    'map': lambda d: pa.map_(arrow_type_from_json(d['key']), _field_from_json(d['item'])),
+    'fixed_size_list': lambda d: pa.list_(_field_from_json(d['item']), int(d['size'])),
+    'list': lambda d: pa.list_(_field_from_json(d['item'])),
+    'large_list': lambda d: pa.large_list(_field_from_json(d['item'])),
+    'struct': lambda d: pa.struct([_field_from_json(f) for f in d['fields']]),
+}
 
 
 _ARROW_BY_NAME = {str(t): t for t in (
@@ -250,45 +264,59 @@ def to_arrow_scalar(name: str, arrow_type: pa.DataType, value: Any) -> Any:
     if isinstance(value, np.ndarray):
         value = value[()]
     try:
-        if pa.types.is_integer(arrow_type):
-            if isinstance(value, (float, np.floating)):
-                if not float(value).is_integer():
-                    raise ValueError('not an integral value')
-            elif not isinstance(value, (int, np.integer, bool, np.bool_)):
-                raise TypeError(f'expected an integer, got {type(value).__name__}')
-            result = int(value)
-            info = np.iinfo(arrow_type.to_pandas_dtype())
-            if not info.min <= result <= info.max:
-                raise ValueError(f'out of range [{info.min}, {info.max}]')
-            return result
-        if pa.types.is_floating(arrow_type):
-            if not isinstance(value, (int, float, np.integer, np.floating, bool, np.bool_)):
-                raise TypeError(f'expected a number, got {type(value).__name__}')
-            return float(value)
-        if pa.types.is_boolean(arrow_type):
-            if not isinstance(value, (bool, np.bool_, int, np.integer)):
-                raise TypeError(f'expected a bool, got {type(value).__name__}')
-            return bool(value)
-        if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-            if not isinstance(value, str):
-                raise TypeError(f'expected a str, got {type(value).__name__}')
-            return str(value)
-        if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
-            if not isinstance(value, (bytes, bytearray, memoryview)):
-                raise TypeError(f'expected bytes, got {type(value).__name__}')
-            return bytes(value)
-        if pa.types.is_timestamp(arrow_type) and isinstance(value, np.datetime64):
-            if arrow_type.unit not in ('s', 'ms', 'us'):
-                return value
-            moment = value.astype(f'datetime64[{arrow_type.unit}]').astype(object)
-            # numpy times carry no zone and mean UTC; say so, or Spark would read them as local time.
-            return moment.replace(tzinfo=datetime.timezone.utc) if arrow_type.tz else moment
-        if pa.types.is_decimal(arrow_type):
-            return _checked_decimal(value, arrow_type)
-        return value
+        return _scalar_value(arrow_type, value)
     except (TypeError, ValueError, OverflowError) as err:
         raise SchemaError(f'field {name!r}: value {value!r} does not fit the column type {arrow_type}: {err}') \
             from err
+
+
+def _scalar_value(arrow_type: pa.DataType, value: Any) -> Any:
+    """The Python value a column of ``arrow_type`` stores for ``value``; TypeError or ValueError when it won't fit."""
+    if pa.types.is_integer(arrow_type):
+        return _integer_value(arrow_type, value)
+    if pa.types.is_floating(arrow_type):
+        return _of_type(value, (int, float, np.integer, np.floating, bool, np.bool_), 'a number', float)
+    if pa.types.is_boolean(arrow_type):
+        return _of_type(value, (bool, np.bool_, int, np.integer), 'a bool', bool)
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return _of_type(value, str, 'a str', str)
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return _of_type(value, (bytes, bytearray, memoryview), 'bytes', bytes)
+    if pa.types.is_timestamp(arrow_type) and isinstance(value, np.datetime64):
+        return _timestamp_value(arrow_type, value)
+    if pa.types.is_decimal(arrow_type):
+        return _checked_decimal(value, arrow_type)
+    return value
+
+
+def _of_type(value: Any, accepted: type | tuple[type, ...], expected: str, convert: Callable[[Any], Any]) -> Any:
+    """``convert(value)`` when ``value`` is of an ``accepted`` type; a TypeError that says ``expected`` otherwise."""
+    if not isinstance(value, accepted):
+        raise TypeError(f'expected {expected}, got {type(value).__name__}')
+    return convert(value)
+
+
+def _integer_value(arrow_type: pa.DataType, value: Any) -> int:
+    """An integral number as ``int``, within the range of the integer type."""
+    if isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():
+            raise ValueError('not an integral value')
+    elif not isinstance(value, (int, np.integer, bool, np.bool_)):
+        raise TypeError(f'expected an integer, got {type(value).__name__}')
+    result = int(value)
+    info = np.iinfo(arrow_type.to_pandas_dtype())
+    if not info.min <= result <= info.max:
+        raise ValueError(f'out of range [{info.min}, {info.max}]')
+    return result
+
+
+def _timestamp_value(arrow_type: pa.DataType, value: np.datetime64) -> Any:
+    """A numpy time as a ``datetime`` of the column's unit (UTC when the column has a zone); ns stay numpy."""
+    if arrow_type.unit not in ('s', 'ms', 'us'):
+        return value
+    moment = value.astype(f'datetime64[{arrow_type.unit}]').astype(object)
+    # numpy times carry no zone and mean UTC; say so, or Spark would read them as local time.
+    return moment.replace(tzinfo=datetime.timezone.utc) if arrow_type.tz else moment
 
 
 def to_arrow_value(name: str, arrow_type: pa.DataType, value: Any, nullable: bool = True) -> Any:

@@ -66,6 +66,19 @@ def spark_type_from_arrow(arrow_type: pa.DataType, types: ModuleType) -> Any:
         return types.DecimalType(arrow_type.precision, arrow_type.scale)
     if pa.types.is_timestamp(arrow_type):
         return types.TimestampType() if arrow_type.tz else types.TimestampNTZType()
+    nested = _nested_spark_type(arrow_type, types)
+    if nested is not None:
+        return nested
+    if pa.types.is_date64(arrow_type):
+        return types.DateType()
+    for name, candidate in _SPARK_NAME_TO_ARROW.items():
+        if candidate == arrow_type and not name.startswith('Timestamp'):
+            return getattr(types, name)()
+    return _wider_spark_type(arrow_type, types)
+
+
+def _nested_spark_type(arrow_type: pa.DataType, types: ModuleType) -> Any:
+    """The pyspark type of a list, struct, map or dictionary type (its children mapped too); else None."""
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
         return types.ArrayType(spark_type_from_arrow(arrow_type.value_type, types), arrow_type.value_field.nullable)
     if pa.types.is_struct(arrow_type):
@@ -78,11 +91,11 @@ def spark_type_from_arrow(arrow_type: pa.DataType, types: ModuleType) -> Any:
                              spark_type_from_arrow(arrow_type.item_type, types), arrow_type.item_field.nullable)
     if isinstance(arrow_type, pa.DictionaryType):
         return spark_type_from_arrow(arrow_type.value_type, types)
-    if pa.types.is_date64(arrow_type):
-        return types.DateType()
-    for name, candidate in _SPARK_NAME_TO_ARROW.items():
-        if candidate == arrow_type and not name.startswith('Timestamp'):
-            return getattr(types, name)()
+    return None
+
+
+def _wider_spark_type(arrow_type: pa.DataType, types: ModuleType) -> Any:
+    """The pyspark type of an Arrow type Spark has no exact counterpart of: unsigned integers, large text."""
     if arrow_type == pa.uint8():
         return types.ShortType()
     if arrow_type in (pa.uint16(), pa.uint32()):

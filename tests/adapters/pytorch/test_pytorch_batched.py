@@ -236,7 +236,7 @@ def test_inmem_unknown_row_count_grows_and_tensor_columns(url):
 # -- the MNIST example --------------------------------------------------------------------------------------------
 
 def _load_example(name):
-    path = pathlib.Path(__file__).parents[2] / 'examples' / 'mnist' / f'{name}.py'
+    path = pathlib.Path(__file__).parents[3] / 'examples' / 'mnist' / f'{name}.py'
     spec = importlib.util.spec_from_file_location(f'mnist_example_{name}', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -312,7 +312,7 @@ def test_torch_bench_quick_prints_its_table(tmp_path):
     import subprocess
     import sys
 
-    script = pathlib.Path(__file__).parents[2] / 'benchmarks' / 'torch_bench.py'
+    script = pathlib.Path(__file__).parents[3] / 'benchmarks' / 'torch_bench.py'
     completed = subprocess.run([sys.executable, str(script), '--quick', '--cases', 'scalars,inmem', '--data-root',
                                 str(tmp_path)], capture_output=True, text=True, timeout=240, check=False)
     assert completed.returncode == 0, completed.stderr

@@ -1,4 +1,13 @@
-"""The ``huggingface`` schema metadata of Parquet files written by ``datasets``: what its features make of fields.
+"""The field a column of a plain Parquet file is read as: its numpy type, its shape and the codec that decodes it.
+
+A dataset that stores no Unischema has one inferred (:func:`petastorm.unischema.infer_unischema`), one field per
+column, from what the file says of the column:
+
+* the Hugging Face feature stored beside it (:func:`field_type_of_feature`);
+* else its Arrow type (:func:`field_type_of_column`): an Arrow tensor extension column of numbers is an n-d field
+  decoded by :class:`~petastorm.codecs.ArrowTensorCodec`; other columns are typed by
+  :func:`petastorm.typemaps.scalars.field_type_of_arrow`, with a :class:`~petastorm.codecs.ScalarCodec` of the
+  column's type when the numpy type and shape do not say it all.
 
 ``Dataset.to_parquet`` (and the Hub's Parquet files) store the dataset's features as JSON under the schema
 metadata key ``huggingface``. Arrow's types say most of it (``Value``, ``Sequence``/``List``); the features add
@@ -11,6 +20,9 @@ what they do not:
 
 Other features (``Audio``, ``Video``, translations...) are read as their Arrow types say (structs of bytes and
 paths, dicts of strings). Nothing is fetched: the metadata is all that is read.
+
+The choice is the codecs' to make (each codec knows the columns it reads), so this sits below the Unischema, which
+wraps each ``(numpy type, shape, codec)`` into a field.
 """
 
 from __future__ import annotations
@@ -22,16 +34,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from petastorm.codecs import ClassLabelCodec, HFImageCodec, ScalarCodec
-from petastorm.codecs._hf import hf_image_shape
-
-__all__ = ['HF_METADATA_KEY', 'field_type_of_feature', 'hf_features']
+from petastorm._warnings import warn_user
+from petastorm.codecs._hf import ClassLabelCodec, HFImageCodec, hf_image_shape
+from petastorm.codecs._scalar import ScalarCodec
+from petastorm.codecs._tensor import ArrowTensorCodec
+from petastorm.typemaps.scalars import field_type_of_arrow
 
 logger = logging.getLogger(__name__)
 
 #: The schema metadata key ``datasets`` writes its features under.
 HF_METADATA_KEY = b'huggingface'
 _ARRAY_FEATURES = {'Array2D', 'Array3D', 'Array4D', 'Array5D'}
+
+#: ``(numpy type, shape, codec or None)``: what a field makes of a column.
+FieldType = tuple[Any, tuple[int | None, ...], Any]
 
 
 def hf_features(arrow_schema: pa.Schema) -> dict[str, Any]:
@@ -52,7 +68,7 @@ def hf_features(arrow_schema: pa.Schema) -> dict[str, Any]:
     return features if isinstance(features, dict) else {}
 
 
-def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> tuple[Any, tuple[int | None, ...], Any] | None:
+def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> FieldType | None:
     """``(numpy type, shape, codec)`` of the field a ``datasets`` feature makes of a column, or None.
 
     None means that the feature adds nothing to the column's Arrow type (the field is inferred from it).
@@ -74,6 +90,33 @@ def field_type_of_feature(feature: Any, arrow_type: pa.DataType) -> tuple[Any, t
         except TypeError:
             return None
         shape = tuple(None if d is None else int(d) for d in feature['shape'])
-        storage = arrow_type.storage_type if isinstance(arrow_type, pa.BaseExtensionType) else arrow_type
-        return numpy_type, shape, ScalarCodec(storage)
+        return numpy_type, shape, ScalarCodec(plain_type(arrow_type))
     return None
+
+
+def field_type_of_column(arrow_field: pa.Field, omit_unsupported: bool) -> FieldType | None:
+    """``(numpy type, shape, codec or None)`` of the field a column of a plain Parquet file is read as.
+
+    Returns None for a column of a type no field reads, with a warning naming it, when ``omit_unsupported``.
+
+    Raises:
+        ValueError: the column's type is unsupported and ``omit_unsupported`` is False.
+    """
+    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type, arrow_field.metadata)
+    if tensor is not None:
+        return tensor[0], tensor[1], ArrowTensorCodec()
+    described = field_type_of_arrow(arrow_field.type)
+    if described is None:
+        if not omit_unsupported:
+            raise ValueError(f'Cannot auto-create unischema due to unsupported column type {arrow_field.type} '
+                             f'of column {arrow_field.name!r}')
+        warn_user(f'Column {arrow_field.name!r} has an unsupported field {arrow_field.type}. Ignoring...',
+                  UserWarning)
+        return None
+    numpy_type, shape, needs_codec = described
+    return numpy_type, shape, ScalarCodec(plain_type(arrow_field.type)) if needs_codec else None
+
+
+def plain_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The type a reader decodes a column of ``arrow_type`` as: extension types as their storage."""
+    return arrow_type.storage_type if isinstance(arrow_type, pa.BaseExtensionType) else arrow_type

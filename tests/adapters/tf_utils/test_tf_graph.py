@@ -97,7 +97,7 @@ def test_tf_tensors_ngram(seq_url):
 # -- Keras trains on our datasets -------------------------------------------------------------------------------
 
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / 'examples'
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / 'examples'
 
 
 def _example(relative_path):

@@ -29,7 +29,7 @@ ray = pytest.importorskip('ray')
 
 from petastorm.ray import read_petastorm, write_petastorm  # noqa: E402
 
-LEGACY = pathlib.Path(__file__).resolve().parents[1] / 'data' / 'legacy_0_13_1'
+LEGACY = pathlib.Path(__file__).resolve().parents[2] / 'data' / 'legacy_0_13_1'
 ROWS = 120
 
 Shapes = Unischema('Shapes', [
@@ -310,7 +310,7 @@ def test_streaming_split_gives_two_equal_disjoint_shares(ray_cluster, shapes_url
 
 def test_torch_trainer_example_trains_one_epoch(ray_cluster, tmp_path):
     pytest.importorskip('sklearn')
-    examples = pathlib.Path(__file__).resolve().parents[2] / 'examples'
+    examples = pathlib.Path(__file__).resolve().parents[3] / 'examples'
     sys.path[:0] = [str(examples / 'ray'), str(examples / 'mnist')]
     try:
         import generate_petastorm_mnist

@@ -11,7 +11,7 @@ pytest.importorskip('pyspark')
 
 from petastorm import make_batch_reader, make_reader  # noqa: E402
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / 'examples' / 'hello_world'
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / 'examples' / 'hello_world'
 
 
 def _load_example(name):
