@@ -18,7 +18,8 @@ from pathlib import Path
 # The protocols every loader, mixer or store implements: (module path under the root, class names).
 SEAMS = (
     ('reading/source.py', ('ColumnSource', 'BatchSource', 'PositionSource')),
-    ('storage/base.py', ('Store',)),
+    ('store/model.py', ('Store',)),
+    ('store/pieces.py', ('LogicalRows',)),
 )
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from petastorm._checks import check_positive_int
 from petastorm._optional import import_optional
-from petastorm.reading.batch_stream import ROW_IDS, BatchStream
+from petastorm.reading.batch_stream import ROW_IDS, BatchStream, check_capacity
 from petastorm.reading.source import as_column_source
 from petastorm.shuffle import Table
 
@@ -38,12 +38,6 @@ except ImportError:
     _grain = None
 _IterDataset: Any = object if _grain is None else _grain.IterDataset
 _DatasetIterator: Any = object if _grain is None else _grain.DatasetIterator
-
-
-def _check_capacity(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f'shuffling_queue_capacity must be an integer >= 0, got {value!r}')
-    return int(value)
 
 
 def _columns(table: Table, as_tuple: bool) -> dict[str, np.ndarray]:
@@ -77,7 +71,7 @@ class DataLoader:
                 raise ValueError('give DataLoader either device= or sharding=, not both')
             self.reader = reader
             self.batch_size = check_positive_int('batch_size', batch_size)
-            self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
+            self.shuffling_queue_capacity = check_capacity(shuffling_queue_capacity)
             self.device = device
             self.sharding = sharding
             self._stream = BatchStream(source, self.batch_size, self.shuffling_queue_capacity, finish=self._finish,
@@ -159,7 +153,7 @@ class ReaderIterDataset(_IterDataset):
         rows = batch_size is None
         self.reader = reader
         self._stream = BatchStream(source, 1 if rows else check_positive_int('batch_size', batch_size),
-                                   _check_capacity(shuffling_queue_capacity), finish=_rows if rows else _columns,
+                                   check_capacity(shuffling_queue_capacity), finish=_rows if rows else _columns,
                                    name='petastorm.jax.ReaderIterDataset')
 
     def __iter__(self) -> Any:

@@ -14,23 +14,17 @@ being consumed.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import threading
-from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal
-
-import pyarrow.fs as pafs
 
 from petastorm._warnings import warn_user
 from petastorm.fs import normalize_dir_url
-from petastorm.plan import Remainder, ShardMode, WorkItem, kept_rows
-from petastorm.pools import default_max_bytes_in_flight, make_pool
+from petastorm.plan import Remainder, ShardMode, WorkItem
 from petastorm.predicates import PredicateBase
 from petastorm.reading.batch import ColumnBatch
-from petastorm.reading.delivery import deliver
 from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
+from petastorm.reading.legacy import reader_options
 from petastorm.reading.options import (
     LOCAL_DISK_CACHE,
     NULL_CACHE,
@@ -41,22 +35,17 @@ from petastorm.reading.options import (
     TableVersionChange,
     validate_options,
 )
-from petastorm.reading.position import ReaderPosition, UnitTag
+from petastorm.reading.passes import ReaderPasses
 from petastorm.reading.setup import set_up_reader
-from petastorm.reading.worker import prefetch_item, read_item
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.stage_timing import StageTotals
-from petastorm.tables import TableFormat, is_iceberg_table
+from petastorm.store.formats import TableFormat, is_iceberg_table
 from petastorm.transform import TransformSpec
 
 logger = logging.getLogger(__name__)
 
 __all__ = ['LOCAL_DISK_CACHE', 'NULL_CACHE', 'Reader', 'make_batch_reader', 'make_reader',
            'normalize_dataset_url_or_urls']
-
-_STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_reader/make_batch_reader has stopped. '
-                    'This may happen if the make_reader/make_batch_reader context manager has exited but you try '
-                    'to read a sample from the reader.')
 
 
 def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
@@ -217,8 +206,9 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
 class Reader:
     """An iterator over a dataset, made by :func:`make_reader` (rows) or :func:`make_batch_reader` (batches).
 
-    Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also the
-    :class:`~petastorm.reading.source.ColumnSource` the loaders read.
+    Use it as a context manager, or call :meth:`stop` and :meth:`join` when done. A reader is also what the
+    loaders read: a :class:`~petastorm.reading.ColumnSource` with positions (a
+    :class:`~petastorm.reading.PositionSource`); the rules of its passes are :mod:`petastorm.reading.passes`.
 
     Made by the factories from checked :class:`~petastorm.reading.ReaderOptions`. Petastorm's direct construction
     works too, with its arguments: ``Reader(filesystem, dataset_path, schema_fields=..., reader_pool=ThreadPool(5),
@@ -230,28 +220,18 @@ class Reader:
         dataset: the opened store (files, metadata).
         ngram: the NGram given as ``schema_fields``, or None.
         num_epochs: epochs per pass.
-        last_row_consumed: True once every epoch was delivered.
         is_batched_reader: True for ``make_batch_reader``.
         cache: the cache of row groups (a ``NullCache`` unless ``cache_type`` is a local-disk type).
         read_context: what every worker receives; executors other than the pool (Ray Data read tasks) read work
             items with :func:`petastorm.reading.worker.read_item` and it.
+        info: what the reader delivers, for the loaders (:class:`~petastorm.reading.SourceInfo`).
     """
 
     def __init__(self, options: ReaderOptions | Any = None, *legacy_args: Any, time_stages: bool = False,
                  **legacy_kwargs: Any) -> None:
-        if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
-            from petastorm.reading.legacy import legacy_reader_options
-
-            options = legacy_reader_options(options, *legacy_args, **legacy_kwargs)
-        elif legacy_args or legacy_kwargs:
-            raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
-                            f'and {sorted(legacy_kwargs)}')
-        self._options = options
+        self._options = options = reader_options(options, *legacy_args, **legacy_kwargs)
         self.is_batched_reader = options.batched_output
         self.num_epochs = options.num_epochs
-        self.last_row_consumed = False
-        self.stopped = False
-        self._lock = threading.Lock()
         # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
         self._stage_totals = StageTotals() if time_stages else None
         setup = set_up_reader(options, time_stages=time_stages)
@@ -259,50 +239,20 @@ class Reader:
             warn_user(PLAIN_PARQUET_WARNING)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
-        self._rows_known = setup.rows_known
-        self._row_matches = setup.row_matches
-        self._position = ReaderPosition(setup.layout, options.num_epochs)
-        # From remote storage the first items wait on round trips, not on the CPU: every worker starts one at once.
-        remote = not isinstance(self.read_context.filesystem, pafs.LocalFileSystem)
-        self._pool = make_pool(options.reader_pool_type, options.workers_count,
-                               max_in_flight=max(options.workers_count,
-                                                 min(options.results_queue_size, 2 * options.workers_count)),
-                               max_bytes_in_flight=default_max_bytes_in_flight(),
-                               initial_in_flight=options.workers_count if remote else None)
-        self._pool.start(read_item, self.read_context)
-        self._start_pass()
+        self._passes = ReaderPasses(options, setup, self._stage_totals)
+        self.info = self._passes.info
         logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
                     len(setup.layout.items), options.reader_pool_type, options.workers_count)
 
-    def _start_pass(self) -> None:
-        self._batches = self._read_batches()
-        self._output = deliver(self.schema, self.ngram, self.is_batched_reader, self._batches)
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._passes.stopped
 
-    def _read_batches(self) -> Generator[ColumnBatch, None, None]:
-        """The pool's batches of the current pass, each registered with the position as it is handed out."""
-        self._position.started = True
-        tags: deque[UnitTag] = deque()  # what each submitted unit is, in submission order
-        results: Iterator[ColumnBatch] = self._pool.imap(self._fetching_ahead(self._position.units(tags)))
-        totals = self._stage_totals
-        if totals is not None:
-            results = totals.timed(results)
-        for batch in results:
-            tag = tags.popleft()
-            if totals is not None:
-                totals.add(batch.stage_seconds, batch.num_rows)
-            if batch.num_rows:
-                self._position.begin(tag, batch)
-                yield batch
-
-    def _fetching_ahead(self, units: Iterator[Any]) -> Iterator[Any]:
-        """The units, each one's row group fetched ahead as the pool takes it (remote stores, thread pool)."""
-        files = self.read_context.data_files
-        if self._options.reader_pool_type != 'thread' or files is None or not files.keeps_open:
-            yield from units
-            return
-        for unit in units:
-            prefetch_item(self.read_context, unit)
-            yield unit
+    @property
+    def last_row_consumed(self) -> bool:
+        """True once every epoch of the pass was delivered."""
+        return self._passes.last_row_consumed
 
     # -- iterator protocol --------------------------------------------------------------------------------------
 
@@ -310,16 +260,7 @@ class Reader:
         return self
 
     def __next__(self) -> Any:
-        with self._lock:
-            if self.stopped:
-                raise RuntimeError(_STOPPED_MESSAGE)
-            try:
-                item = next(self._output)
-            except StopIteration:
-                self.last_row_consumed = True
-                raise
-            self._position.delivered(None if self.is_batched_reader else 1)
-            return item
+        return self._passes.next_item()
 
     def next(self) -> Any:
         """Same as ``next(reader)``."""
@@ -339,54 +280,29 @@ class Reader:
         their order do not change; the first batch does not wait for a whole row group to be decoded. Only the
         thread and dummy pools, without a cache or NGram, split items.
         """
-        if first_rows is not None and self._splits_items:
-            with self._lock:
-                self._position.head_rows = first_rows
-        while True:
-            with self._lock:
-                if self.stopped:
-                    raise RuntimeError(_STOPPED_MESSAGE)
-                try:
-                    batch = next(self._batches)
-                except StopIteration:
-                    self.last_row_consumed = True
-                    return
-                self._position.delivered()
-                batch = dataclasses.replace(batch, row_ids=self._position.row_ids())
-            yield batch
-
-    @property
-    def _splits_items(self) -> bool:
-        """Whether a pass may read its first work item in two (a thread reads the row group for both)."""
-        return (self._options.reader_pool_type in ('thread', 'dummy') and self.ngram is None
-                and self.read_context.cache is None)
+        return self._passes.column_batches(first_rows)
 
     # -- what is known before reading ---------------------------------------------------------------------------
 
     @property
     def work_items(self) -> tuple[WorkItem, ...]:
         """This shard's work items of one epoch (row ranges of the selected row groups), in piece order."""
-        return self._position.layout.items
+        return self._passes.layout.items
 
     @property
     def seed(self) -> int | None:
         """The ``seed`` the reader was made with (None when unseeded)."""
-        return self._options.seed
+        return self.info.seed
 
     @property
     def transform_spec(self) -> TransformSpec | None:
         """The ``transform_spec`` the reader was made with (None when rows are delivered as decoded)."""
-        return self._options.transform_spec
+        return self.info.transform_spec
 
     @property
     def batched_output(self) -> bool:
         """True when each item is a batch of rows (``make_batch_reader``)."""
         return self.is_batched_reader
-
-    @property
-    def resumable(self) -> bool:
-        """True: the reader's batches carry row numbers, and :meth:`state_dict` saves positions (not with an NGram)."""
-        return self.ngram is None
 
     @property
     def num_rows_per_epoch(self) -> int | None:
@@ -400,14 +316,7 @@ class Reader:
         ``shard_mode='rows'`` and several shards (each epoch's share then keeps another number of rows:
         :attr:`num_rows_per_pass` and ``len()`` stay exact).
         """
-        if not self._rows_known:
-            return None
-        layout = self._position.layout
-        if self._row_matches is None:
-            return layout.rows_per_epoch
-        if layout.splits[0] > 1:
-            return None
-        return sum(kept_rows(unit, layout.shuffle_rows, self._row_matches) for unit in layout.ordered(0))
+        return self._passes.rows_per_epoch()
 
     @property
     def num_rows_per_pass(self) -> int | None:
@@ -416,12 +325,7 @@ class Reader:
         It is :attr:`num_rows_per_epoch` times ``num_epochs`` (counted epoch by epoch when the filters' counts
         differ between epochs); None with ``num_epochs=None`` or when the rows per epoch are unknown.
         """
-        if self.num_epochs is None or not self._rows_known:
-            return None
-        per_epoch = self.num_rows_per_epoch
-        if per_epoch is None:
-            return self._position.rows_this_pass(self._row_matches, whole=True)
-        return per_epoch * self.num_epochs
+        return self._passes.rows_per_pass()
 
     @property
     def num_rows_this_pass(self) -> int | None:
@@ -430,10 +334,7 @@ class Reader:
         :attr:`num_rows_per_pass` for a whole pass; after :meth:`load_state_dict`, only the rows the restored pass
         still has to deliver (rows a loader held when the state was saved included).
         """
-        rows = self.num_rows_per_pass
-        if rows is None or not self._position.restarted:
-            return rows
-        return self._position.rows_this_pass(self._row_matches)
+        return self._passes.rows_this_pass()
 
     def __len__(self) -> int:
         """Items one pass yields: rows (``make_reader``) or batches (``make_batch_reader``).
@@ -441,28 +342,26 @@ class Reader:
         Raises:
             TypeError: the count is unknown in advance (see :attr:`num_rows_per_epoch`) or ``num_epochs=None``.
         """
-        rows = self.num_rows_this_pass
-        if rows is None:
-            raise TypeError('len() of this reader is unknown in advance (num_epochs=None, an NGram, a batch '
-                            'transform function, or a predicate or filters on stored columns: make the reader '
-                            'with count_rows=True to count the rows they keep); see Reader.num_rows_per_epoch')
-        return self._position.units_this_pass(self._row_matches) if self.is_batched_reader else rows
+        return self._passes.items_this_pass()
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0
 
     # -- positions ----------------------------------------------------------------------------------------------
 
+    @property
+    def resumable(self) -> bool:
+        """True: the reader's batches carry row numbers, and :meth:`state_dict` saves positions (not with an NGram)."""
+        return self._passes.resumable
+
     def state_dict(self) -> dict[str, Any]:
         """The position of this reader: which rows it delivered, as a small dict of ints, lists and strings.
 
         Counts only rows handed to the caller (rows read ahead by workers are not), so that
-        :meth:`load_state_dict` on a new reader continues with exactly the rows not delivered yet.
+        :meth:`load_state_dict` on a new reader continues with exactly the rows not delivered yet. It is a
+        :class:`~petastorm.plan.ReaderState` as a dict.
         """
-        if self.ngram is not None:
-            raise NotImplementedError('state_dict() is not supported for NGram readers')
-        with self._lock:
-            return self._position.state({'num_epochs': self.num_epochs})
+        return self._passes.state().to_dict()
 
     def load_state_dict(self, state: Any) -> None:
         """Continue from a saved position; call before reading.
@@ -478,14 +377,7 @@ class Reader:
             ValueError: the state does not match this reader (the message names the option or count).
             RuntimeError: reading has started.
         """
-        if self.ngram is not None:
-            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
-        states = list(state) if isinstance(state, (list, tuple)) else [state]
-        if not states:
-            raise ValueError('load_state_dict got an empty list of states')
-        with self._lock:
-            self._position.restore(states, self._options.seed, self._options.table_version_change)
-            self._start_pass()
+        self._passes.load(state)
 
     def state_holding(self, held_rows: Any, held_in_order: bool = False) -> dict[str, Any]:
         """:meth:`state_dict` of a reader whose consumer holds some delivered rows it has not handed on yet.
@@ -498,22 +390,14 @@ class Reader:
             held_in_order: the held rows are the last ones taken, in order (no shuffling buffer); a reader's own
                 order needs no use of it.
         """
-        from petastorm.plan import merge_runs
-        from petastorm.plan.runs import run_table_of_rows
-
-        state = self.state_dict()
-        held = run_table_of_rows(held_rows).tolist()  # sorted and merged already
-        if state['pending']:
-            held = [list(r) for r in merge_runs(sorted([tuple(r) for r in state['pending'] + held]))]
-        state['pending'] = held
-        return state
+        return self._passes.state_holding(held_rows).to_dict()
 
     # -- life cycle ---------------------------------------------------------------------------------------------
 
     @property
     def endless(self) -> bool:
         """True with ``num_epochs=None``: one pass that never ends, so a new pass continues it."""
-        return self.num_epochs is None
+        return self.info.endless
 
     def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
         """Abandon the pass being read, if any, and start another one now (unlike :meth:`reset`, also mid-pass).
@@ -529,37 +413,11 @@ class Reader:
             ValueError: the state does not match this reader.
             RuntimeError: the reader was stopped.
         """
-        if self.ngram is not None and state is not None:
-            raise NotImplementedError('load_state_dict() is not supported for NGram readers')
-        with self._lock:
-            if self.stopped:
-                raise RuntimeError(_STOPPED_MESSAGE)
-            for stream in (self._output, self._batches):
-                stream.close()
-            self.last_row_consumed = False
-            if state is None:
-                self._position.new_pass()
-            else:
-                states = list(state) if isinstance(state, (list, tuple)) else [state]
-                if not states:
-                    raise ValueError('load_state_dict got an empty list of states')
-                if new_pass:
-                    states = [{**one, 'pass_start': one['epoch']} for one in states]
-                self._position.started = False
-                self._position.restore(states, self._options.seed)
-            self._start_pass()
+        self._passes.restart(state, new_pass=new_pass)
 
     def reset(self) -> None:
         """Start another ``num_epochs`` pass (with new per-epoch orders); allowed only after the data ran out."""
-        with self._lock:
-            if not self.last_row_consumed:
-                raise NotImplementedError('Currently do not support resetting a reader while in the middle of '
-                                          'iteration. You can reset the reader only after all samples were consumed.')
-            if self.stopped:
-                raise RuntimeError(_STOPPED_MESSAGE)
-            self.last_row_consumed = False
-            self._position.new_pass()
-            self._start_pass()
+        self._passes.reset()
 
     @property
     def diagnostics(self) -> dict[str, Any]:
@@ -569,36 +427,15 @@ class Reader:
         whose results the reader has not taken yet), ``items_consumed`` (items handed to the workers),
         ``items_produced`` (results taken) and ``items_inprocess`` (the difference).
         """
-        pool = self._pool.diagnostics
-        submitted, completed = pool.get('items_submitted', 0), pool.get('items_completed', 0)
-        layout, options = self._position.layout, self._options
-        info = {**pool, 'work_items_per_epoch': len(layout.items), 'shard_mode': layout.shard_mode,
-                'shard': options.cur_shard, 'shard_count': options.shard_count, 'shard_source': options.shard_source,
-                'rows_per_epoch_before_filters': layout.rows_per_epoch,
-                'shard_remainder': layout.remainder if layout.shard_mode == 'rows' else None,
-                'rows_remainder_per_epoch': layout.remainder_rows,
-                'output_queue_size': pool.get('in_flight', submitted - completed), 'items_consumed': submitted,
-                'items_produced': completed, 'items_inprocess': submitted - completed}
-        if self._stage_totals is not None:
-            info['stages'] = self._stage_totals.snapshot()
-        return info
+        return self._passes.diagnostics()
 
     def stop(self) -> None:
         """Stop reading (non-blocking); iteration afterwards raises ``RuntimeError``."""
-        self.stopped = True
-        self._pool.stop()
+        self._passes.stop()
 
     def join(self) -> None:
         """Wait until every worker has finished (call after :meth:`stop`)."""
-        if self.stopped:
-            for stream in (self._output, self._batches):
-                try:
-                    stream.close()
-                except (RuntimeError, ValueError):  # closing a generator another thread is running
-                    logger.debug('reader output was still running when joined')
-        self._pool.join()
-        if self.read_context.data_files is not None:
-            self.read_context.data_files.close()  # the threads that fetched row groups ahead
+        self._passes.join()
 
     def cleanup_cache(self) -> None:
         """Remove the local disk cache and print ``Cache cleanup complete.``, as Petastorm did.
@@ -608,18 +445,11 @@ class Reader:
         cache: ...``), not raised. A reader's ``with`` exit cleans the cache too, but prints nothing (a failure is
         logged instead).
         """
-        error = self._release_cache()
+        error = _release_cache(self.cache)
         # print, not logging: Petastorm printed these lines, and scripts may look for them.
         if error is not None:
             print(f'Error cleaning cache: {error}', flush=True)
         print('Cache cleanup complete.', flush=True)
-
-    def _release_cache(self) -> BaseException | None:
-        try:
-            self.cache.cleanup()
-        except (OSError, AttributeError) as err:
-            return err
-        return None
 
     def __repr__(self) -> str:
         from petastorm._describe import describe_names, describe_urls
@@ -655,7 +485,15 @@ class Reader:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
         self.join()
-        error = self._release_cache()
+        error = _release_cache(self.cache)
         if error is not None:
             logger.warning('could not clean up the cache %r: %s', self.cache, error)
 
+
+def _release_cache(cache: Any) -> BaseException | None:
+    """Clean the cache up; the error it raised (``OSError``, ``AttributeError``), or None."""
+    try:
+        cache.cleanup()
+    except (OSError, AttributeError) as err:
+        return err
+    return None

@@ -53,9 +53,9 @@ def add_to_dataset_metadata(dataset: Any, key: str | bytes, value: str | bytes) 
         TypeError: ``dataset`` is none of the above.
     """
     from petastorm.fs import resolve_location
-    from petastorm.metadata.store import open_store
-    from petastorm.metadata.store_model import ParquetStore
     from petastorm.metadata.write import update_common_metadata
+    from petastorm.store.model import ParquetStore
+    from petastorm.store.opening import open_store
 
     if isinstance(dataset, str):
         dataset = open_store(resolve_location(dataset))

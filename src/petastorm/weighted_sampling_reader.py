@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from petastorm.reading.batch import ColumnBatch
-from petastorm.reading.source import ColumnSource, ItemSource
+from petastorm.reading.source import ColumnSource, ItemSource, SourceInfo, positions_of
 
 __all__ = ['WeightedSamplingReader']
 
@@ -126,24 +126,21 @@ class WeightedSamplingReader:
         return bool(self._readers[0].batched_output)
 
     @property
-    def seed(self) -> int | None:
-        """The seed of the choice of readers (loaders seed their shuffling buffers from it)."""
-        return self._seed
+    def info(self) -> SourceInfo:
+        """What the mix delivers, for the loaders.
 
-    @property
-    def transform_spec(self) -> Any:
-        """The first reader's ``transform_spec``."""
-        return getattr(self._readers[0], 'transform_spec', None)
+        The first reader's schema, NGram and transform; the seed of the choice of readers (loaders seed their
+        shuffling buffers from it); endless when every reader is (``num_epochs=None``).
+        """
+        first = self._readers[0]
+        return SourceInfo(schema=first.schema, ngram=first.ngram, batched_output=bool(first.batched_output),
+                          seed=self._seed, transform_spec=getattr(first, 'transform_spec', None),
+                          endless=all(_endless(r) for r in self._readers))
 
     @property
     def resumable(self) -> bool:
-        """Every reader is a resumable column source: loaders over the mix can save their position."""
-        return all(isinstance(r, ColumnSource) and r.resumable for r in self._readers)
-
-    @property
-    def endless(self) -> bool:
-        """Every reader is endless (``num_epochs=None``): a new iteration of a loader continues the mix."""
-        return all(bool(getattr(r, 'endless', False)) for r in self._readers)
+        """Every reader is a column source with positions: loaders over the mix can save their position."""
+        return all(isinstance(r, ColumnSource) and positions_of(r) is not None for r in self._readers)
 
     @property
     def num_rows_per_pass(self) -> int | None:
@@ -295,8 +292,7 @@ class WeightedSamplingReader:
             rewind = self._draws_over(len(held_rows)) if held_in_order else 0
             if rewind:
                 rng.bit_generator.advance(-rewind)  # type: ignore[attr-defined]  # PCG64, default_rng's
-            exhausted = self._exhausted and not rewind
-            return {'version': 1, 'choice_rng': rng.bit_generator.state, 'exhausted': exhausted, 'readers': states}
+            return _mix_state(rng.bit_generator.state, self._exhausted and not rewind, states)
 
     def _draws_over(self, rows: int) -> int:
         """Draws that gave the last ``rows`` rows taken (0 when the mix does not remember that far)."""
@@ -319,11 +315,23 @@ class WeightedSamplingReader:
         if any(self._held):
             return self.state_holding(np.empty(0, dtype=np.int64))
         with self._lock:
-            return {'version': 1, 'choice_rng': self._rng.bit_generator.state, 'exhausted': self._exhausted,
-                    'readers': [reader.state_dict() for reader in self._readers]}
+            return _mix_state(self._rng.bit_generator.state, self._exhausted,
+                              [reader.state_dict() for reader in self._readers])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` (call on new readers made with the same arguments, before reading).
+
+        Raises:
+            ValueError: the state is of a mix of another number of readers.
+        """
+        saved = self._reader_states(state)
+        with self._lock:
+            for reader, reader_state in zip(self._readers, saved, strict=True):
+                reader.load_state_dict(reader_state)
+            self._restore_draw(state)
+
+    def _reader_states(self, state: Any) -> list[Any]:
+        """The state of each mixed reader in a saved mix state.
 
         Raises:
             ValueError: the state is of a mix of another number of readers.
@@ -332,10 +340,7 @@ class WeightedSamplingReader:
         if len(saved) != len(self._readers):
             raise ValueError(f'the state holds {len(saved)} reader states; this WeightedSamplingReader mixes '
                              f'{len(self._readers)} readers')
-        with self._lock:
-            for reader, reader_state in zip(self._readers, saved, strict=True):
-                reader.load_state_dict(reader_state)
-            self._restore_draw(state)
+        return list(saved)
 
     def _restore_draw(self, state: dict[str, Any]) -> None:
         self._rng.bit_generator.state = state['choice_rng']
@@ -354,14 +359,10 @@ class WeightedSamplingReader:
             state: None continues the draw over every reader's next pass; a state restores the mix's position.
             new_pass: the state was saved between passes of a loader: every reader starts the pass after it.
         """
-        if state is not None:
-            saved = state.get('readers', []) if isinstance(state, dict) else []
-            if len(saved) != len(self._readers):
-                raise ValueError(f'the state holds {len(saved)} reader states; this WeightedSamplingReader mixes '
-                                 f'{len(self._readers)} readers')
+        saved = [None] * len(self._readers) if state is None else self._reader_states(state)
         with self._lock:
-            for index, reader in enumerate(self._readers):
-                reader.restart(None if state is None else state['readers'][index], new_pass=new_pass)
+            for reader, reader_state in zip(self._readers, saved, strict=True):
+                reader.restart(reader_state, new_pass=new_pass)
             if state is None:
                 self._exhausted = False
                 self._held = [deque() for _ in self._readers]
@@ -396,6 +397,18 @@ class WeightedSamplingReader:
         for reader in self._readers:
             # Each reader's own exit releases its cache quietly (stop and join are done, so they return at once).
             reader.__exit__(None, None, None)
+
+
+def _mix_state(choice_rng: Mapping[str, Any], exhausted: bool, readers: list[Any]) -> dict[str, Any]:
+    """A mix's state: every reader's state and the state of the random choice of readers."""
+    return {'version': 1, 'choice_rng': choice_rng, 'exhausted': exhausted, 'readers': readers}
+
+
+def _endless(reader: Any) -> bool:
+    """Whether a mixed reader is endless (``num_epochs=None``; a reader-like object when it says so)."""
+    if isinstance(reader, ColumnSource):
+        return reader.info.endless
+    return bool(getattr(reader, 'endless', False))
 
 
 def _slice(batch: ColumnBatch, start: int, stop: int) -> ColumnBatch:

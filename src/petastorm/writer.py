@@ -40,8 +40,8 @@ from petastorm.codecs import ArrowTensorCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
 from petastorm.fs._files import remove_dir, with_retries
-from petastorm.metadata.listing import DELTA_LOG
 from petastorm.metadata.write import write_dataset_metadata
+from petastorm.store.listing import DELTA_LOG
 from petastorm.tables.delta_write import DeltaWrite
 from petastorm.unischema import Unischema, arrow_type_of_field, encode_row
 

@@ -31,10 +31,10 @@ from petastorm.codecs import (
     ScalarCodec,
 )
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
-from petastorm.metadata import keys
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.legacy_write import LegacySchemaError, unischema_to_legacy_pickle
 from petastorm.metadata.write import write_dataset_metadata
+from petastorm.store import keys
 from petastorm.unischema import Unischema, UnischemaField
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

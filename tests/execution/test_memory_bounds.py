@@ -144,7 +144,7 @@ def test_reader_keeps_decoded_row_groups_in_flight_under_its_budget(tmp_path, mo
     # 64 noise images of 128 kB (slow to decode, so that workers overlap) in row groups of about 1 MB decoded.
     write_dataset(url, ImageSchema, ({'id': i, 'image': rng.integers(0, 255, (128, 1024), dtype=np.uint8)}
                                      for i in range(64)), row_group_size_mb=1.05)
-    monkeypatch.setattr('petastorm.reader.default_max_bytes_in_flight', lambda: 4 * MB)
+    monkeypatch.setattr('petastorm.reading.passes.default_max_bytes_in_flight', lambda: 4 * MB)
     tracemalloc.start()
     try:
         seen = []

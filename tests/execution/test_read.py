@@ -7,10 +7,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from petastorm.metadata.store_model import RowGroupPiece
 from petastorm.plan import ScheduledItem, WorkItem, row_permutation
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.worker import ReadContext, read_item
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.unischema import UnischemaField
 
 

@@ -287,7 +287,7 @@ class _RefusingFilesystem:
 
 
 def _read_from_refusing_filesystem(error):
-    from petastorm.metadata.store_model import RowGroupPiece
+    from petastorm.store.pieces import RowGroupPiece
 
     ctx = petastorm.reading.worker.ReadContext(filesystem=_RefusingFilesystem(error), pieces=(), fields=(),
                                      batched_output=True)

@@ -36,10 +36,10 @@ from petastorm.errors import (
     SchemaError,
     StorageNotFoundError,
 )
-from petastorm.metadata import keys
 from petastorm.metadata.legacy import LegacyPickleRefusedError
 from petastorm.metadata.write import update_common_metadata
 from petastorm.predicates import in_set
+from petastorm.store import keys
 from petastorm.unischema import Unischema, UnischemaField
 from reliability.helpers import SMALL_DATASET_SIZES, SMALL_ROWS, SmallSchema, small_row
 

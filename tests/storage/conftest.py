@@ -1,10 +1,17 @@
-"""Fixtures of the storage tests that more than one file uses.
+"""Fixtures of the storage tests that more than one file uses; the subfolders mirror the source's packages.
 
-* The filesystem tests (``test_fs_*.py``): an in-memory dataset, a ``$HADOOP_HOME`` and a stand-in HDFS
+``fs/`` tests :mod:`petastorm.fs` (URLs, errors and retries, ranged reads, HDFS, Petastorm's ``fs_utils``, S3 and its
+clients), ``store/`` :mod:`petastorm.store` (opening any store, data files, remote planning, schema unification,
+damaged stores), ``metadata/`` :mod:`petastorm.metadata` (dataset metadata, row-group indexes), ``tables/``
+:mod:`petastorm.tables`, ``cache/`` :mod:`petastorm.cache` (the local disk cache, the decoded cache, footers kept in
+a cache) and ``write/`` the writers. Every subfolder inherits these fixtures:
+
+* The filesystem tests (``fs/test_fs_*.py``): an in-memory dataset, a ``$HADOOP_HOME`` and a stand-in HDFS
   connector (:mod:`support.fake_storage`).
-* The S3 tests (``test_s3_*.py``, ``test_tables_s3.py``): one moto server for the whole run, the fault-injecting
-  proxy in front of it, and a Petastorm dataset on it (:mod:`support.s3_loopback`, :mod:`support.s3_datasets`).
-* The local disk cache tests (``test_local_disk_cache_*.py``): a dataset of many small row groups
+* The S3 tests (``fs/test_s3_*.py``, ``tables/test_tables_s3.py``): one moto server for the whole run, the
+  fault-injecting proxy in front of it, and a Petastorm dataset on it (:mod:`support.s3_loopback`,
+  :mod:`support.s3_datasets`).
+* The local disk cache tests (``cache/test_local_disk_cache_*.py``): a dataset of many small row groups
   (:mod:`support.cache_stores`).
 """
 

@@ -20,8 +20,8 @@ from petastorm.etl.dataset_metadata import get_schema_from_dataset_url, load_row
 from petastorm.etl.petastorm_generate_metadata import generate_petastorm_metadata  # noqa: E402
 from petastorm.etl.rowgroup_indexers import FieldNotNullIndexer, SingleFieldIndexer  # noqa: E402
 from petastorm.etl.rowgroup_indexing import build_rowgroup_index, get_row_group_indexes  # noqa: E402
-from petastorm.metadata import keys  # noqa: E402
 from petastorm.spark_utils import dataset_as_rdd  # noqa: E402
+from petastorm.store import keys  # noqa: E402
 from petastorm.tools.copy_dataset import copy_dataset  # noqa: E402
 from petastorm.tools.spark_session_cli import add_configure_spark_arguments, configure_spark  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField  # noqa: E402

@@ -345,3 +345,18 @@ def test_bad_storage_options_flag_is_a_usage_error_without_the_values(text, mess
     with pytest.raises(UsageError, match=re.escape(message)) as raised:
         parse_storage_options(text.replace('{list_file}', str(list_file)).replace('{binary_file}', str(binary_file)))
     assert 'hunter2' not in str(raised.value)
+
+
+def test_a_tool_run_in_process_leaves_logging_as_it_was(plain_dir, monkeypatch):
+    # A tool's main adds a handler for its progress while it runs; a caller (a script, a notebook, the next test)
+    # must not find it still installed afterwards, printing the caller's own petastorm log records.
+    from petastorm.etl import petastorm_generate_metadata as tool
+
+    logger = logging.getLogger('petastorm')
+    handlers, level = list(logger.handlers), logger.level
+    monkeypatch.syspath_prepend(str(plain_dir.parent))
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main([plain_dir.as_uri(), '--unischema_class', 'my_schemas.Wrong'])
+    assert exit_info.value.code != 0
+    assert logger.handlers == handlers
+    assert logger.level == level

@@ -338,7 +338,7 @@ def _warn_if_plain_parquet(dataset_url: str, reader_args: dict[str, Any]) -> Non
     """Say, naming the option, that ``make_reader`` is measured on a store without Petastorm metadata."""
     from petastorm.fs import resolve_location
     from petastorm.metadata.schemas import has_petastorm_metadata
-    from petastorm.metadata.store import open_store
+    from petastorm.store.opening import open_store
 
     store = open_store(resolve_location(dataset_url, reader_args.get('storage_options'), reader_args.get('filesystem')))
     if has_petastorm_metadata(store):
@@ -378,7 +378,7 @@ def _matching_fields(dataset_url: str, field_regex: list[str] | None, batch: boo
         return []
     from petastorm.fs import resolve_location
     from petastorm.metadata.schemas import stored_or_inferred_schema
-    from petastorm.metadata.store import open_store
+    from petastorm.store.opening import open_store
     from petastorm.unischema import match_unischema_fields
 
     # The schema is read with the same storage settings the reader gets (credentials, endpoint).

@@ -20,11 +20,12 @@ parentheses, e.g. ``(PetastormMetadataError)``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from petastorm import __version__
@@ -34,7 +35,7 @@ from petastorm.fs import resolve_url
 __all__ = [
     'EXIT_FAILED', 'EXIT_USAGE', 'STORAGE_OPTIONS_HELP', 'UsageError', 'add_storage_options_argument',
     'add_version_argument', 'check_target', 'configure_progress_logging', 'error_label', 'existing_directory',
-    'existing_path', 'fail', 'one_line', 'parse_storage_options', 'run',
+    'existing_path', 'fail', 'one_line', 'parse_storage_options', 'progress_logging', 'run',
 ]
 
 #: Exit codes: 1 when the work failed, 2 when the command line is wrong (argparse uses 2 as well).
@@ -79,6 +80,24 @@ class _CurrentStderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value: Any) -> None:
         pass  # the stream is always the current sys.stderr
+
+
+@contextlib.contextmanager
+def progress_logging() -> Iterator[None]:
+    """Show petastorm's progress messages on stderr while a tool runs, and leave logging as it was after.
+
+    A tool's ``main`` called in-process (a script, a notebook, a test) must not leave a handler behind: later log
+    records of the caller would be printed by it.
+    """
+    root = logging.getLogger('petastorm')
+    handlers, level = list(root.handlers), root.level
+    configure_progress_logging()
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def configure_progress_logging() -> None:
@@ -194,7 +213,7 @@ def existing_path(url: str, what: str, storage_options: dict | None = None) -> A
     except (ValueError, OSError) as err:
         raise UsageError(f'{what} {url!r}: {one_line(err)}') from err
     if info.type.name == 'NotFound' and any(c in path for c in '*?['):  # a glob: the files it matches
-        from petastorm.metadata.listing import glob_files
+        from petastorm.store.listing import glob_files
 
         try:
             return filesystem.get_file_info(glob_files(filesystem, path, url)[0])

@@ -1,6 +1,7 @@
 """Petastorm's ``petastorm.etl.dataset_metadata`` module path: schema lookup, metadata keys, ``materialize_dataset``.
 
-Re-exports only; the implementation lives in :mod:`petastorm.metadata` and :mod:`petastorm.etl.materialize`.
+Re-exports only; the implementation lives in :mod:`petastorm.metadata`, :mod:`petastorm.store` and
+:mod:`petastorm.etl.materialize`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from typing import Any
 from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
 from petastorm.etl.materialize import materialize_dataset
 from petastorm.fs import resolve_location
-from petastorm.metadata.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
 from petastorm.metadata.schemas import stored_or_inferred_schema, stored_schema, stored_schema_at
-from petastorm.metadata.store import load_row_groups as _load_row_groups
-from petastorm.metadata.store import open_store
-from petastorm.metadata.store_model import ParquetStore, RowGroupPiece
+from petastorm.store.keys import ROW_GROUPS_PER_FILE_KEY, ROWGROUPS_INDEX_KEY, UNISCHEMA_KEY
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_store
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.unischema import Unischema
 
 __all__ = [
@@ -64,4 +65,4 @@ def infer_or_load_unischema(dataset: Any) -> Unischema:
 
 def load_row_groups(dataset: Any) -> list[RowGroupPiece]:
     """Every row group of the dataset in piece order (sorted file path, then row-group number)."""
-    return _load_row_groups(_as_store(dataset))
+    return _as_store(dataset).row_groups()

@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.fs import resolve_url
-from petastorm.metadata.listing import SUMMARY_METADATA, list_data_files
 from petastorm.metadata.write import write_dataset_metadata
 from petastorm.spark.session import is_connect_session
+from petastorm.store.listing import SUMMARY_METADATA, list_data_files
 from petastorm.unischema import Unischema
 
 __all__ = ['materialize_dataset', 'row_groups_from_summary', 'write_petastorm_metadata']

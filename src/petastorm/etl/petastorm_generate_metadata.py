@@ -34,8 +34,8 @@ from petastorm.errors import PetastormMetadataError, PetastormMetadataGeneration
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
 from petastorm.etl.materialize import write_petastorm_metadata
 from petastorm.fs import resolve_url
-from petastorm.metadata.listing import SUMMARY_METADATA, list_data_files
-from petastorm.metadata.store_model import partition_keys_of
+from petastorm.store.listing import SUMMARY_METADATA, list_data_files
+from petastorm.store.pieces import partition_keys_of
 from petastorm.unischema import Unischema
 
 __all__ = ['generate_petastorm_metadata', 'main']
@@ -290,8 +290,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         generate_petastorm_metadata(None, args.dataset_url, args.unischema_class, args.use_summary_metadata,
                                     args.hdfs_driver, storage_options=storage_options)
 
-    _cli.configure_progress_logging()
-    _cli.run(PROG, work)
+    with _cli.progress_logging():
+        _cli.run(PROG, work)
 
 
 if __name__ == '__main__':

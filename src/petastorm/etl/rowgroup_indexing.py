@@ -18,9 +18,6 @@ from typing import Any
 
 from petastorm._progress import ProgressMeter, SparkJobProgress, check_progress_argument
 from petastorm.fs import resolve_location
-from petastorm.metadata.data_files import DataFiles
-from petastorm.metadata.footers import store_data_files
-from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.row_group_indexes import (
     INDEXES_FORMAT_VERSION,
     RowGroupIndexerBase,
@@ -28,11 +25,15 @@ from petastorm.metadata.row_group_indexes import (
     load_row_group_indexes,
     storable_kind,
 )
-from petastorm.metadata.row_groups import read_row_group
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import load_row_groups, open_store
-from petastorm.metadata.store_model import ParquetStore, RowGroupPiece
 from petastorm.metadata.write import update_common_metadata
+from petastorm.store.data_files import DataFiles
+from petastorm.store.footers import store_data_files
+from petastorm.store.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_store
+from petastorm.store.pieces import RowGroupPiece
+from petastorm.store.row_groups import read_row_group
 from petastorm.unischema import UnischemaField
 
 __all__ = ['INDEXES_FORMAT_VERSION', 'INDEXES_JSON_KEY', 'PARALLEL_SLICE_NUM', 'ROWGROUPS_INDEX_KEY',
@@ -111,7 +112,7 @@ def build_rowgroup_index(dataset_url: str, spark_context: Any, indexers: Sequenc
         raise ValueError(f'indexed fields {unknown} are not fields of the dataset {dataset_url} '
                          f'({", ".join(schema.fields)})')
     fields = [schema.fields[c] for c in columns]
-    pieces = load_row_groups(store)
+    pieces = store.row_groups()
     partition_names = tuple(store.partition_names)
     files = store_data_files(store)
     if not pieces:
@@ -143,7 +144,7 @@ def get_row_group_indexes(dataset: Any) -> dict[str, RowGroupIndexerBase]:
     """``{index name: indexer}`` stored in a dataset.
 
     Args:
-        dataset: a dataset URL, or a store opened with :func:`petastorm.metadata.store.open_store`.
+        dataset: a dataset URL, or a store opened with :func:`petastorm.store.opening.open_store`.
 
     Raises:
         ValueError: the dataset has no ``_common_metadata`` or no row-group indexes in it.

@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 __all__ = ['IO_THREADS', 'native_s3_filesystem']
 
 #: pyarrow's I/O threads (and so its S3 client's connections) once a reader uses its S3 client: as many as the
-#: footers read at a time (metadata.footers.REMOTE_FOOTER_THREADS).
+#: footers read at a time (store.footers.REMOTE_FOOTER_THREADS).
 IO_THREADS = 64
 
 

@@ -2,9 +2,9 @@
 
 An index is built by an indexer (:class:`SingleFieldIndexer`, :class:`FieldNotNullIndexer`, or a user's subclass of
 :class:`RowGroupIndexerBase`) one row group at a time, and the per-row-group indexers are merged with ``+``.
-Indexes are stored in ``_common_metadata`` as versioned JSON under :data:`~petastorm.metadata.keys.INDEXES_JSON_KEY`
+Indexes are stored in ``_common_metadata`` as versioned JSON under :data:`~petastorm.store.keys.INDEXES_JSON_KEY`
 (see :func:`indexes_to_json`); indexes written by Petastorm (a pickle under
-:data:`~petastorm.metadata.keys.ROWGROUPS_INDEX_KEY`) are read through the guarded unpickler.
+:data:`~petastorm.store.keys.ROWGROUPS_INDEX_KEY`) are read through the guarded unpickler.
 :func:`load_row_group_indexes` reads either from an opened store; it is what the reader's row-group selection uses.
 
 Building indexes reads and decodes data, so it lives with the dataset tools:
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from petastorm.errors import PetastormMetadataError
-from petastorm.metadata.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
 from petastorm.metadata.legacy import legacy_indexes_from_pickle
-from petastorm.metadata.store_model import ParquetStore
+from petastorm.store.keys import INDEXES_JSON_KEY, ROWGROUPS_INDEX_KEY
+from petastorm.store.model import ParquetStore
 
 __all__ = [
     'INDEXERS_BY_KIND',
@@ -342,7 +342,7 @@ def load_row_group_indexes(store: ParquetStore) -> dict[str, RowGroupIndexerBase
     """``{index name: indexer}`` stored in an opened store's ``_common_metadata``.
 
     Args:
-        store: the store, from :func:`petastorm.metadata.store.open_store`.
+        store: the store, from :func:`petastorm.store.opening.open_store`.
 
     Raises:
         ValueError: the store has no ``_common_metadata``, or no row-group indexes in it (the message says how to

@@ -13,16 +13,15 @@ from typing import Any, NamedTuple
 from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError
 from petastorm.fs import resolve_location
-from petastorm.metadata import keys
-from petastorm.metadata.footers import data_file_schema, unified_file_schema
 from petastorm.metadata.legacy import unischema_from_legacy_pickle
 from petastorm.metadata.schema_json import unischema_from_json
-from petastorm.metadata.store import open_store
-from petastorm.metadata.store_model import ParquetStore, partition_keys_of
+from petastorm.store import keys
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_store
 from petastorm.unischema import Unischema, infer_unischema
 
-__all__ = ['DatasetSchema', 'column_names', 'has_petastorm_metadata', 'inferred_schema', 'stored_or_inferred_schema',
-           'stored_schema', 'stored_schema_at']
+__all__ = ['DatasetSchema', 'has_petastorm_metadata', 'inferred_schema', 'stored_or_inferred_schema', 'stored_schema',
+           'stored_schema_at']
 
 #: Key prefixes of Petastorm metadata (ours and Petastorm's): a store holding one has a schema meant to be read.
 _PETASTORM_KEY_PREFIXES = (b'petastorm.', b'dataset-toolkit.')
@@ -98,43 +97,18 @@ def stored_schema(store: ParquetStore) -> Unischema:
 
 
 def inferred_schema(store: ParquetStore) -> Unischema:
-    """A Unischema inferred from the data files' unified Arrow schema and the partition directories.
+    """A Unischema inferred from the store's Arrow schema (:meth:`~petastorm.store.model.Store.logical_schema`).
 
-    Files whose schemas differ are unified by the rules of :mod:`petastorm.metadata.unify`, with a warning that
-    names the files and columns. A table's is inferred from its logical schema (partition columns typed as the
-    table says).
+    Plain Parquet files whose schemas differ are unified by the rules of :mod:`petastorm.store.unify`, with a
+    warning that names the files and columns; their partition columns are typed by their directories' values. A
+    table's is inferred from its logical schema (partition columns typed as the table says).
 
     Raises:
         PetastormMetadataError: no data file, or one that is not readable Parquet.
         SchemaError: the files' schemas cannot be unified.
     """
-    table_schema = store.table_schema()
-    if table_schema is not None:
-        return infer_unischema(table_schema)
-    if not store.files:
-        raise PetastormMetadataError(f'{store.url} holds no Parquet data files to infer a schema from')
-    unified = unified_file_schema(store)
-    if unified.differs:
-        warn_user(f'the files of {store.url} differ in their schemas, and are read as one: {unified.describe()}')
-    arrow_schema = unified.schema
-    partitions: dict[str, list[str]] = {}
-    if store.root:
-        for path in store.files:
-            for name, value in partition_keys_of(store.relpath(path)):
-                partitions.setdefault(name, []).append(value)
-    return infer_unischema(arrow_schema, partitions=partitions)
+    found = store.logical_schema()
+    if found.differences:
+        warn_user(f'the files of {store.url} differ in their schemas, and are read as one: {found.differences}')
+    return infer_unischema(found.arrow, partitions=dict(found.partition_values))
 
-
-def column_names(store: ParquetStore) -> set[str]:
-    """The columns the store's data files hold (partition columns aside), as the reader reads them.
-
-    A table's columns are those of its version's schema, a store whose schema was inferred from every file those
-    of the unified schema; otherwise the first data file's footer tells.
-    """
-    table_schema = store.table_schema()
-    if table_schema is not None:
-        return set(table_schema.names)
-    unified = store.memo.get('unified')
-    if unified is not None:
-        return set(unified.schema.names)
-    return set(data_file_schema(store, store.files[0]).names)

@@ -18,11 +18,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataGenerationError
-from petastorm.metadata import keys
-from petastorm.metadata.footers import footer_row_counts
 from petastorm.metadata.legacy_write import LegacySchemaError, unischema_to_legacy_pickle
-from petastorm.metadata.listing import COMMON_METADATA, SUMMARY_METADATA, list_data_files
 from petastorm.metadata.schema_json import unischema_to_json
+from petastorm.store import keys
+from petastorm.store.footers import footer_row_counts
+from petastorm.store.listing import COMMON_METADATA, SUMMARY_METADATA, list_data_files
 from petastorm.unischema import Unischema
 
 __all__ = ['update_common_metadata', 'write_dataset_metadata']

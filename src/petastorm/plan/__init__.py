@@ -11,6 +11,7 @@ in what they say; :meth:`ShardSpec.from_env` is the one place that looks at the 
 * :mod:`~petastorm.plan.selection`: which row groups are read, and the layout of one shard's epochs.
 * :mod:`~petastorm.plan.layout`: the scheduled items of each epoch of a shard, and the stages of a pass.
 * :mod:`~petastorm.plan.resume`: delivered positions as a state, and restoring one (also across world sizes).
+* :mod:`~petastorm.plan.state`: the saved state, typed (:class:`ReaderState`), and the states of every rank.
 """
 
 from petastorm.plan.items import ScheduledItem, WorkItem, shard_items, split_drop_partitions, split_head
@@ -25,7 +26,6 @@ from petastorm.plan.order import (
     unit_rows,
 )
 from petastorm.plan.resume import (
-    STATE_VERSION,
     Cursor,
     check_state,
     cursor_row_ids,
@@ -48,7 +48,7 @@ from petastorm.plan.runs import (
     slice_runs,
     units_of_runs,
 )
-from petastorm.plan.selection import make_layout, partition_values, select_row_groups
+from petastorm.plan.selection import make_layout, select_row_groups
 from petastorm.plan.shard import (
     AUTO,
     RANK_ENVIRONMENT,
@@ -58,13 +58,14 @@ from petastorm.plan.shard import (
     detect_rank_and_world_size,
     resolve_shard,
 )
+from petastorm.plan.state import STATE_VERSION, ReaderState, every_rank, rank_states
 
 __all__ = [
-    'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'Remainder',
-    'RowMatches', 'Run', 'ScheduledItem', 'ShardLayout', 'ShardMode', 'ShardSpec', 'Stage', 'WorkItem',
+    'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'ReaderState',
+    'Remainder', 'RowMatches', 'Run', 'ScheduledItem', 'ShardLayout', 'ShardMode', 'ShardSpec', 'Stage', 'WorkItem',
     'check_state', 'cursor_row_ids', 'cursor_stage', 'detect_rank_and_world_size', 'encode_rows', 'epoch_order',
-    'epoch_rng', 'epoch_schedule', 'kept_rows', 'make_layout', 'merge_runs', 'partition_values', 'pass_stages',
-    'position_state', 'rank_share',
+    'epoch_rng', 'epoch_schedule', 'every_rank', 'kept_rows', 'make_layout', 'merge_runs', 'pass_stages',
+    'position_state', 'rank_share', 'rank_states',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
     'runs_of_rows', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
     'split_drop_partitions', 'split_head', 'unit_rows', 'units_of_runs',

@@ -2,9 +2,10 @@
 
 A :class:`Cursor` describes the result a reader is handing out (which scheduled item of which stage, and how many
 of its rows reached the caller). :func:`cursor_stage` turns it into the :class:`~petastorm.plan.layout.Stage`
-from which a reader delivers exactly the rows not delivered yet; :func:`position_state` writes that as a dict
-of plain values, and :func:`restored_stage` turns saved states (of one rank, or of every rank when the world size
-changed) back into the stage this shard continues from. Rows read ahead by workers are never counted.
+from which a reader delivers exactly the rows not delivered yet; :func:`position_state` writes that as a
+:class:`~petastorm.plan.state.ReaderState`, :func:`check_state` refuses a state of other data or options, and
+:func:`restored_stage` turns saved states (of one rank, or of every rank when the world size changed) back into
+the stage this shard continues from. Rows read ahead by workers are never counted.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import numpy as np
 from petastorm.plan.items import ScheduledItem
 from petastorm.plan.layout import ShardLayout, Stage
 from petastorm.plan.runs import Remainder, Run, encode_rows, merge_runs, remaining_runs, runs_length, share_size
+from petastorm.plan.state import ReaderState
 
 __all__ = [
-    'STATE_VERSION',
     'Cursor',
     'check_state',
     'cursor_row_ids',
@@ -28,9 +29,6 @@ __all__ = [
     'position_state',
     'restored_stage',
 ]
-
-STATE_VERSION = 1
-
 
 @dataclass(frozen=True)
 class Cursor:
@@ -113,25 +111,16 @@ def cursor_stage(cursor: Cursor | None, start: Stage) -> Stage:
     return Stage(stage.epoch, stage.runs, consumed, tuple(merge_runs(sorted(pending))))
 
 
-def position_state(layout: ShardLayout, stage: Stage, pass_start: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The state dict of a reader at ``stage``: plain ints, lists and strings (fits JSON, ``torch.save``)."""
-    return {
-        'version': STATE_VERSION, 'seed': layout.seed, 'shard_mode': layout.shard_mode,
-        'remainder': layout.remainder, 'shard_count': layout.shard_count, 'shard': layout.shard,
-        'shuffle_rows': layout.shuffle_rows, 'shuffle_row_groups': layout.shuffle_row_groups,
-        'rows_per_epoch_total': layout.total_rows, 'pass_start': pass_start, 'epoch': stage.epoch,
-        'runs': None if stage.runs is None else [list(r) for r in stage.runs], 'consumed': stage.consumed,
-        'pending': [list(r) for r in stage.pending],
-        **({} if layout.table_version is None else {'table': list(layout.table_version)}), **extra}
+def position_state(layout: ShardLayout, stage: Stage, pass_start: int, num_epochs: int | None) -> ReaderState:
+    """The state of a reader of ``num_epochs`` epochs per pass at ``stage`` of the pass from ``pass_start``."""
+    return ReaderState(seed=layout.seed, shard_mode=layout.shard_mode, remainder=layout.remainder,
+                       shard_count=layout.shard_count, shard=layout.shard, shuffle_rows=layout.shuffle_rows,
+                       shuffle_row_groups=layout.shuffle_row_groups, rows_per_epoch_total=layout.total_rows,
+                       pass_start=pass_start, epoch=stage.epoch, runs=stage.runs, consumed=stage.consumed,
+                       pending=stage.pending, table=layout.table_version, num_epochs=num_epochs)
 
 
-def _stage_of(state: dict[str, Any]) -> Stage:
-    runs = state.get('runs')
-    return Stage(int(state['epoch']), None if runs is None else tuple(tuple(r) for r in runs),
-                 int(state['consumed']), tuple(tuple(r) for r in state.get('pending', ())))
-
-
-def check_state(state: Any, layout: ShardLayout, where: str, table_version_change: str = 'refuse') -> bool:
+def check_state(state: ReaderState, layout: ShardLayout, where: str, table_version_change: str = 'refuse') -> bool:
     """Refuse a state saved by a reader of other data or other options; the message names the difference.
 
     Args:
@@ -147,9 +136,7 @@ def check_state(state: Any, layout: ShardLayout, where: str, table_version_chang
     Raises:
         ValueError: naming the option, count or table version that differs.
     """
-    if not isinstance(state, dict) or state.get('version') != STATE_VERSION:
-        raise ValueError(f'{where}: not a reader state of version {STATE_VERSION}: {state!r:.200}')
-    saved_table = tuple(state['table']) if state.get('table') is not None else None
+    saved_table = state.table
     changed = saved_table != layout.table_version
     if changed and table_version_change == 'refuse':
         saved = 'plain Parquet' if saved_table is None else f'{saved_table[0]} table version {saved_table[1]}'
@@ -165,13 +152,28 @@ def check_state(state: Any, layout: ShardLayout, where: str, table_version_chang
     if layout.shard_mode == 'rows' and not changed:
         expected['rows_per_epoch_total'] = layout.total_rows
     for key, value in expected.items():
-        if state.get(key) != value:
-            raise ValueError(f'{where}: the state was saved with {key}={state.get(key)!r}, this reader has '
+        if getattr(state, key) != value:
+            raise ValueError(f'{where}: the state was saved with {key}={getattr(state, key)!r}, this reader has '
                              f'{key}={value!r}; make the reader with the options and data of the saved one')
     return changed
 
 
-def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Stage:
+def _check_one_step(states: Sequence[ReaderState]) -> None:
+    """Refuse the states of every rank that are not one per rank, in rank order, at one step of training."""
+    old_count = states[0].shard_count
+    if len(states) != old_count or [s.shard for s in states] != list(range(old_count)):
+        raise ValueError(f'load_state_dict got {len(states)} states; expected one per rank of the saved world '
+                         f'({old_count}), in rank order')
+    epochs = sorted({s.epoch for s in states})
+    # A rank whose loader drew its whole share of an epoch may be saved at the start of the next one, holding
+    # rows of the previous in its buffers; any other mix of epochs cannot be one step of synchronous training.
+    ahead = [s for s in states if s.epoch > epochs[0]]
+    if epochs[-1] > epochs[0] + 1 or any(s.consumed or s.runs is not None for s in ahead):
+        raise ValueError(f'the ranks were saved in different epochs ({epochs}); save every rank at the same '
+                         f'step')
+
+
+def restored_stage(states: Sequence[ReaderState], layout: ShardLayout) -> Stage:
     """The stage this shard continues from, given the state of one rank or of every rank.
 
     Same world size: a shard continues its own stream exactly (its own state, or ``states[shard]``). Another
@@ -185,43 +187,32 @@ def restored_stage(states: Sequence[dict[str, Any]], layout: ShardLayout) -> Sta
             size with ``'row_groups'``).
     """
     first = states[0]
-    old_count = int(first['shard_count'])
+    old_count = first.shard_count
     if len(states) > 1:
-        if len(states) != old_count or [int(s['shard']) for s in states] != list(range(old_count)):
-            raise ValueError(f'load_state_dict got {len(states)} states; expected one per rank of the saved world '
-                             f'({old_count}), in rank order')
-        epochs = sorted({int(s['epoch']) for s in states})
-        # A rank whose loader drew its whole share of an epoch may be saved at the start of the next one, holding
-        # rows of the previous in its buffers; any other mix of epochs cannot be one step of synchronous training.
-        ahead = [s for s in states if int(s['epoch']) > epochs[0]]
-        if epochs[-1] > epochs[0] + 1 or any(int(s['consumed']) or s.get('runs') is not None for s in ahead):
-            raise ValueError(f'the ranks were saved in different epochs ({epochs}); save every rank at the same '
-                             f'step')
+        _check_one_step(states)
     if old_count == layout.shard_count:
-        mine = [s for s in states if int(s['shard']) == layout.shard]
+        mine = [s for s in states if s.shard == layout.shard]
         if mine:
-            return _stage_of(mine[0])
+            return mine[0].stage
     if layout.shard_mode != 'rows':
-        raise ValueError(f"the state is of shard {first['shard']} of {old_count} and this reader is shard "
+        raise ValueError(f"the state is of shard {first.shard} of {old_count} and this reader is shard "
                          f"{layout.shard} of {layout.shard_count}; with shard_mode='row_groups' a shard can only "
                          f"continue its own state (changing the world size needs shard_mode='rows')")
-    if len(states) == 1 and first.get('pending'):
+    if len(states) == 1 and first.pending:
         raise ValueError('the state holds rows buffered by a loader of its rank; with another world size or '
                          'rank, pass the states of every saved rank (a list) to load_state_dict')
-    first = min(states, key=lambda s: int(s['epoch']))
-    stage = _stage_of(first)
-    if all(int(s['consumed']) == 0 and s.get('runs') is None for s in states) and \
-            any(s.get('pending') for s in states):
+    first = min(states, key=lambda s: s.epoch)
+    stage = first.stage
+    if all(s.consumed == 0 and s.runs is None for s in states) and any(s.pending for s in states):
         # Every rank took its whole share of the previous epoch and holds only buffered rows of it: those rows,
         # split again, are the rest of that epoch; the next one is read whole.
-        held = merge_runs([tuple(r) for s in states for r in s.get('pending', ())])
+        held = merge_runs([run for s in states for run in s.pending])
         return Stage(min(run[0] for run in held), tuple(held))
     runs = stage.runs if stage.runs is not None else ((stage.epoch, 0, layout.total_rows),)
-    remainder: Remainder = first['remainder']
+    remainder: Remainder = layout.remainder  # check_state made the saved one equal to it
     if len(states) == 1:
-        progress: list[tuple[int, tuple[Run, ...]]] = [(int(first['consumed']), ())] * old_count
+        progress: list[tuple[int, tuple[Run, ...]]] = [(first.consumed, ())] * old_count
     else:
         quota = share_size(runs_length(runs), old_count, remainder)
-        progress = [(int(s['consumed']) if int(s['epoch']) == stage.epoch else quota,
-                     tuple(tuple(r) for r in s.get('pending', ()))) for s in states]
+        progress = [(s.consumed if s.epoch == stage.epoch else quota, s.pending) for s in states]
     return Stage(stage.epoch, tuple(remaining_runs(runs, old_count, remainder, progress)))

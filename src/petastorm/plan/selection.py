@@ -10,33 +10,15 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
 from petastorm.plan.items import shard_items, split_drop_partitions
 from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
-from petastorm.tables.read import table_partition_values
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.unischema import Unischema
 
-__all__ = ['make_layout', 'partition_values', 'select_row_groups']
-
-
-def partition_values(piece: RowGroupPiece, schema: Unischema) -> dict[str, Any]:
-    """The hive partition values of ``piece``'s directory, typed as the schema's fields (strings otherwise).
-
-    A table's partition values come from its log, as the reader delivers them.
-    """
-    if piece.table is not None:
-        return table_partition_values(piece.table, schema)
-    values: dict[str, Any] = {}
-    for name, raw in piece.partition_keys:
-        field = schema.fields.get(name)
-        dtype = field.numpy_dtype if field is not None else np.str_
-        values[name] = dtype(typed_partition_value(raw, dtype))
-    return values
+__all__ = ['make_layout', 'select_row_groups']
 
 
 def select_row_groups(pieces: Sequence[RowGroupPiece], schema: Unischema, *,
@@ -50,7 +32,7 @@ def select_row_groups(pieces: Sequence[RowGroupPiece], schema: Unischema, *,
     Args:
         pieces: every row group of the dataset.
         schema: the stored schema (types the partition values the predicate sees).
-        partition_predicate: a predicate on hive partition fields only: keeps the pieces whose directory matches.
+        partition_predicate: a predicate on partition fields only: keeps the pieces whose partition values match.
         selector: a row-group selector; needs ``indexes``.
         indexes: the dataset's row-group indexes by name (loaded from its metadata).
         matching: ``(path, row group)`` of the row groups whose statistics may match the filters (None: all).
@@ -61,7 +43,7 @@ def select_row_groups(pieces: Sequence[RowGroupPiece], schema: Unischema, *,
     """
     kept = list(range(len(pieces)))
     if partition_predicate is not None:
-        kept = [i for i in kept if partition_predicate.do_include(partition_values(pieces[i], schema))]
+        kept = [i for i in kept if partition_predicate.do_include(pieces[i].partition_values(schema))]
     if selector is not None:
         available = dict(indexes or {})
         missing = [name for name in selector.get_index_names() if name not in available]

@@ -27,11 +27,11 @@ Example:
 from __future__ import annotations
 
 from petastorm.pytorch._arguments import LoaderArgumentError
+from petastorm.pytorch._base import LoaderBase
 from petastorm.pytorch._collate import _sanitize_pytorch_types, decimal_friendly_collate
 from petastorm.pytorch._dataset import ReaderIterableDataset
 from petastorm.pytorch._inmem import InMemBatchedDataLoader, _load_rows_into_mem
 from petastorm.pytorch._loaders import BatchedDataLoader, DataLoader
-from petastorm.pytorch._loaders import _LoaderBase as LoaderBase
 from petastorm.pytorch._nested import JaggedTensor
 from petastorm.pytorch._tensors import TorchTypeError
 

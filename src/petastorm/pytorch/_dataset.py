@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from petastorm._checks import check_positive_int
-from petastorm.pytorch._loaders import _check_capacity
 from petastorm.pytorch._tensors import torch
-from petastorm.reading.batch_stream import ROW_IDS, BatchStream
+from petastorm.reading.batch_stream import ROW_IDS, BatchStream, check_capacity
 from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.shuffle import Table
 
@@ -62,7 +61,7 @@ class ReaderIterableDataset(_IterableDataset):
         else:
             self._source = as_column_source(type(self).__name__, reader)
         self.batch_size = None if batch_size is None else check_positive_int('batch_size', batch_size)
-        self.shuffling_queue_capacity = _check_capacity(shuffling_queue_capacity)
+        self.shuffling_queue_capacity = check_capacity(shuffling_queue_capacity)
         self._stream_core: BatchStream | None = None
         self._pending_state: dict[str, Any] | None = None
 

@@ -11,15 +11,14 @@ import numpy as np
 from petastorm._checks import check_positive_int
 from petastorm._warnings import warn_user
 from petastorm.pytorch._arguments import check_callable
-from petastorm.pytorch._loaders import (
-    _batch_columns,
-    _batched_variable_length,
-    _check_tensor_fields,
-    _column_chunks,
-    _forms,
-    _LoaderBase,
-    _stop_reader_on_error,
+from petastorm.pytorch._base import LoaderBase, stop_reader_on_error
+from petastorm.pytorch._columns import (
+    batch_columns,
+    batched_variable_length,
+    check_tensor_fields,
+    column_chunks,
     finish_batch,
+    loader_forms,
 )
 from petastorm.pytorch._nested import TorchForms, VariableLength
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
@@ -28,7 +27,7 @@ from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows, slice
 from petastorm.shuffle._nested import NestedColumns
 
 
-class InMemBatchedDataLoader(_LoaderBase):
+class InMemBatchedDataLoader(LoaderBase):
     """Reads the whole dataset once into tensors, then serves ``num_epochs`` epochs of batches from memory.
 
     The constructor reads the reader to its end (at most ``rows_capacity`` rows: more are dropped with a
@@ -67,16 +66,16 @@ class InMemBatchedDataLoader(_LoaderBase):
                  num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
                  variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
                  drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
-        with _stop_reader_on_error(reader):
+        with stop_reader_on_error(reader):
             check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
             super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
                              torch_arguments=torch_arguments)
             check_positive_int('num_epochs', num_epochs)
             check_positive_int('rows_capacity', rows_capacity)
-            _check_tensor_fields(type(self).__name__, self._source)
-            self._forms = _forms(type(self).__name__, self._source, _batched_variable_length(variable_length),
-                                 padding_value, nulls, tensors=True,
-                                 bool_to_uint8=self._bool_to_uint8)
+            check_tensor_fields(type(self).__name__, self._source)
+            self._forms = loader_forms(type(self).__name__, self._source, batched_variable_length(variable_length),
+                                       padding_value, nulls, tensors=True,
+                                       bool_to_uint8=self._bool_to_uint8)
         self.transform_fn = transform_fn
         self.num_epochs = int(num_epochs)
         self.seed = int(seed)
@@ -257,10 +256,10 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capa
     as_tuple = False
     dropped = 0
     nested: NestedColumns | None = None
-    for columns, chunk_is_tuple in _column_chunks(source):
+    for columns, chunk_is_tuple in column_chunks(source):
         as_tuple = chunk_is_tuple
-        table = _batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), forms,
-                               bool_to_uint8)
+        table = batch_columns('InMemBatchedDataLoader', columns, transform_fn, torch.device('cpu'), forms,
+                              bool_to_uint8)
         rows = num_rows(table)
         take = min(rows, rows_capacity - loaded)
         dropped += rows - take
@@ -292,6 +291,6 @@ def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacit
     """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
     source = as_column_source('_load_rows_into_mem', reader)
     keys, store, rows, _, _ = _load_columns(source, transform_fn, rows_capacity,
-                                            _forms('_load_rows_into_mem', source, 'auto', 0, None, tensors=True))
+                                            loader_forms('_load_rows_into_mem', source, 'auto', 0, None, tensors=True))
     columns = store.slice(0, rows) if keys else {}
     return keys, [batch_tensor(columns[key]) for key in keys]

@@ -26,14 +26,13 @@ from ray.data.block import BlockAccessor, BlockMetadata
 
 from petastorm.codecs import ScalarCodec
 from petastorm.columns import densified, is_nested, to_arrow
-from petastorm.metadata.filters import columns_of_expression
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, WorkItem, split_drop_partitions
 from petastorm.reader import normalize_dataset_url_or_urls
 from petastorm.reading.options import validate_options
 from petastorm.reading.setup import set_up_reader
 from petastorm.reading.worker import ReadContext, read_item
-from petastorm.tables import matching_row_groups
+from petastorm.store.filters import columns_of_expression
 from petastorm.unischema import UnischemaField, arrow_type_of_field
 
 __all__ = ['PetastormDatasource']
@@ -120,7 +119,7 @@ class PetastormDatasource(Datasource):
         clone._context = dataclasses.replace(
             self._context, filter_expression=expression if previous is None else previous & expression,
             filter_columns=tuple(dict.fromkeys(self._context.filter_columns + columns)))
-        matching = matching_row_groups(self._store, expression)
+        matching = self._store.filter_statistics(expression, whole=False).matching
         pieces = self._context.pieces
         clone._items = tuple(item for item in self._items
                              if (pieces[item.piece_index].path, pieces[item.piece_index].row_group) in matching)

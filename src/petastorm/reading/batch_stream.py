@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.reading.source import ColumnSource
+from petastorm.reading.source import ColumnSource, PositionSource, positions_of
 from petastorm.shuffle import ArrayOps, Batcher, NumpyOps, ShufflingBuffer, Table, num_rows
 
-__all__ = ['ROW_IDS', 'BatchStream']
+__all__ = ['ROW_IDS', 'BatchStream', 'check_capacity']
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ _LOADER_STREAM = 0x5EED_10AD
 
 _SUPERSEDED = ('this iterator of the {name} was superseded by a newer iter() of the same loader, which started '
                'another pass; iterate the newest iterator (one loader serves one iteration at a time)')
+
+
+def check_capacity(shuffling_queue_capacity: Any) -> int:
+    """A loader's ``shuffling_queue_capacity``, checked: an integer >= 0.
+
+    Raises:
+        ValueError: naming the value given.
+    """
+    if isinstance(shuffling_queue_capacity, bool) or not isinstance(shuffling_queue_capacity, (int, np.integer)) \
+            or shuffling_queue_capacity < 0:
+        raise ValueError(f'shuffling_queue_capacity must be an integer >= 0, got {shuffling_queue_capacity!r}')
+    return int(shuffling_queue_capacity)
 
 
 def _identity(table: Table) -> Table:
@@ -150,7 +162,7 @@ class BatchStream:
             self._passes_done += 1
             self._needs_new_pass = True
         elif current is not None and (current.batches_delivered or current.broken):
-            if self.source.endless:
+            if self.source.info.endless:
                 if current.broken:
                     self._resume_broken_pass()
             else:
@@ -169,7 +181,7 @@ class BatchStream:
             source.restart()
         elif self._passes_done and not self._restored and source.last_row_consumed:
             logger.info('starting pass %d of the %s: resetting the reader', self._passes_done + 1, self._name)
-            source.reset()
+            source.restart()  # the last pass ran out: the next one (what a reader's reset() does then)
         self._restored = False
         self._needs_new_pass = False
         self._pass = _Pass(self._stream(self._passes_done), self._rows_delivered_by(source.num_rows_this_pass))
@@ -182,7 +194,7 @@ class BatchStream:
 
     def _resume_broken_pass(self) -> None:
         """An endless pass whose generator an interrupt went through: continue from its position."""
-        state = self.state_dict() if self.source.resumable else None
+        state = self.state_dict() if positions_of(self.source) is not None else None
         self._close_pass()
         if state is not None:
             self.source.restart(state['reader'])
@@ -223,14 +235,14 @@ class BatchStream:
     def _stream(self, pass_index: int) -> Generator[tuple[int, Any], None, None]:
         """One pass: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches."""
         source = self.source
-        if source.ngram is not None:
+        if source.info.ngram is not None:
             raise NotImplementedError(f'{self._name} does not read NGram windows; iterate the reader itself')
         batcher = Batcher(self.batch_size, self._ops)
         capacity = self.shuffling_queue_capacity
         shuffler = ShufflingBuffer(capacity, self._rng(pass_index), self._ops, self.batch_size,
                                    packed=self._packed) if capacity else None
         self._buffers = (batcher, shuffler)
-        with_row_ids = source.resumable
+        with_row_ids = positions_of(source) is not None
         as_tuple = False
         # The first batch needs this many rows: the source delivers them without waiting for a whole row group.
         for batch in source.column_batches(self.batch_size + capacity):
@@ -254,22 +266,24 @@ class BatchStream:
                 yield num_rows(out), self._finish(out, as_tuple)
 
     def _rng(self, pass_index: int) -> np.random.Generator:
-        seed = self.source.seed
+        seed = self.source.info.seed
         if seed is None:
             return np.random.default_rng()
         return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, pass_index, _LOADER_STREAM])
 
     # -- positions ----------------------------------------------------------------------------------------------
 
-    def check_resumable(self, method: str) -> None:
-        """Refuse ``method`` when the source cannot name its rows.
+    def check_resumable(self, method: str) -> PositionSource:
+        """The source's positions, for ``method``.
 
         Raises:
-            NotImplementedError: the source is not resumable.
+            NotImplementedError: the source cannot name its rows (see :func:`~petastorm.reading.source.positions_of`).
         """
-        if not self.source.resumable:
+        positions = positions_of(self.source)
+        if positions is None:
             raise NotImplementedError(f'{method}() needs a reader from make_reader/make_batch_reader (or a mix of '
                                       f'them), got {type(getattr(self.source, "wrapped", self.source)).__name__}')
+        return positions
 
     def state_dict(self) -> dict[str, Any]:
         """The position: the source's, with the rows waiting in the buffers counted as not delivered.
@@ -277,14 +291,14 @@ class BatchStream:
         ``{'reader': source state, 'passes_done': int, 'in_progress': bool}``; a stream saved after the last row of a
         pass was delivered is saved between passes.
         """
-        self.check_resumable('state_dict')
+        positions = self.check_resumable('state_dict')
         current = self._pass
         between = current is None or current.complete
         held = self._held_row_ids() if not between else np.empty(0, dtype=np.int64)
         if (held < 0).any():
             raise RuntimeError('cannot save the loader position while it holds rows of a row group whose '
                                'TransformSpec changed the number of rows; save it at the end of a pass')
-        state = self.source.state_holding(held, held_in_order=not self.shuffling_queue_capacity)
+        state = positions.state_holding(held, held_in_order=not self.shuffling_queue_capacity)
         passes = self._passes_done + (1 if current is not None and current.complete else 0)
         return {'reader': state, 'passes_done': passes, 'in_progress': not between}
 

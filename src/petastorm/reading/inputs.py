@@ -11,10 +11,9 @@ from typing import Any
 
 from petastorm._warnings import warn_user
 from petastorm.errors import NoMatchingFieldsError, PetastormMetadataError
-from petastorm.metadata.schemas import column_names
-from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
 from petastorm.reading.options import ReaderOptions
+from petastorm.store.model import ParquetStore
 from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
 __all__ = ['PLAIN_PARQUET_WARNING', 'check_columns_exist', 'check_ngram_options', 'select_fields']
@@ -98,7 +97,7 @@ def check_columns_exist(store: ParquetStore, fields: list[UnischemaField]) -> No
     """
     if not store.files:
         return
-    file_columns = column_names(store)
+    file_columns = store.column_names()
     partitions = set(store.partition_names)
     missing = [f.name for f in fields if f.name not in file_columns and f.name not in partitions]
     if missing:

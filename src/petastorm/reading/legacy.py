@@ -15,11 +15,25 @@ from urllib.parse import urlparse
 
 from petastorm.reading.options import ReaderOptions, validate_options
 
-__all__ = ['legacy_reader_options']
+__all__ = ['legacy_reader_options', 'reader_options']
 
 # Petastorm's default pool: ThreadPool(10).
 _DEFAULT_POOL = ('thread', 10, 50)
 _ROW_WORKER, _BATCH_WORKER = 'PyDictReaderWorker', 'ArrowReaderWorker'
+
+
+def reader_options(options: Any, *legacy_args: Any, **legacy_kwargs: Any) -> ReaderOptions:
+    """The options of ``Reader(...)``: those the factories checked, or Petastorm's arguments turned into them.
+
+    Raises:
+        TypeError: checked options and other arguments too.
+    """
+    if not isinstance(options, ReaderOptions):  # Petastorm's Reader(pyarrow_filesystem, dataset_path, ...)
+        return legacy_reader_options(options, *legacy_args, **legacy_kwargs)
+    if legacy_args or legacy_kwargs:
+        raise TypeError(f'Reader(options) takes no other arguments, got {len(legacy_args)} more positional '
+                        f'and {sorted(legacy_kwargs)}')
+    return options
 
 
 def legacy_reader_options(pyarrow_filesystem: Any, dataset_path: Any, schema_fields: Any = None,

@@ -21,7 +21,7 @@ from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
 from petastorm.selectors import RowGroupSelectorBase
-from petastorm.tables import TABLE_FORMATS, TableFormat
+from petastorm.store.formats import TABLE_FORMATS, TableFormat
 from petastorm.transform import TransformSpec
 
 __all__ = ['LOCAL_DISK_CACHE', 'LOCAL_DISK_DECODED_CACHE', 'NULL_CACHE', 'TABLE_VERSION_CHANGES', 'CacheType',

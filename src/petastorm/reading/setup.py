@@ -1,40 +1,40 @@
 """From checked options to a planned read: everything a reader knows before its workers start.
 
-:func:`set_up_reader` does the steps in order: resolve the URL to a filesystem and open the store, load its
-schema and select the fields, check what the predicate and filters need, list the row groups, let storage read
-what the planner needs (row-group indexes, filter statistics), plan this shard's epochs, and build the one context
-every worker receives. The Ray datasource plans its read tasks with it too, without a reader.
+:func:`set_up_reader` does the steps in order, each a function of this module: open the store, whatever its kind
+(``_open_store``: :func:`petastorm.store.opening.open_any_store`), load its schema and select and check the fields
+(``_select_fields``), list the row groups and ask the store what the filters' statistics say, plan this shard's
+epochs (``_plan``), build the one context every worker receives (``_read_context``), and tell whether the rows of
+an epoch are known before reading them, counting them when asked (:mod:`petastorm.reading.counting`). The Ray
+datasource plans its read tasks with it too, without a reader.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, FileStamp, FooterCache, NullCache, make_cache, make_row_group_cache
-from petastorm.metadata.filters import columns_of_expression, filter_expression
-from petastorm.metadata.footers import store_data_files
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store import load_row_groups
-from petastorm.metadata.store_model import ParquetStore
 from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
 from petastorm.reading.column_transform import TransformTarget
+from petastorm.reading.counting import epoch_rows
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
 from petastorm.reading.options import ReaderOptions
-from petastorm.reading.worker import ReadContext, row_group_matches
-from petastorm.tables import TableStore, filter_statistics, open_dataset
+from petastorm.reading.worker import ReadContext
+from petastorm.store.filters import columns_of_expression, filter_expression
+from petastorm.store.footers import store_data_files
+from petastorm.store.model import FilterStatistics, ParquetStore
+from petastorm.store.opening import open_any_store
+from petastorm.store.pieces import RowGroupPiece
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
 __all__ = ['ReaderSetup', 'set_up_reader']
-
-_MAX_COUNTING_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -81,78 +81,108 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     check_ngram_options(ngram, options)
     cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
                        options.cache_row_size_estimate, options.cache_extra_settings)
-    # A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
-    dataset = open_dataset(options.dataset_url_or_urls, storage_options=options.storage_options,
-                           filesystem=options.filesystem, table_format=options.table_format,
-                           table_version=options.table_version)
+    dataset = _open_store(options, cache)
+    fields = _select_fields(options, dataset)
+    expression = filter_expression(options.filters)
+    pieces = dataset.row_groups()
+    statistics = dataset.filter_statistics(expression) if expression is not None else None
+    layout = _plan(options, dataset, pieces, fields, statistics)
+    context = _read_context(options, dataset, pieces, fields, expression, ngram, cache, time_stages)
+    rows_known, row_matches = epoch_rows(options, context, layout, pieces, statistics,
+                                         worker_predicate=context.predicate is not None)
+    return ReaderSetup(dataset, fields.schema, ngram, cache, context, layout, rows_known, row_matches,
+                       fields.inferred)
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of a read: the store's, those selected, those delivered, those the predicate reads."""
+
+    #: the store's schema (stored, or inferred from its Parquet schema: see ``inferred``).
+    stored: Unischema
+    inferred: bool
+    #: the fields selected (``schema_fields``).
+    view: Unischema
+    #: what is delivered: the selected fields after the transform.
+    schema: Unischema
+    #: the fields the predicate reads, checked against the stored schema.
+    predicate_fields: list[UnischemaField]
+    #: the predicate reads partition fields only: it is decided per row group when planning, by no worker.
+    partition_predicate: bool
+
+    @property
+    def read(self) -> list[UnischemaField]:
+        """Every field a worker may read: the selected ones, then the predicate's."""
+        return list(self.view.fields.values()) + self.predicate_fields
+
+
+def _open_store(options: ReaderOptions, cache: CacheBase) -> ParquetStore:
+    """The store of ``options``, its footers kept in the reader's cache when it has one.
+
+    A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
+    """
+    dataset = open_any_store(options.dataset_url_or_urls, storage_options=options.storage_options,
+                             filesystem=options.filesystem, table_format=options.table_format,
+                             table_version=options.table_version)
     if not isinstance(cache, NullCache):
         # Before anything reads a footer: a later reader of the unchanged store plans without asking for them.
         store_data_files(dataset, FooterCache(cache, str(dataset.url), _listed_stamps(dataset)))
-    stored, schema_inferred = stored_or_inferred_schema(dataset)
+    return dataset
+
+
+def _select_fields(options: ReaderOptions, dataset: ParquetStore) -> _Fields:
+    """The store's schema, the fields selected and delivered, the predicate's; all checked before any is read."""
+    stored, inferred = stored_or_inferred_schema(dataset)
     view = select_fields(stored, options.schema_fields, options.dataset_url_or_urls)
     schema = transform_schema(view, options.transform_spec)
     predicate_fields = _predicate_fields(options, stored)
-    # A predicate on partition fields only is decided per directory, when planning; no worker evaluates it.
     partition_predicate = bool(predicate_fields) and bool(dataset.partition_names) and {
         f.name for f in predicate_fields} <= set(dataset.partition_names)
-    check_columns_exist(dataset, list(view.fields.values()) + predicate_fields)
-    for field in list(view.fields.values()) + predicate_fields:  # before any worker starts: one error, here
+    fields = _Fields(stored, inferred, view, schema, predicate_fields, partition_predicate)
+    check_columns_exist(dataset, fields.read)
+    for field in fields.read:  # before any worker starts: one error, here
         if field.codec is not None:
             field.codec.check_available('decode')
-    file_columns, unified_types = _conformance(dataset, list(view.fields.values()) + predicate_fields)
-    expression = filter_expression(options.filters)
-    pieces = load_row_groups(dataset)
-    statistics = filter_statistics(dataset, expression) if expression is not None else None
+    return fields
+
+
+def _plan(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,
+          statistics: FilterStatistics | None) -> ShardLayout:
+    """This shard's epochs over the row groups the partition predicate, the selector and the statistics keep."""
     selected = select_row_groups(
-        pieces, stored, partition_predicate=options.predicate if partition_predicate else None,
+        pieces, fields.stored, partition_predicate=options.predicate if fields.partition_predicate else None,
         selector=options.rowgroup_selector,
         indexes=load_row_group_indexes(dataset) if options.rowgroup_selector is not None else None,
         matching=statistics.matching if statistics is not None else None,
         url=dataset.url)
     # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
     seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
-    table_version = (dataset.version.format, dataset.version.version) if isinstance(dataset, TableStore) else None
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
                          shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions,
-                         table_version=table_version)
+                         table_version=dataset.version_key())
     if not layout.items:
         warn_user('No matching data is available for loading after rowgroup selector were applied and the data '
                   'was sharded.')
-    candidates = list(dict.fromkeys(list(stored.fields) + list(dataset.partition_names)))
+    return layout
+
+
+def _read_context(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,
+                  expression: Any, ngram: NGram | None, cache: CacheBase, time_stages: bool) -> ReadContext:
+    """The one context every worker receives."""
+    candidates = list(dict.fromkeys(list(fields.stored.fields) + list(dataset.partition_names)))
     filter_columns = columns_of_expression(expression, candidates) if expression is not None else ()
-    context = ReadContext(
+    file_columns, unified_types = _conformance(dataset, fields.read)
+    view = fields.view
+    return ReadContext(
         filesystem=dataset.filesystem, pieces=tuple(pieces), fields=tuple(view.fields.values()),
-        predicate_fields=() if partition_predicate else tuple(predicate_fields),
-        predicate=None if partition_predicate else options.predicate, batched_output=options.batched_output,
+        predicate_fields=() if fields.partition_predicate else tuple(fields.predicate_fields),
+        predicate=None if fields.partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,
-        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, schema, view), ngram=ngram,
-        time_stages=time_stages, column_paths=_column_paths(list(view.fields.values()) + predicate_fields),
-        file_columns=file_columns, unified_types=unified_types, data_files=store_data_files(dataset),
+        partition_names=tuple(dataset.partition_names), transform=_transform_target(options, fields.schema, view),
+        ngram=ngram, time_stages=time_stages, column_paths=_column_paths(fields.read), file_columns=file_columns,
+        unified_types=unified_types, data_files=store_data_files(dataset),
         cache=make_row_group_cache(options.cache_type, cache, str(dataset.url), dataset.filesystem, dataset.files,
-                                   stored.fields.values(), filter_columns, _listed_stamps(dataset)))
-    # Which rows an epoch holds is known before reading unless rows are chosen by looking at them: then the
-    # statistics may still decide every row group, or the caller asks for them to be counted.
-    worker_predicate = options.predicate is not None and not partition_predicate
-    read_here = sorted({item.piece_index for item in layout.items})  # this shard's row groups only
-    undecided = [i for i in read_here if worker_predicate or (
-        statistics is not None and (pieces[i].path, pieces[i].row_group) not in statistics.matching_all)]
-    countable = ngram is None and not _batch_function(options)
-    if options.count_rows and not countable:
-        raise ValueError('count_rows=True cannot count the rows of an NGram reader (its items are windows) or of '
-                         'a make_batch_reader whose TransformSpec has a function (it may drop rows): leave '
-                         'count_rows out')
-    rows_known = countable and (not undecided or options.count_rows)
-    row_matches = _count_matches(context, undecided, options.workers_count) if rows_known and undecided else None
-    return ReaderSetup(dataset, schema, ngram, cache, context, layout, rows_known, row_matches, schema_inferred)
-
-
-def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count: int) -> RowMatches:
-    """The rows each row group keeps (``count_rows``): filter and predicate columns only, read in threads."""
-    counting = dataclasses.replace(context, cache=None)  # the cache holds whole row groups, as the workers read them
-    with ThreadPoolExecutor(max_workers=max(1, min(workers_count, _MAX_COUNTING_THREADS, len(piece_indexes))),
-                            thread_name_prefix='petastorm-count') as pool:
-        masks = pool.map(lambda index: row_group_matches(counting, index), piece_indexes)
-        return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
+                                   fields.stored.fields.values(), filter_columns, _listed_stamps(dataset)))
 
 
 def _listed_stamps(dataset: ParquetStore) -> dict[str, FileStamp]:
@@ -172,7 +202,7 @@ def _conformance(dataset: ParquetStore, fields: list[UnischemaField]) -> tuple[t
 
     That is what the files that differ from the unified schema have, and the types the fields' columns are read as.
     """
-    unified = dataset.memo.get('unified')  # made when the schema was inferred from the files
+    unified = dataset.reads.unified  # made when the schema was inferred from the files
     if unified is None or not unified.differs:
         return (), ()
     types = {}
@@ -193,12 +223,6 @@ def _column_paths(fields: list[UnischemaField]) -> tuple[tuple[str, tuple[str, .
         if paths != [field.name]:
             out[field.name] = tuple(paths)
     return tuple(out.items())
-
-
-def _batch_function(options: ReaderOptions) -> bool:
-    """A ``make_batch_reader`` transform function: it may drop rows."""
-    spec = options.transform_spec
-    return options.batched_output and spec is not None and spec.func is not None
 
 
 def _predicate_fields(options: ReaderOptions, stored: Unischema) -> list[UnischemaField]:

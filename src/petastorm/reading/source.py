@@ -1,16 +1,27 @@
-"""What the loaders read: a :class:`ColumnSource`, and :func:`as_column_source` for anything given as a reader.
+"""What the loaders read: a :class:`ColumnSource`, its positions (:class:`PositionSource`), and what makes one.
 
-The torch, TensorFlow and Spark adapters take "a reader": one made by ``make_reader``/``make_batch_reader`` (a
-:class:`~petastorm.reader.Reader`, which is a column source), or an object that behaves like one (is iterated and
-has ``stop()`` and ``join()``: a :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`, a test
-mock, a user's own). :func:`as_column_source` checks what was given once and returns a column source, wrapping a
-reader-like object so that the adapters never probe readers for what they can do.
+The seam between a reader and the loaders is two small contracts, as torchdata's ``BaseNode`` beside ``Stateful``
+and grain's ``DatasetIterator`` are:
+
+* :class:`ColumnSource`, the iteration: what the source delivers (one frozen :class:`SourceInfo`), the rows of a
+  pass when known in advance, decoded column batches of one pass at a time, starting another pass, stopping.
+* :class:`PositionSource`, the positions: the state of what was delivered (also while a consumer holds rows it
+  took), and continuing from one. :func:`positions_of` is how a loader asks for them; a source that has none
+  is read all the same, and a loader refuses only what needs a position.
+
+The torch, TensorFlow, JAX and Spark adapters take "a reader": one made by ``make_reader``/``make_batch_reader``
+(a :class:`~petastorm.reader.Reader`, which is both), or an object that behaves like one (is iterated and has
+``stop()`` and ``join()``: a :class:`~petastorm.weighted_sampling_reader.WeightedSamplingReader`, a test mock, a
+user's own). :func:`as_column_source` checks what was given once and returns a column source, wrapping a
+reader-like object that is not one (:class:`ItemSource`, which has no positions), so that the adapters never
+probe readers for what they can do.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -22,59 +33,42 @@ from petastorm.reading.column_transform import column_from_values
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema
 
-__all__ = ['ColumnSource', 'as_column_source', 'check_reader']
+__all__ = ['ColumnSource', 'ItemSource', 'PositionSource', 'SourceInfo', 'as_column_source', 'check_reader',
+           'positions_of']
 
 # Rows of a row-yielding reader-like object gathered into one batch of columns.
 _ROWS_PER_BATCH = 1024
 
 
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a column source delivers, fixed when it is made.
+
+    Attributes:
+        schema: the schema of what is delivered (after field selection and the transform).
+        ngram: the NGram read, or None.
+        batched_output: True for ``make_batch_reader`` semantics (a batch per work item).
+        seed: the seed the order was made with (None: unseeded); loaders seed their own shuffles from it.
+        transform_spec: the transform applied in the workers, or None.
+        endless: one pass that never ends (``num_epochs=None``): a new iteration continues it instead of
+            starting over.
+    """
+
+    schema: Unischema
+    ngram: NGram | None = None
+    batched_output: bool = False
+    seed: int | None = None
+    transform_spec: TransformSpec | None = None
+    endless: bool = False
+
+
 @runtime_checkable
 class ColumnSource(Protocol):
-    """A reader as the loaders see it: decoded column batches of one pass at a time, and its position."""
+    """A reader as the loaders iterate it: decoded column batches of one pass at a time."""
 
     @property
-    def schema(self) -> Unischema:
-        """The schema of what is delivered (after field selection and the transform)."""
-        ...
-
-    @property
-    def ngram(self) -> NGram | None:
-        """The NGram read, or None."""
-        ...
-
-    @property
-    def batched_output(self) -> bool:
-        """True for ``make_batch_reader`` semantics (a batch per work item)."""
-        ...
-
-    @property
-    def seed(self) -> int | None:
-        """The seed the order was made with (None: unseeded); loaders seed their own shuffles from it."""
-        ...
-
-    @property
-    def transform_spec(self) -> TransformSpec | None:
-        """The transform applied in the workers, or None."""
-        ...
-
-    @property
-    def stopped(self) -> bool:
-        """True once :meth:`stop` was called."""
-        ...
-
-    @property
-    def last_row_consumed(self) -> bool:
-        """True once a pass was read to its end."""
-        ...
-
-    @property
-    def resumable(self) -> bool:
-        """:meth:`state_dict` can name every delivered row (column batches carry ``row_ids``)."""
-        ...
-
-    @property
-    def endless(self) -> bool:
-        """One pass that never ends (``num_epochs=None``): a new iteration continues it instead of starting over."""
+    def info(self) -> SourceInfo:
+        """What the source delivers."""
         ...
 
     @property
@@ -87,6 +81,16 @@ class ColumnSource(Protocol):
         """Rows the current pass delivers from its start (after a restore: what is left), or None."""
         ...
 
+    @property
+    def last_row_consumed(self) -> bool:
+        """True once a pass was read to its end (:meth:`restart` then starts the next one)."""
+        ...
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        ...
+
     def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
         """The next pass, one batch of decoded columns per work item (at least one row each).
 
@@ -95,14 +99,11 @@ class ColumnSource(Protocol):
         """
         ...
 
-    def reset(self) -> None:
-        """Start another pass after the last one ran out."""
-        ...
-
     def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
-        """Abandon the pass being read and start another now: the next one, or from ``state``.
+        """Abandon the pass being read, if any, and start another now: the next one, or from ``state``.
 
-        ``new_pass``: the state was saved between passes, start the pass after it.
+        ``state`` (a :class:`PositionSource`'s only; others refuse one): continue from it. ``new_pass``: the
+        state was saved between passes, start the pass after it.
         """
         ...
 
@@ -112,6 +113,16 @@ class ColumnSource(Protocol):
 
     def join(self) -> None:
         """Wait until every worker is gone."""
+        ...
+
+
+@runtime_checkable
+class PositionSource(Protocol):
+    """A source that saves what it delivered and continues from it (a reader, a mix of readers)."""
+
+    @property
+    def resumable(self) -> bool:
+        """:meth:`state_dict` can name every delivered row (column batches carry ``row_ids``)."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -128,6 +139,13 @@ class ColumnSource(Protocol):
     def load_state_dict(self, state: Any) -> None:
         """Continue from a saved position, before reading."""
         ...
+
+
+def positions_of(source: Any) -> PositionSource | None:
+    """``source`` as a :class:`PositionSource` when it can name every row it delivers, else None."""
+    if isinstance(source, PositionSource) and source.resumable:
+        return source
+    return None
 
 
 def check_reader(consumer: str, reader: Any) -> None:
@@ -165,9 +183,9 @@ def as_column_source(consumer: str, reader: Any) -> ColumnSource:
 class ItemSource:
     """A column source over a reader-like object that only yields items: rows, or namedtuples of columns.
 
-    Rows are gathered into batches of columns as they come; nothing is known in advance (no row count) and no
-    position can be saved. What the object does not have takes the value a plain reader would give: no NGram, no
-    seed, no transform, not batched.
+    Rows are gathered into batches of columns as they come; nothing is known in advance (no row count) and it has
+    no positions (it is not a :class:`PositionSource`). What the object does not have takes the value a plain
+    reader would give: no NGram, no seed, no transform, not batched; a new iteration continues what it yields.
     """
 
     def __init__(self, reader: Any) -> None:
@@ -179,50 +197,21 @@ class ItemSource:
         return self._reader
 
     @property
-    def schema(self) -> Unischema:
-        """The object's ``schema`` (one without fields when it has none: nothing is known of its fields)."""
-        schema = getattr(self._reader, 'schema', None)
-        return schema if isinstance(schema, Unischema) else Unischema('items', [])
+    def info(self) -> SourceInfo:
+        """What the object says of itself; what it does not say takes a plain reader's value.
 
-    @property
-    def ngram(self) -> NGram | None:
-        """The object's ``ngram`` (None when it has none)."""
-        return getattr(self._reader, 'ngram', None)
-
-    @property
-    def batched_output(self) -> bool:
-        """Whether the object yields batches (its ``batched_output`` or ``is_batched_reader``)."""
-        return bool(getattr(self._reader, 'batched_output', getattr(self._reader, 'is_batched_reader', False)))
-
-    @property
-    def seed(self) -> int | None:
-        """The object's ``seed`` (None when it has none)."""
-        return getattr(self._reader, 'seed', None)
-
-    @property
-    def transform_spec(self) -> TransformSpec | None:
-        """The object's ``transform_spec`` (None when it has none)."""
-        return getattr(self._reader, 'transform_spec', None)
-
-    @property
-    def stopped(self) -> bool:
-        """The object's ``stopped`` (False when it does not say)."""
-        return bool(getattr(self._reader, 'stopped', False))
-
-    @property
-    def last_row_consumed(self) -> bool:
-        """The object's ``last_row_consumed`` (False when it does not say)."""
-        return bool(getattr(self._reader, 'last_row_consumed', False))
-
-    @property
-    def resumable(self) -> bool:
-        """Always False: rows of items carry no numbers."""
-        return False
-
-    @property
-    def endless(self) -> bool:
-        """True: such an object cannot be restarted in the middle, so a new iteration continues what it yields."""
-        return True
+        Its ``schema`` (one without fields when it has none), ``ngram``, ``batched_output`` (or
+        ``is_batched_reader``), ``seed`` and ``transform_spec``. Endless: such an object cannot be restarted in
+        the middle, so a new iteration continues what it yields.
+        """
+        reader = self._reader
+        schema = getattr(reader, 'schema', None)
+        return SourceInfo(schema=schema if isinstance(schema, Unischema) else Unischema('items', []),
+                          ngram=getattr(reader, 'ngram', None),
+                          batched_output=bool(getattr(reader, 'batched_output',
+                                                      getattr(reader, 'is_batched_reader', False))),
+                          seed=getattr(reader, 'seed', None), transform_spec=getattr(reader, 'transform_spec', None),
+                          endless=True)
 
     @property
     def num_rows_per_pass(self) -> int | None:
@@ -234,9 +223,19 @@ class ItemSource:
         """Unknown (None)."""
         return None
 
+    @property
+    def last_row_consumed(self) -> bool:
+        """The object's ``last_row_consumed`` (False when it does not say)."""
+        return bool(getattr(self._reader, 'last_row_consumed', False))
+
+    @property
+    def stopped(self) -> bool:
+        """The object's ``stopped`` (False when it does not say)."""
+        return bool(getattr(self._reader, 'stopped', False))
+
     def column_batches(self, first_rows: int | None = None) -> Iterator[ColumnBatch]:
         """The items of the object's next pass as batches of columns (``first_rows`` changes nothing here)."""
-        if self.batched_output:
+        if self.info.batched_output:
             for item in self._reader:
                 # A batch reader's masked arrays, list and struct columns are the reader's columns again.
                 columns = {name: from_batch_column(values) for name, values in item._asdict().items()}
@@ -251,14 +250,15 @@ class ItemSource:
         if rows:
             yield _rows_to_batch(rows)
 
-    def reset(self) -> None:
-        """The object's ``reset()``."""
-        self._reader.reset()
-
     def restart(self, state: Any = None, *, new_pass: bool = False) -> None:
-        """The object's ``reset()`` (refused with a state: rows of items carry no numbers)."""
+        """The object's ``reset()``.
+
+        Raises:
+            NotImplementedError: with a state: rows of items carry no numbers.
+        """
         if state is not None:
-            self.state_dict()
+            raise NotImplementedError(f'positions need a reader from make_reader/make_batch_reader, got '
+                                      f'{type(self._reader).__name__}')
         self._reader.reset()
 
     def stop(self) -> None:
@@ -268,31 +268,6 @@ class ItemSource:
     def join(self) -> None:
         """The object's ``join()``."""
         self._reader.join()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Refused: the rows of items carry no numbers.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        raise NotImplementedError(f'positions need a reader from make_reader/make_batch_reader, got '
-                                  f'{type(self._reader).__name__}')
-
-    def state_holding(self, held_rows: np.ndarray, held_in_order: bool = False) -> dict[str, Any]:
-        """Refused, as :meth:`state_dict`.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        return self.state_dict()
-
-    def load_state_dict(self, state: Any) -> None:
-        """Refused, as :meth:`state_dict`.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        self.state_dict()
 
 
 def _rows_to_batch(rows: list[Any]) -> ColumnBatch:

@@ -30,23 +30,22 @@ from petastorm.errors import (
     MissingDependencyError,
 )
 from petastorm.fs._files import file_url
-from petastorm.metadata.data_files import DataFiles
-from petastorm.metadata.row_groups import read_row_group
-from petastorm.metadata.store_model import RowGroupPiece, typed_partition_value
-from petastorm.metadata.unify import conform_table
 from petastorm.ngram import NGram
 from petastorm.plan import ScheduledItem, row_permutation, unit_rows
 from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.stage_timing import StageClock, lap
-from petastorm.tables.read import constant_column, logical_table, stored_columns
+from petastorm.store.data_files import DataFiles
+from petastorm.store.pieces import RowGroupPiece
+from petastorm.store.row_groups import read_row_group
+from petastorm.store.unify import conform_table
 from petastorm.typemaps.scalars import scalar_column_to_numpy
 from petastorm.unischema import UnischemaField
 
 __all__ = [
-    'ReadContext', 'append_partition_columns', 'decode_columns', 'gather_rows', 'partition_column', 'prefetch_item',
-    'read_item', 'resolve_image_paths', 'row_group_matches',
+    'ReadContext', 'append_partition_columns', 'decode_columns', 'gather_rows', 'prefetch_item', 'read_item',
+    'resolve_image_paths', 'row_group_matches',
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class ReadContext:
         shuffle_rows: shuffle rows inside each work item.
         filter_expression: pyarrow filter applied to the rows (from ``filters``) or None.
         filter_columns: columns the filter expression reads.
-        partition_names: hive partition columns (not stored in the files).
+        partition_names: partition columns (not stored in the files: hive directories or a table's log give them).
         transform: the transform and what it must produce, or None.
         ngram: the NGram whose windows to form, or None.
         cache: caches the row groups read from the files (raw, or decoded: ``DecodedRowGroupCache``), or None.
@@ -77,7 +76,7 @@ class ReadContext:
         column_paths: ``(field name, Parquet paths)`` of the fields read by paths rather than by name: the leaves
             of struct fields (reading them reads only the struct fields the schema holds).
         file_columns: ``(file path, its columns)`` of the files whose schemas differ from the store's unified
-            schema (:mod:`petastorm.metadata.unify`); their tables are made to fit ``unified_types``.
+            schema (:mod:`petastorm.store.unify`); their tables are made to fit ``unified_types``.
         unified_types: ``(column, Arrow type)`` of the columns read, in the unified schema.
     """
 
@@ -114,36 +113,14 @@ def _context_from_bytes(blob: bytes) -> ReadContext:
     return ReadContext(**cloudpickle.loads(blob))
 
 
-def partition_column(piece: RowGroupPiece, field: UnischemaField, num_rows: int) -> pa.Array:
-    """The column of hive partition field ``field`` for ``num_rows`` rows of ``piece`` (its directory's value)."""
-    if piece.table is not None:  # a table's partition value comes from its log, typed
-        return constant_column(piece.table, field.name, num_rows)
-    value = dict(piece.partition_keys).get(field.name)
-    if value is None:
-        return pa.nulls(num_rows)
-    typed = typed_partition_value(value, field.numpy_dtype)
-    if isinstance(typed, int):
-        return pa.array(np.full(num_rows, typed, dtype=np.int64))
-    return pa.array([typed] * num_rows, type=pa.string())
-
-
-def _stored_paths(row_group: Any, paths: list[str]) -> list[str]:
-    """A table file's stored Parquet paths of logical column paths (a struct's leaves keep their names)."""
-    out: list[str] = []
-    for path in paths:
-        top, dot, rest = path.partition('.')
-        out.extend(name + dot + rest for name in stored_columns(row_group, [top]))
-    return out
-
-
 def _stored_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str]) -> list[str]:
     """The Parquet column paths of the row group's file that hold the (non-partition) columns ``names``."""
     paths = dict(ctx.column_paths)
     present = dict(ctx.file_columns).get(piece.path)  # the file differs from the unified schema: read what it has
     file_columns = [path for n in names if n not in ctx.partition_names and (present is None or n in present)
                     for path in paths.get(n, (n,))]
-    # A table's row group: its file stores the logical columns under its own names (or not at all).
-    return file_columns if piece.table is None else _stored_paths(piece.table, file_columns)
+    # A table's file stores the logical columns under its own names (or not at all): the piece knows.
+    return piece.stored_paths(file_columns)
 
 
 def _first_read(ctx: ReadContext) -> list[str]:
@@ -156,7 +133,7 @@ def prefetch_item(ctx: ReadContext, scheduled: ScheduledItem) -> None:
     """Start fetching what :func:`read_item` will read first of ``scheduled``, where the data files can fetch ahead.
 
     A reader calls it as it hands an item to its thread pool, so that the item's round trips overlap the work of
-    the items before it (see :meth:`petastorm.metadata.data_files.DataFiles.prefetch`).
+    the items before it (see :meth:`petastorm.store.data_files.DataFiles.prefetch`).
     """
     if ctx.data_files is None or ctx.cache is not None:
         return  # with a cache, the row group may be there already
@@ -169,7 +146,7 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     """Columns ``names`` of rows ``[row_start, row_stop)`` of the row group, partition columns included.
 
     ``readers``: scheduled items that read these columns of the row group (see
-    :meth:`~petastorm.metadata.data_files.DataFiles.read_row_group`).
+    :meth:`~petastorm.store.data_files.DataFiles.read_row_group`).
     """
     wanted = [n for n in names if n not in ctx.partition_names]
     present = dict(ctx.file_columns).get(piece.path)
@@ -184,8 +161,7 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     if present is not None:
         types = dict(ctx.unified_types)
         table = conform_table(table, pa.schema([pa.field(n, types[n]) for n in wanted if n in types]), piece.path)
-    if piece.table is not None:  # the version's rows (deletes applied as one mask) of the logical columns
-        table = logical_table(piece.table, table, wanted)
+    table = piece.logical_table(table, wanted)  # a table's: its version's rows (deletes applied as one mask)
     if row_start != 0 or row_stop != table.num_rows:
         table = table.slice(row_start, row_stop - row_start)
     partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),
@@ -244,9 +220,9 @@ def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: st
 
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
                              partition_fields: list[UnischemaField]) -> pa.Table:
-    """``table`` (rows of ``piece``) with a column for each of the hive partition fields appended."""
+    """``table`` (rows of ``piece``) with a column for each of the partition fields appended, valued by the piece."""
     for field in partition_fields:
-        table = table.append_column(field.name, partition_column(piece, field, table.num_rows))
+        table = table.append_column(field.name, piece.partition_column(field, table.num_rows))
     return table
 
 

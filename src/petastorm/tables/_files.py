@@ -9,8 +9,7 @@ equal shares, shuffles and positions all work on the rows of the version.
 
 from __future__ import annotations
 
-import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,15 +21,16 @@ import pyarrow.parquet as pq
 
 from petastorm._compat import is_binary_view, is_list_view, is_string_view
 from petastorm.errors import CorruptDataError, PetastormMetadataError, StorageNotFoundError
-from petastorm.metadata.store_model import RowGroupPiece
-from petastorm.tables._model import TableFile, TableRowGroup
+from petastorm.store.pieces import RowGroupPiece
+from petastorm.tables._model import TableFile
+from petastorm.tables.read import TableRowGroup
 
 _FIELD_ID = b'PARQUET:field_id'
 _MAX_FOOTER_READERS = 16
 
 
 @dataclass(frozen=True)
-class ColumnSource:
+class StoredColumn:
     """Where one logical column of a table is found in its data files.
 
     Attributes:
@@ -136,7 +136,7 @@ def _file_columns(metadata: pq.FileMetaData) -> tuple[dict[str, pa.Field], dict[
     return by_name, by_id
 
 
-def table_file(entry: DataFileEntry, metadata: pq.FileMetaData, columns: Sequence[ColumnSource],
+def table_file(entry: DataFileEntry, metadata: pq.FileMetaData, columns: Sequence[StoredColumn],
                by_id: bool, deleted_rows: int) -> TableFile:
     """How each logical column is read from the file ``metadata`` describes.
 
@@ -166,7 +166,7 @@ def table_file(entry: DataFileEntry, metadata: pq.FileMetaData, columns: Sequenc
                      deleted_rows)
 
 
-def plan_files(filesystem: pafs.FileSystem, entries: Sequence[DataFileEntry], columns: Sequence[ColumnSource],
+def plan_files(filesystem: pafs.FileSystem, entries: Sequence[DataFileEntry], columns: Sequence[StoredColumn],
                *, by_id: bool, what: str) -> PlannedFiles:
     """The row-group pieces of a version's data files, in piece order, with their deleted rows.
 
@@ -215,13 +215,3 @@ def plan_files(filesystem: pafs.FileSystem, entries: Sequence[DataFileEntry], co
 def unique_positions(positions: Any) -> np.ndarray:
     """Deleted-row positions as a sorted array of distinct int64 (deletes may name a row twice)."""
     return np.unique(np.asarray(positions, dtype=np.int64))
-
-
-def join_path(root: str, relative: str) -> str:
-    """A data file's path on the filesystem from the table root and the log's relative path."""
-    return posixpath.join(root, relative)
-
-
-def partition_types(schema: pa.Schema, names: Sequence[str]) -> Mapping[str, pa.DataType]:
-    """The table types of the partition columns ``names``."""
-    return {name: normalized_type(schema.field(name).type) for name in names}

@@ -4,8 +4,9 @@ Every row group of a version gets a *guarantee*: an expression every one of its 
 file's partition values (``part == 'a'``), the log's statistics of the file (``x >= 3 and x <= 9``), the Parquet
 footer's statistics of the row group, and ``is_null`` for the columns its file does not store. pyarrow decides
 which guarantees the filter can hold under (``Dataset.get_fragments(filter=...)`` simplifies each against its
-fragment's guarantee and opens nothing); the planner reads only those row groups, and the workers still apply
-the filter to every row they read.
+fragment's guarantee and opens nothing: :meth:`petastorm.tables.TableStore.filter_statistics`); the planner reads
+only those row groups, and the workers still apply the filter to every row they read. This module builds the
+guarantees.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from petastorm.metadata.filters import filters_error
-from petastorm.metadata.store_model import RowGroupPiece
-from petastorm.tables._model import TableStore
+from petastorm.store.filters import filters_error
+from petastorm.tables.read import TableRowGroup
 
 
 def bounds_guarantee(name: str, arrow_type: pa.DataType, minimum: Any, maximum: Any, null_count: int | None,
@@ -85,40 +85,41 @@ def _row_group_stats(metadata: pq.FileMetaData, index: int, stored: dict[str, st
     return parts
 
 
-def piece_guarantee(store: TableStore, piece: RowGroupPiece, types: dict[str, pa.DataType]) -> Any:
-    """Everything known of the rows of ``piece``: partition values, file and row-group statistics, missing columns."""
-    row_group = piece.table
+def row_group_guarantee(row_group: TableRowGroup, index: int, file_guarantee: Any, footer: pq.FileMetaData | None,
+                        types: dict[str, pa.DataType]) -> Any:
+    """Everything known of the rows of a row group: partition values, file and row-group statistics, missing columns.
+
+    Args:
+        row_group: the row group.
+        index: its number in its file.
+        file_guarantee: what the log's statistics say of every row of its file (None: nothing).
+        footer: its file's Parquet footer (None: not read).
+        types: the table type of each logical column.
+    """
     file = row_group.file
     parts = [constant_guarantee(name, arrow_type, value) for name, arrow_type, value in file.constants]
     parts.extend(pc.field(name).is_null() for name, _ in file.missing)
-    parts.append(store.file_guarantees.get(piece.path))
-    footer = store.footers.get(piece.path)
+    parts.append(file_guarantee)
     if footer is not None:
-        parts.extend(_row_group_stats(footer, piece.row_group, dict(file.stored), types))
+        parts.extend(_row_group_stats(footer, index, dict(file.stored), types))
     return all_of(parts)
 
 
-def matching_table_row_groups(store: TableStore, expression: Any) -> set[tuple[str, int]]:
-    """``(path, row group)`` of the live row groups of the version whose rows may match ``expression``.
+def matching_guarantees(guarantees: Sequence[Any], schema: pa.Schema, expression: Any, url: Any) -> list[int]:
+    """The indexes of the guarantees (None: nothing known) under which some row may match ``expression``.
 
     Raises:
-        ValueError: the expression names a column the table does not have, or cannot be applied to its types.
+        ValueError: the expression names a column ``schema`` does not have, or cannot be applied to its types.
     """
     import pyarrow.dataset as ds  # imports pandas: only when filters are given, as for plain Parquet
 
-    schema = pa.schema([pa.field(f.name, f.type) for f in store.arrow_schema])
-    types = {f.name: f.type for f in schema}
     file_format = ds.ParquetFileFormat()
     local = pafs.LocalFileSystem()
-    # Fragments are never opened: each one's "path" is the index of its piece, its guarantee what is known.
-    fragments = []
-    for index, piece in enumerate(store.pieces):
-        guarantee = piece_guarantee(store, piece, types)
-        fragments.append(file_format.make_fragment(str(index), local, partition_expression=(
-            pc.scalar(True) if guarantee is None else guarantee)))
+    # Fragments are never opened: each one's "path" is the index of its guarantee.
+    fragments = [file_format.make_fragment(str(index), local, partition_expression=(
+        pc.scalar(True) if guarantee is None else guarantee)) for index, guarantee in enumerate(guarantees)]
     dataset = ds.FileSystemDataset(fragments, schema, file_format, local)
     try:
-        kept = [int(fragment.path) for fragment in dataset.get_fragments(filter=expression)]
+        return [int(fragment.path) for fragment in dataset.get_fragments(filter=expression)]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-        raise filters_error(expression, schema, store.url, err) from err
-    return {(store.pieces[i].path, store.pieces[i].row_group) for i in kept}
+        raise filters_error(expression, schema, url, err) from err

@@ -35,10 +35,11 @@ from petastorm.errors import (
 )
 from petastorm.fs import ResolvedLocation, path_in
 from petastorm.fs.settings import delta_storage_options
-from petastorm.metadata import keys
-from petastorm.tables._files import ColumnSource, DataFileEntry, normalized_type, plan_files, unique_positions
-from petastorm.tables._model import TableStore, TableVersion
+from petastorm.store import keys
+from petastorm.tables._files import DataFileEntry, StoredColumn, normalized_type, plan_files, unique_positions
+from petastorm.tables._model import TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
+from petastorm.tables._store import TableStore
 
 __all__ = ['MAX_READER_VERSION', 'SUPPORTED_READER_FEATURES', 'TYPE_READER_FEATURES', 'UNISCHEMA_PROPERTY',
            'check_protocol', 'delta_uri', 'open_delta_table']
@@ -190,7 +191,7 @@ def check_protocol(protocol: Any, url: str, schema_json: str) -> tuple[str, ...]
     return features
 
 
-def _columns(schema_json: str, arrow_schema: pa.Schema, mapping: str) -> list[ColumnSource]:
+def _columns(schema_json: str, arrow_schema: pa.Schema, mapping: str) -> list[StoredColumn]:
     """Where each logical column is stored: its physical name (and field id) with column mapping."""
     fields = json.loads(schema_json)['fields']
     columns = []
@@ -198,7 +199,7 @@ def _columns(schema_json: str, arrow_schema: pa.Schema, mapping: str) -> list[Co
         metadata = description.get('metadata') or {}
         physical = metadata.get('delta.columnMapping.physicalName') if mapping != 'none' else None
         field_id = metadata.get('delta.columnMapping.id') if mapping == 'id' else None
-        columns.append(ColumnSource(arrow_field.name, arrow_field.type, physical or arrow_field.name,
+        columns.append(StoredColumn(arrow_field.name, arrow_field.type, physical or arrow_field.name,
                                     None if field_id is None else int(field_id)))
     return columns
 
@@ -221,7 +222,7 @@ def _deleted_rows(table: Any, url: str) -> dict[str, np.ndarray]:
     return result
 
 
-def _stats_guarantee(row: dict[str, Any], columns: list[ColumnSource], partitions: set[str]) -> Any:
+def _stats_guarantee(row: dict[str, Any], columns: list[StoredColumn], partitions: set[str]) -> Any:
     num_rows = row.get('num_records')
     parts = []
     for column in columns:
@@ -247,15 +248,16 @@ def _data_path(location: ResolvedLocation, root: str, relative: str) -> str:
     return posixpath.join(root, unquote(relative))
 
 
-def open_delta_table(location: ResolvedLocation, storage_options: dict[str, Any] | None,
-                     version: VersionSpec = None) -> TableStore:
-    """The store of one version of the Delta table at ``location``.
+def open_delta_table(location: ResolvedLocation, storage_options: dict[str, Any] | None = None,
+                     version: VersionSpec = None, *, filesystem: Any = None) -> TableStore:
+    """The store of one version of the Delta table at ``location`` (the registry's opener of Delta tables).
 
     Args:
         location: the table's directory, resolved.
         storage_options: the reader's storage options (translated for delta-rs, see :mod:`petastorm.tables`).
         version: None (the latest), a version number, or a timestamp (``datetime`` or ISO 8601 string: the
             version that was current then).
+        filesystem: the filesystem the user gave, if any: ``location`` was resolved with it and holds it.
 
     Raises:
         TableVersionError: the version or timestamp does not exist.

@@ -27,8 +27,8 @@ from petastorm._describe import display_url
 from petastorm._optional import import_optional
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs.settings import delta_storage_options
-from petastorm.metadata.listing import DELTA_LOG
 from petastorm.metadata.schema_json import unischema_from_json, unischema_to_json
+from petastorm.store.listing import DELTA_LOG
 from petastorm.tables.delta import UNISCHEMA_PROPERTY, delta_uri
 from petastorm.unischema import Unischema
 

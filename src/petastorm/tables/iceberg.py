@@ -15,6 +15,15 @@ every partition spec of the snapshot's files) are partition columns: predicates 
 
 Not read, and refused by name: data files in ORC or Avro, deletion vectors in Puffin files (format version 3),
 columns with an initial default value (format version 3).
+
+Why the manifests are walked here rather than planned by pyiceberg's scan (``table.scan().plan_files()``): its
+planning refuses a snapshot with equality deletes (pyiceberg does not apply them), which this reader applies
+(:mod:`petastorm.tables._iceberg_deletes`). pyiceberg still reads the table's metadata and manifests and finds the
+snapshot; the walk, one pass over the live entries, also gives each file's sequence number, partition record and
+column bounds, which the deletes, the partition columns and ``filters`` need. The steps of
+:func:`open_iceberg_table`, in order: the snapshot and its columns (:func:`_open_snapshot`), its live files
+(:func:`_manifest_files`), its partition columns, its position and equality deletes, each data file as the
+snapshot has it (:func:`_data_file_entry`), and the store planned from their footers (:func:`_table_store`).
 """
 
 from __future__ import annotations
@@ -22,14 +31,13 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from petastorm._describe import display_url
 from petastorm._optional import import_optional
@@ -42,23 +50,29 @@ from petastorm.errors import (
 from petastorm.fs import ResolvedLocation, path_in, resolve_location
 from petastorm.fs.settings import iceberg_io_properties
 from petastorm.tables._files import (
-    ColumnSource,
     DataFileEntry,
+    StoredColumn,
     map_on_storage,
     normalized_type,
     plan_files,
     unique_positions,
 )
-from petastorm.tables._model import TableStore, TableVersion
+from petastorm.tables._iceberg_deletes import (
+    EqualityDelete,
+    equality_deleted,
+    equality_deletes,
+    position_deletes,
+    read_delete_file,
+)
+from petastorm.tables._model import TableVersion
 from petastorm.tables._pruning import all_of, bounds_guarantee
+from petastorm.tables._store import TableStore
 
 __all__ = ['open_iceberg_location', 'open_iceberg_table']
 
 _DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
 # Manifests read at a time (their files are fetched from storage: remote tables gain the most).
 _MAX_MANIFEST_READERS = 8
-# Field ids of the columns of position delete files (Iceberg's reserved ids).
-_DELETE_FILE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
 
 
 def _pyiceberg() -> Any:
@@ -122,6 +136,22 @@ def _snapshot(table: Any, version: Any, name: str) -> Any:
         return snapshot
     if isinstance(version, str) and version in metadata.refs:
         return metadata.snapshot_by_name(version)
+    when = _time_of(version, metadata, name)
+    if when is None:
+        raise TableVersionError(f'table_version={version!r} does not name a snapshot of the Iceberg table {name}')
+    snapshot = table.snapshot_as_of_timestamp(int(when.timestamp() * 1000))
+    if snapshot is None:
+        raise TableVersionError(f'the Iceberg table {name} has no snapshot at {when.isoformat()} (its first '
+                                f'snapshot is later)')
+    return snapshot
+
+
+def _time_of(version: Any, metadata: Any, name: str) -> dt.datetime | None:
+    """``version`` as an aware time (naive ones are UTC) when it names one; None when it is not a time at all.
+
+    Raises:
+        TableVersionError: a string that is neither a ref of the table nor an ISO 8601 timestamp.
+    """
     when = version
     if isinstance(version, str):
         try:
@@ -132,15 +162,9 @@ def _snapshot(table: Any, version: Any, name: str) -> Any:
                                     f'(its refs: {refs}) nor an ISO 8601 timestamp') from None
     if isinstance(when, dt.date) and not isinstance(when, dt.datetime):
         when = dt.datetime(when.year, when.month, when.day)
-    if isinstance(when, dt.datetime):
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-        snapshot = table.snapshot_as_of_timestamp(int(when.timestamp() * 1000))
-        if snapshot is None:
-            raise TableVersionError(f'the Iceberg table {name} has no snapshot at {when.isoformat()} (its first '
-                                    f'snapshot is later)')
-        return snapshot
-    raise TableVersionError(f'table_version={version!r} does not name a snapshot of the Iceberg table {name}')
+    if not isinstance(when, dt.datetime):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
 
 
 def _filesystem(table: Any, storage_options: dict[str, Any] | None, filesystem: Any,
@@ -159,7 +183,7 @@ def _filesystem(table: Any, storage_options: dict[str, Any] | None, filesystem: 
     return resolve_location(table_url, storage_options, filesystem).filesystem, origin
 
 
-def _columns(schema: Any) -> list[ColumnSource]:
+def _columns(schema: Any) -> list[StoredColumn]:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     arrow = schema_to_pyarrow(schema, include_field_ids=False)
@@ -169,7 +193,7 @@ def _columns(schema: Any) -> list[ColumnSource]:
             raise UnsupportedTableFeatureError(
                 f'the Iceberg column {nested.name!r} has an initial default value (format version 3), which this '
                 f'reader does not implement')
-        columns.append(ColumnSource(nested.name, arrow_field.type, nested.name, nested.field_id))
+        columns.append(StoredColumn(nested.name, arrow_field.type, nested.name, nested.field_id))
     return columns
 
 
@@ -187,7 +211,7 @@ def _value(value: Any, arrow_type: pa.DataType) -> Any:
     raise ValueError(f'cannot represent {value!r} as {arrow_type}')
 
 
-def _bounds_guarantee(data_file: Any, columns: Sequence[ColumnSource], schema: Any, types: dict[str, pa.DataType],
+def _bounds_guarantee(data_file: Any, columns: Sequence[StoredColumn], schema: Any, types: dict[str, pa.DataType],
                       constants: set[str]) -> Any:
     from pyiceberg.conversions import from_bytes
 
@@ -231,61 +255,139 @@ def _identity_partitions(table: Any, spec_ids: set[int], schema: Any) -> dict[in
     return result
 
 
-def _read_delete_file(fs: pafs.FileSystem, path: str, name: str) -> pa.Table:
-    try:
-        with fs.open_input_file(path) as f:
-            return pq.read_table(f)
-    except FileNotFoundError as err:
-        raise StorageNotFoundError(f'delete file {path} of the Iceberg table {name} does not exist') from err
+@dataclass(frozen=True)
+class _Snapshot:
+    """What every step of opening a snapshot needs: the table, its name, the snapshot's schema and columns, the storage.
 
-
-def _field_ids(table: pa.Table) -> dict[int, str]:
-    ids = {}
-    for field in table.schema:
-        raw = (field.metadata or {}).get(b'PARQUET:field_id')
-        if raw is not None:
-            ids[int(raw)] = field.name
-    return ids
-
-
-def _encoded_keys(data: pa.Table, deletes: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Both tables' key columns as dictionary indices of their values together, nulls being a value too.
-
-    Iceberg's equality deletes match null to null; joins never match nulls, dictionary indices of encoded nulls do.
+    Attributes:
+        table: the ``pyiceberg`` table.
+        name: the table's name (or location), for messages.
+        snapshot: the snapshot read (None: a table without snapshots).
+        schema: the snapshot's Iceberg schema.
+        columns: where each of its columns is stored (by field id).
+        types: the table type of each column.
+        fs: the filesystem of the data and delete files.
+        origin: the scheme and host they are on (``'file://'``, ``'s3://bucket'``).
     """
-    data_columns, delete_columns = [], []
-    for name in data.column_names:
-        both = pa.chunked_array(data.column(name).chunks + deletes.column(name).cast(data.column(name).type).chunks)
-        indices = pc.dictionary_encode(both, null_encoding='encode').combine_chunks().indices
-        data_columns.append(indices.slice(0, data.num_rows))
-        delete_columns.append(indices.slice(data.num_rows))
-    names = [f'k{i}' for i in range(len(data_columns))]
-    return pa.table(data_columns, names=names), pa.table(delete_columns, names=names)
+
+    table: Any
+    name: str
+    snapshot: Any
+    schema: Any
+    columns: list[StoredColumn]
+    types: dict[str, pa.DataType]
+    fs: pafs.FileSystem
+    origin: str
+
+    def local_path(self, uri: str) -> str:
+        """The path on :attr:`fs` of a file the metadata names by URI (refused on another storage)."""
+        parsed = urlparse(uri)
+        if parsed.scheme and f'{parsed.scheme}://{parsed.netloc}' != self.origin:
+            raise UnsupportedTableFeatureError(f'the Iceberg table {self.name} lists the file {display_url(uri)} on '
+                                               f'another storage than its location {display_url(self.origin)}')
+        return path_in(uri) if parsed.scheme else uri
+
+    def read_delete_file(self, delete_file: Any) -> pa.Table:
+        """The rows of a delete file."""
+        return read_delete_file(self.fs, self.local_path(delete_file.file_path), self.name)
 
 
-def _equality_deleted(fs: pafs.FileSystem, data_path: str, resolve: dict[int, str], keys: pa.Table,
-                      key_ids: Sequence[int]) -> np.ndarray:
-    """Positions of the rows of a data file whose key columns equal a row of ``keys``."""
-    stored = [resolve.get(field_id) for field_id in key_ids]
-    with fs.open_input_file(data_path) as f:
-        parquet = pq.ParquetFile(f)
-        present = [name for name in stored if name is not None]
-        data = parquet.read(columns=present) if present else pa.table({})
-    columns = []
-    for field_id, name in zip(key_ids, stored, strict=True):
-        key_type = keys.column(str(field_id)).type
-        columns.append(data.column(name) if name is not None else pa.nulls(parquet.metadata.num_rows, key_type))
-    data_keys = pa.table(columns, names=[str(i) for i in key_ids])
-    encoded_data, encoded_deletes = _encoded_keys(data_keys, keys.select([str(i) for i in key_ids]))
-    encoded_data = encoded_data.append_column('__row', pa.array(np.arange(encoded_data.num_rows, dtype=np.int64)))
-    matched = encoded_data.join(encoded_deletes.group_by(encoded_deletes.column_names).aggregate([]),
-                                keys=encoded_deletes.column_names, join_type='left semi')
-    return unique_positions(matched.column('__row').to_numpy())
+@dataclass(frozen=True)
+class _ManifestFiles:
+    """The live files of a snapshot by content, each with its data sequence number."""
+
+    data: list[tuple[Any, int]]
+    position_deletes: list[tuple[Any, int]]
+    equality_deletes: list[tuple[Any, int]]
+
+
+def _manifest_files(snapshot: _Snapshot) -> _ManifestFiles:
+    """The live data and delete files the snapshot's manifests list (read 8 at a time).
+
+    Raises:
+        UnsupportedTableFeatureError: a data or delete file is not Parquet (ORC, Avro, Puffin).
+    """
+    found = _ManifestFiles([], [], [])
+    if snapshot.snapshot is None:
+        return found
+    io = snapshot.table.io
+    by_content = {_DATA: found.data, _POSITION_DELETES: found.position_deletes,
+                  _EQUALITY_DELETES: found.equality_deletes}
+    manifests = snapshot.snapshot.manifests(io)
+    for entries in map_on_storage(snapshot.fs, lambda m: m.fetch_manifest_entry(io, discard_deleted=True), manifests,
+                                  _MAX_MANIFEST_READERS):
+        for entry in entries:
+            data_file = entry.data_file
+            content = int(data_file.content)
+            file_format = str(getattr(data_file.file_format, 'value', data_file.file_format)).upper()
+            if file_format != 'PARQUET':
+                kind = 'data' if content == _DATA else 'delete'
+                raise UnsupportedTableFeatureError(
+                    f'the Iceberg table {snapshot.name} has {kind} files in {file_format} format '
+                    f'({data_file.file_path}); this reader reads Parquet files only')
+            if content in by_content:
+                by_content[content].append((data_file, entry.sequence_number or 0))
+    return found
+
+
+class _Partitions(NamedTuple):
+    """The partition columns of a snapshot's data files."""
+
+    #: ``{spec id: {column: position in the partition record}}`` of the identity-partitioned columns of each spec.
+    identity: dict[int, dict[str, int]]
+    #: the columns identity-partitioned in every spec of the data files: the snapshot's partition columns.
+    names: list[str]
+
+
+def _partition_columns(snapshot: _Snapshot, files: _ManifestFiles) -> _Partitions:
+    """The identity-partitioned columns of the data files' specs, and those identity-partitioned in every spec."""
+    identity = _identity_partitions(snapshot.table, {data_file.spec_id for data_file, _ in files.data},
+                                    snapshot.schema)
+    return _Partitions(identity, [c.name for c in snapshot.columns
+                                  if identity and all(c.name in found for found in identity.values())])
+
+
+def _data_file_entry(snapshot: _Snapshot, data_file: Any, sequence: int, partitions: _Partitions,
+                     position_deleted: dict[str, list[np.ndarray]], equality: list[EqualityDelete]) -> DataFileEntry:
+    """A data file as the snapshot has it: its partition values, the rows deleted from it, its bounds."""
+    path = snapshot.local_path(data_file.file_path)
+    spec_positions = partitions.identity.get(data_file.spec_id, {})
+    types = snapshot.types
+    constants = tuple((column, types[column], _value(data_file.partition[spec_positions[column]], types[column]))
+                      for column in partitions.names)
+    positions = list(position_deleted.get(data_file.file_path, []))
+    applying = [delete for delete in equality if delete.applies_to(data_file, sequence)]
+    if applying:
+        positions.extend(equality_deleted(snapshot.fs, path, applying))
+    deleted = unique_positions(np.concatenate(positions)) if positions else None
+    guarantee = _bounds_guarantee(data_file, snapshot.columns, snapshot.schema, types, set(partitions.names))
+    return DataFileEntry(path, constants, deleted, guarantee, data_file.record_count)
+
+
+def _table_store(snapshot: _Snapshot, files: _ManifestFiles, entries: list[DataFileEntry], partitions: list[str],
+                 location: ResolvedLocation | None) -> TableStore:
+    """The store of the snapshot: its data files' footers read and their row groups planned."""
+    table = snapshot.table
+    snapshot_id = None if snapshot.snapshot is None else int(snapshot.snapshot.snapshot_id)
+    what = f'snapshot {snapshot_id} of the Iceberg table {snapshot.name}'
+    planned = plan_files(snapshot.fs, entries, snapshot.columns, by_id=True, what=what)
+    logical = pa.schema([pa.field(c.name, snapshot.types[c.name], not f.required)
+                         for c, f in zip(snapshot.columns, snapshot.schema.fields, strict=True)])
+    timestamp = None if snapshot.snapshot is None else snapshot.snapshot.timestamp_ms
+    return TableStore(
+        snapshot.fs, table.location() if location is None else location.url, snapshot.local_path(table.location()),
+        tuple(sorted(planned.files)),
+        {}, None, version=TableVersion('iceberg', snapshot_id, timestamp),
+        arrow_schema=logical, table_partitions=tuple(partitions), pieces=planned.pieces, table_files=planned.files,
+        file_guarantees={e.path: e.guarantee for e in entries if e.guarantee is not None}, footers=planned.footers,
+        deleted_rows=planned.deleted_rows,
+        delete_files=tuple(sorted(d.file_path for d, _ in files.position_deletes + files.equality_deletes)),
+        features=(f'format-version={int(table.metadata.format_version)}',))
 
 
 def open_iceberg_table(table: Any, version: Any = None, *, storage_options: dict[str, Any] | None = None,
                        filesystem: Any = None, location: ResolvedLocation | None = None) -> TableStore:
-    """The store of one snapshot of a ``pyiceberg`` table.
+    """The store of one snapshot of a ``pyiceberg`` table (the registry's opener of ``pyiceberg`` tables).
 
     Args:
         table: a ``pyiceberg.table.Table`` (from any catalog) or ``StaticTable``.
@@ -299,6 +401,22 @@ def open_iceberg_table(table: Any, version: Any = None, *, storage_options: dict
         TableVersionError: the snapshot, ref or timestamp does not exist.
         UnsupportedTableFeatureError: the snapshot uses something we do not read (named).
     """
+    snapshot = _open_snapshot(table, version, storage_options, filesystem, location)
+    files = _manifest_files(snapshot)
+    partitions = _partition_columns(snapshot, files)
+    position_deleted = position_deletes(snapshot.read_delete_file,
+                                        {data_file.file_path: sequence for data_file, sequence in files.data},
+                                        files.position_deletes)
+    equality = equality_deletes(snapshot.read_delete_file, files.equality_deletes, table.metadata.specs(),
+                                snapshot.name)
+    entries = [_data_file_entry(snapshot, data_file, sequence, partitions, position_deleted, equality)
+               for data_file, sequence in files.data]
+    return _table_store(snapshot, files, entries, partitions.names, location)
+
+
+def _open_snapshot(table: Any, version: Any, storage_options: dict[str, Any] | None, filesystem: Any,
+                   location: ResolvedLocation | None) -> _Snapshot:
+    """The snapshot ``version`` names, its schema and columns, and the filesystem of its files."""
     _pyiceberg()
     name = '.'.join(table.name()) if hasattr(table, 'name') and table.name() else display_url(table.location())
     snapshot = _snapshot(table, version, name)
@@ -309,101 +427,4 @@ def open_iceberg_table(table: Any, version: Any = None, *, storage_options: dict
     fs, origin = _filesystem(table, storage_options, filesystem, location)
     columns = _columns(schema)
     types = {c.name: normalized_type(c.arrow_type) for c in columns}
-    data_entries, position_deletes, equality_deletes = [], [], []
-    if snapshot is not None:
-        manifests = snapshot.manifests(table.io)
-        manifest_entries = map_on_storage(fs, lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True),
-                                          manifests, _MAX_MANIFEST_READERS)
-        for entries_of_manifest in manifest_entries:
-            for entry in entries_of_manifest:
-                data_file = entry.data_file
-                content = int(data_file.content)
-                sequence = entry.sequence_number or 0
-                file_format = str(getattr(data_file.file_format, 'value', data_file.file_format)).upper()
-                if file_format != 'PARQUET':
-                    kind = 'data' if content == _DATA else 'delete'
-                    raise UnsupportedTableFeatureError(
-                        f'the Iceberg table {name} has {kind} files in {file_format} format ({data_file.file_path}); '
-                        f'this reader reads Parquet files only')
-                if content == _DATA:
-                    data_entries.append((data_file, sequence))
-                elif content == _POSITION_DELETES:
-                    position_deletes.append((data_file, sequence))
-                elif content == _EQUALITY_DELETES:
-                    equality_deletes.append((data_file, sequence))
-    spec_ids = {data_file.spec_id for data_file, _ in data_entries}
-    identity = _identity_partitions(table, spec_ids, schema)
-    partitions = [c.name for c in columns if identity and all(c.name in found for found in identity.values())]
-
-    def local_path(uri: str) -> str:
-        parsed = urlparse(uri)
-        if parsed.scheme and f'{parsed.scheme}://{parsed.netloc}' != origin:
-            raise UnsupportedTableFeatureError(f'the Iceberg table {name} lists the file {display_url(uri)} on '
-                                               f'another storage than its location {display_url(origin)}')
-        return path_in(uri) if parsed.scheme else uri
-
-    # Position deletes: every delete file is read once; its rows name the data files they delete from.
-    deleted: dict[str, list[np.ndarray]] = {}
-    position_files = []
-    for delete_file, delete_sequence in position_deletes:
-        table_of = _read_delete_file(fs, local_path(delete_file.file_path), name)
-        ids = _field_ids(table_of)
-        path_column = ids.get(_DELETE_FILE_PATH_ID, 'file_path')
-        pos_column = ids.get(_DELETE_POS_ID, 'pos')
-        position_files.append((table_of.select([path_column, pos_column]).rename_columns(['file_path', 'pos']),
-                               delete_sequence))
-    data_sequences = {data_file.file_path: sequence for data_file, sequence in data_entries}
-    for deletes, delete_sequence in position_files:
-        grouped = deletes.group_by('file_path').aggregate([('pos', 'list')])
-        for path, positions in zip(grouped.column('file_path').to_pylist(), grouped.column('pos_list').to_pylist(),
-                                   strict=True):
-            if path in data_sequences and data_sequences[path] <= delete_sequence:
-                deleted.setdefault(path, []).append(np.asarray(positions, dtype=np.int64))
-    # Equality deletes: for each data file, the keys of the delete files that apply to it.
-    equality_keys = []
-    for delete_file, delete_sequence in equality_deletes:
-        keys_table = _read_delete_file(fs, local_path(delete_file.file_path), name)
-        ids = _field_ids(keys_table)
-        key_ids = list(delete_file.equality_ids or [])
-        missing = [i for i in key_ids if i not in ids]
-        if missing:
-            raise PetastormMetadataError(f'the equality delete file {delete_file.file_path} of the Iceberg table '
-                                         f'{name} lacks the key columns of field ids {missing}')
-        keys_table = pa.table([keys_table.column(ids[i]) for i in key_ids], names=[str(i) for i in key_ids])
-        unpartitioned = not table.metadata.specs()[delete_file.spec_id].fields
-        equality_keys.append((delete_file, delete_sequence, key_ids, keys_table, unpartitioned))
-    entries = []
-    file_guarantees = {}
-    for data_file, sequence in data_entries:
-        path = local_path(data_file.file_path)
-        spec_positions = identity.get(data_file.spec_id, {})
-        constants = tuple((column, types[column], _value(data_file.partition[spec_positions[column]],
-                                                         types[column])) for column in partitions)
-        positions = deleted.get(data_file.file_path, [])
-        applying = [(ids, keys) for delete_file, delete_sequence, ids, keys, unpartitioned in equality_keys
-                    if delete_sequence > sequence and (unpartitioned or (
-                        delete_file.spec_id == data_file.spec_id and delete_file.partition == data_file.partition))]
-        if applying:
-            with fs.open_input_file(path) as f:
-                resolve = _field_ids(pq.read_schema(f).empty_table())
-            for key_ids, keys in applying:
-                positions.append(_equality_deleted(fs, path, resolve, keys, key_ids))
-        deleted_positions = unique_positions(np.concatenate(positions)) if positions else None
-        guarantee = _bounds_guarantee(data_file, columns, schema, types, set(partitions))
-        if guarantee is not None:
-            file_guarantees[path] = guarantee
-        entries.append(DataFileEntry(path, constants, deleted_positions, guarantee, data_file.record_count))
-    snapshot_id = None if snapshot is None else int(snapshot.snapshot_id)
-    what = f'snapshot {snapshot_id} of the Iceberg table {name}'
-    planned = plan_files(fs, entries, columns, by_id=True, what=what)
-    logical = pa.schema([pa.field(c.name, types[c.name], not f.required) for c, f in zip(columns, schema.fields,
-                                                                                          strict=True)])
-    format_version = int(table.metadata.format_version)
-    return TableStore(
-        fs, table.location() if location is None else location.url, local_path(table.location()),
-        tuple(sorted(planned.files)),
-        {}, None, version=TableVersion('iceberg', snapshot_id, None if snapshot is None else snapshot.timestamp_ms),
-        arrow_schema=logical, table_partitions=tuple(partitions), pieces=planned.pieces, table_files=planned.files,
-        file_guarantees=file_guarantees, footers=planned.footers, deleted_rows=planned.deleted_rows,
-        delete_files=tuple(sorted(d.file_path for d, _ in position_deletes + equality_deletes)),
-        features=(f'format-version={format_version}',))
+    return _Snapshot(table, name, snapshot, schema, columns, types, fs, origin)

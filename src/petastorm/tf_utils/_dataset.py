@@ -80,7 +80,7 @@ def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
     # Refuse a URL or a list before anything starts.
     source = as_column_source('make_petastorm_dataset', reader)
     tf = import_optional('tensorflow', 'petastorm.tf_utils.make_petastorm_dataset')
-    layout = ElementLayout(source.schema, source.ngram, ragged=ragged)
+    layout = ElementLayout(source.info.schema, source.info.ngram, ragged=ragged)
     layout.warn_about_unicode()
 
     # A reader-like object without column batches of its own (a WeightedSamplingReader, which picks a reader per
@@ -90,10 +90,10 @@ def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
     def generate() -> Iterator[Any]:
         if source.last_row_consumed:
             warn_user(_RESET_WARNING, UserWarning)
-            source.reset()
+            source.restart()  # the last pass ran out: the next one
         try:
             flats = column_batches(source, layout) if own_columns else element_values(reader, layout,
-                                                                                       source.batched_output)
+                                                                                       source.info.batched_output)
             for flat in flats:
                 yield layout.pack(flat)
         except RuntimeError:
@@ -102,10 +102,10 @@ def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
             if not source.stopped:
                 raise
 
-    batched = own_columns or source.batched_output
+    batched = own_columns or source.info.batched_output
     # tf.compat.v1.data.Dataset is the tf.data.Dataset class plus the TF1 methods; its transformations keep them.
     dataset = tf.compat.v1.data.Dataset.from_generator(generate, output_signature=layout.signature(batched=batched))
-    if batched and not source.batched_output:
+    if batched and not source.info.batched_output:
         dataset = dataset.unbatch()
     if not tf.executing_eagerly():
         dataset = dataset.with_options(_graph_mode_options(tf))
@@ -151,7 +151,7 @@ def column_batches(source: ColumnSource, layout: ElementLayout) -> Iterator[list
     """
     for batch in source.column_batches():
         flat = layout.batch_columns(batch)
-        if source.batched_output:
+        if source.info.batched_output:
             yield [value_of(name, column) if name in layout.nested else _plain_column(name, column)
                    for name, column in zip(layout.names, flat, strict=True)]
             continue

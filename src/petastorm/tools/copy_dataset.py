@@ -194,8 +194,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         logger.info('starting Spark to copy %d fields', len(schema.fields))
         _spark_copy(args, storage_options)
 
-    _cli.configure_progress_logging()
-    _cli.run(PROG, work)
+    with _cli.progress_logging():
+        _cli.run(PROG, work)
 
 
 if __name__ == '__main__':

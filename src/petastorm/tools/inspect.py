@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import posixpath
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,12 +34,12 @@ import pyarrow.parquet as pq
 
 from petastorm import cli as _cli
 from petastorm.errors import PetastormMetadataError
-from petastorm.metadata import keys
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
-from petastorm.metadata.store_model import ParquetStore
-from petastorm.tables import TABLE_FORMATS, TableStore
-from petastorm.tables import open_dataset as open_table_or_store
+from petastorm.store import keys
+from petastorm.store.formats import TABLE_FORMATS
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_any_store
 from petastorm.unischema import UnischemaField
 
 __all__ = ['PROG', 'describe_value', 'format_description', 'head_rows', 'inspect_dataset', 'main']
@@ -96,13 +95,6 @@ def _describe_indexes(store: ParquetStore) -> dict[str, Any]:
                    'values': len(indexer.indexed_values)} for name, indexer in indexes.items()}
 
 
-def _describe_table(store: TableStore) -> dict[str, Any]:
-    version = store.version
-    return {'format': version.format, 'version': version.version, 'timestamp_ms': version.timestamp_ms,
-            'features': list(store.features), 'live_rows': sum(p.num_rows for p in store.pieces),
-            'deleted_rows': store.deleted_rows, 'delete_files': list(store.delete_files)}
-
-
 def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, filesystem: Any = None, *,
                     table_version: Any = None, table_format: str = 'auto') -> dict[str, Any]:
     """A JSON-serializable description of the dataset at ``dataset_url`` (see the module docstring).
@@ -118,33 +110,28 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
         FileNotFoundError: nothing exists at the URL.
         PetastormMetadataError: not a Parquet dataset, or its metadata is unreadable.
     """
-    store = open_table_or_store(dataset_url, storage_options=storage_options, filesystem=filesystem,
-                                table_format=table_format, table_version=table_version)
-    if isinstance(store, TableStore) and not store.files:
-        schema = stored_or_inferred_schema(store).schema
-        return {'url': str(store.url), 'metadata': _metadata_kind(store), 'metadata_file': None,
-                'schema_name': schema._name, 'fields': [_describe_field(f) for f in schema.fields.values()],
-                'partition_columns': store.partition_names, 'total_rows': 0, 'total_bytes': 0, 'num_row_groups': 0,
-                'files': [], 'rowgroup_indexes': {}, 'table': _describe_table(store)}
+    store = open_any_store(dataset_url, storage_options=storage_options, filesystem=filesystem,
+                           table_format=table_format, table_version=table_version)
+    table = store.describe_version()  # a table's version: None for plain Parquet
     if not store.files:
-        raise PetastormMetadataError(f'{dataset_url} holds no Parquet data files')
+        if table is None:
+            raise PetastormMetadataError(f'{dataset_url} holds no Parquet data files')
+        return _empty_version(store, table)
     try:
         with ThreadPoolExecutor(max_workers=min(_MAX_FOOTER_READERS, len(store.files))) as pool:
             files = list(pool.map(lambda path: _describe_file(store, path), store.files))
     except PetastormMetadataError as err:
         raise PetastormMetadataError(f'{dataset_url} is not a Parquet dataset: {err}') from err
     schema = stored_or_inferred_schema(store).schema
-    table = None
-    if isinstance(store, TableStore):
-        table = _describe_table(store)
-        for file in files:  # the rows of a table's file that the version deleted
-            file['deleted_rows'] = store.table_files[posixpath.join(str(store.root), file['path'])].deleted_rows
+    deleted = store.deleted_rows_by_file()
+    for path, file in zip(store.files, files, strict=True):  # the rows of a table's file that the version deleted
+        if path in deleted:
+            file['deleted_rows'] = deleted[path]
     groups = [g for f in files for g in f['row_groups']]
     return {
         'url': str(store.url),
         'metadata': _metadata_kind(store),
-        'metadata_file': None if store.metadata_path is None else (
-            store.metadata_path if table is not None else store.relpath(store.metadata_path)),
+        'metadata_file': store.metadata_source(),
         'schema_name': schema._name,
         'fields': [_describe_field(f) for f in schema.fields.values()],
         'partition_columns': store.partition_names,
@@ -157,6 +144,15 @@ def inspect_dataset(dataset_url: Any, storage_options: dict | None = None, files
         'rowgroup_indexes': _describe_indexes(store),
         **({} if table is None else {'table': table}),
     }
+
+
+def _empty_version(store: ParquetStore, table: dict[str, Any]) -> dict[str, Any]:
+    """The description of a table version without data files (an empty table)."""
+    schema = stored_or_inferred_schema(store).schema
+    return {'url': str(store.url), 'metadata': _metadata_kind(store), 'metadata_file': None,
+            'schema_name': schema._name, 'fields': [_describe_field(f) for f in schema.fields.values()],
+            'partition_columns': store.partition_names, 'total_rows': 0, 'total_bytes': 0, 'num_row_groups': 0,
+            'files': [], 'rowgroup_indexes': {}, 'table': table}
 
 
 def _spread(values: list[int]) -> dict[str, int] | None:

@@ -35,11 +35,11 @@ from petastorm._compat import refuse_unreadable_null_lists
 from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCodec
 from petastorm.errors import CodecError, SchemaError
 from petastorm.fs import resolve_location, resolve_url
-from petastorm.metadata import keys
-from petastorm.metadata.listing import COMMON_METADATA, SUMMARY_METADATA
 from petastorm.metadata.schemas import stored_schema
-from petastorm.metadata.store import open_store
 from petastorm.metadata.write import update_common_metadata, write_dataset_metadata
+from petastorm.store import keys
+from petastorm.store.listing import COMMON_METADATA, SUMMARY_METADATA
+from petastorm.store.opening import open_store
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
 __all__ = ['PROG', 'convert_to_tensor_columns', 'main', 'tensor_schema']
@@ -214,10 +214,10 @@ def _convert_as_asked(args: argparse.Namespace) -> None:
     _cli.existing_directory(args.dataset_url, 'dataset', storage_options)
     if args.output_url is not None:
         _cli.check_target(args.output_url, args.overwrite_output, storage_options)
-    _cli.configure_progress_logging()
     try:
-        schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
-                                           compression=args.compression, storage_options=storage_options)
+        with _cli.progress_logging():
+            schema = convert_to_tensor_columns(args.dataset_url, args.columns, output_url=args.output_url,
+                                               compression=args.compression, storage_options=storage_options)
     except SchemaError as err:  # a column that cannot be converted: found before any file is written
         raise _cli.UsageError(str(err)) from err
     print(f'converted {", ".join(args.columns)}: {_describe(schema, args.columns)}')

@@ -249,7 +249,8 @@ def test_an_error_in_a_read_task_names_the_file_and_row_group(ray_cluster, tmp_p
     write_dataset(url, Shapes, shape_rows(20), row_group_size_mb=0.004, progress=False)
     broken = sorted(tmp_path.joinpath('broken').glob('*.parquet'))[0]
     ds = read_petastorm(url)  # planned from the metadata, before the file is damaged
-    # Garbage of the same size: a file of another size is a DataFileChangedError (tests/storage/test_damaged_stores.py).
+    # Garbage of the same size: a file of another size is a DataFileChangedError
+    # (tests/storage/store/test_damaged_stores.py).
     broken.write_bytes(b'not parquet'.ljust(broken.stat().st_size, b'!'))
     with pytest.raises(Exception, match='row group') as caught:
         ds.take_all()

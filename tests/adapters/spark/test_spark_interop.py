@@ -12,8 +12,8 @@ T = pytest.importorskip('pyspark.sql.types')
 from petastorm import make_batch_reader, make_reader, write_dataset  # noqa: E402
 from petastorm.codecs import CompressedImageCodec, CompressedNdarrayCodec, NdarrayCodec, ScalarCodec  # noqa: E402
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url, materialize_dataset  # noqa: E402
-from petastorm.metadata import keys  # noqa: E402
 from petastorm.spark_utils import dataset_as_rdd  # noqa: E402
+from petastorm.store import keys  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row, encode_row  # noqa: E402
 
 pytestmark = pytest.mark.spark

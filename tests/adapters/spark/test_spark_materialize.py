@@ -13,7 +13,7 @@ from petastorm import make_reader  # noqa: E402
 from petastorm.codecs import NdarrayCodec, ScalarCodec  # noqa: E402
 from petastorm.errors import PetastormMetadataGenerationError  # noqa: E402
 from petastorm.etl.dataset_metadata import load_row_groups, materialize_dataset  # noqa: E402
-from petastorm.metadata import keys  # noqa: E402
+from petastorm.store import keys  # noqa: E402
 from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row  # noqa: E402
 
 Blobs = Unischema('Blobs', [

@@ -107,3 +107,25 @@ def test_caches_serve_every_version_exactly(tmp_path_factory, cache_type):
             ids = sorted(int(i) for batch in reader for i in batch.id)
         assert ids == sorted(r[0] for r in delta_rows(root, version))
     assert before == list(range(100))
+
+
+def test_a_loader_restored_on_a_newer_version_restarts_the_epoch_when_asked(tmp_path):
+    # table_version_change='restart_epoch' is the reader's option; a loader restoring the reader's position (through
+    # its restart) must honour it as load_state_dict does, instead of refusing the newer version.
+    from petastorm.pytorch import BatchedDataLoader
+
+    root = str(tmp_path / 'moving')
+    deltalake.write_deltalake(root, _ids(0, 100))
+    url = f'file://{root}'
+    with BatchedDataLoader(make_batch_reader(url, reader_pool_type='dummy', seed=0), batch_size=10) as loader:
+        next(iter(loader))
+        state = loader.state_dict()
+    deltalake.write_deltalake(root, _ids(100, 150), mode='append')
+    with BatchedDataLoader(make_batch_reader(url, reader_pool_type='dummy', seed=0), batch_size=10) as loader, \
+            pytest.raises(ValueError, match='table_version='):
+        loader.load_state_dict(state)
+    reader = make_batch_reader(url, reader_pool_type='dummy', seed=0, table_version_change='restart_epoch')
+    with BatchedDataLoader(reader, batch_size=10) as loader:
+        loader.load_state_dict(state)
+        ids = sorted(int(i) for batch in loader for i in batch['id'])
+    assert ids == list(range(150))

@@ -20,7 +20,7 @@ from petastorm.etl.dataset_metadata import (
     open_dataset,
 )
 from petastorm.fs import path_to_url
-from petastorm.metadata import footers as footers_module
+from petastorm.store import footers as footers_module
 from petastorm.unischema import Unischema, UnischemaField
 
 Schema = Unischema('MetaSchema', [
@@ -285,8 +285,8 @@ def test_future_row_group_format_version(dataset):
 def test_metadata_without_row_group_information_warns_and_reads_footers(tmp_path):
     import pyarrow.fs as pafs
 
-    from petastorm.metadata import keys
     from petastorm.metadata.write import update_common_metadata
+    from petastorm.store import keys
 
     url = 'file://' + str(tmp_path / 'old')
     write_dataset(url, Schema, _rows(7))

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.filterwarnings('ignore:Please use make_reader:UserWarni
 
 POOLS = ['dummy', 'thread', 'process']
 READERS = {'rows': make_reader, 'batches': make_batch_reader}
-BENCH = Path(__file__).resolve().parents[2] / 'benchmarks' / 'cache_bench.py'
+BENCH = Path(__file__).resolve().parents[3] / 'benchmarks' / 'cache_bench.py'
 
 
 @pytest.fixture

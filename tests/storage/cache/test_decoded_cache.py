@@ -36,7 +36,7 @@ from support.cache_stores import row_group_count
 from support.node_ranks import run_ranks_together
 
 ROWS = 60
-BENCH = Path(__file__).resolve().parents[2] / 'benchmarks' / 'decoded_cache_bench.py'
+BENCH = Path(__file__).resolve().parents[3] / 'benchmarks' / 'decoded_cache_bench.py'
 LIMIT = 200 << 20
 POOLS = ['dummy', 'thread', 'process']
 READERS = {'rows': make_reader, 'batches': make_batch_reader}

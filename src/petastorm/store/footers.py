@@ -2,13 +2,13 @@
 
 This module owns reading Parquet footers (one file's, with retries; many files', 16 at a time from local disk and
 64 from remote storage), the error a footer that is not Parquet gives, and what a store learns from its footers
-and summary, kept in the store's memo so that each is read once per store: every file's footer, the summary of
-every file, the Arrow schema of one file and the unified schema of all, and the row counts of the row groups
-(from our row-group map of ``_common_metadata`` or the summary, when they describe every file, without reading
-a data file).
+and summary, kept in the store's :attr:`~petastorm.store.model.ParquetStore.reads` so that each is read once per
+store: every file's footer, the summary of every file, the Arrow schema of one file and the unified schema of all,
+and the row counts of the row groups (from our row-group map of ``_common_metadata`` or the summary, when they
+describe every file, without reading a data file).
 
-The store is :mod:`petastorm.metadata.store_model`'s; opening it and planning its row groups is
-:mod:`petastorm.metadata.store`'s.
+The store is :mod:`petastorm.store.model`'s; opening it and planning its row groups is
+:mod:`petastorm.store.opening`'s.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 from petastorm._describe import display_url
 from petastorm.errors import CorruptFooterError, PetastormMetadataError, StorageError
 from petastorm.fs._files import file_url, with_retries
-from petastorm.metadata import keys
-from petastorm.metadata.data_files import DataFiles, FooterStore
-from petastorm.metadata.listing import SUMMARY_METADATA
-from petastorm.metadata.store_model import ParquetStore, check_no_missing_files
-from petastorm.metadata.unify import UnifiedSchema, unify_file_schemas
+from petastorm.store import keys
+from petastorm.store.data_files import DataFiles, FooterStore
+from petastorm.store.listing import SUMMARY_METADATA
+from petastorm.store.model import ParquetStore, check_no_missing_files
+from petastorm.store.unify import UnifiedSchema, unify_file_schemas
 
 __all__ = [
     'LOCAL_FOOTER_THREADS',
@@ -63,9 +63,10 @@ def store_data_files(store: ParquetStore, footers: FooterStore | None = None) ->
         footers: where footers read from a remote store are also kept (a reader's local disk cache), taken by
             the first call: make it before anything reads a footer of the store.
     """
-    if 'data_files' not in store.memo:
-        store.memo['data_files'] = DataFiles(store.filesystem, store.file_sizes, footers)
-    return store.memo['data_files']  # type: ignore[no-any-return]
+    reads = store.reads
+    if reads.data_files is None:
+        reads.data_files = DataFiles(store.filesystem, store.file_sizes, footers)
+    return reads.data_files
 
 
 def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles | None = None
@@ -129,10 +130,11 @@ def _footer_of_data_file(files: DataFiles, path: str, url: str | None = None) ->
 
 
 def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
-    """The footers of every data file of the store, read once (and kept in ``store.memo``)."""
-    if 'footers' not in store.memo:
-        store.memo['footers'] = read_footers(store.filesystem, list(store.files), store_data_files(store))
-    return store.memo['footers']  # type: ignore[no-any-return]
+    """The footers of every data file of the store, read once (and kept in ``store.reads``)."""
+    reads = store.reads
+    if reads.footers is None:
+        reads.footers = read_footers(store.filesystem, list(store.files), store_data_files(store))
+    return reads.footers
 
 
 def store_footer_row_counts(store: ParquetStore) -> dict[str, list[int]]:
@@ -145,17 +147,18 @@ def store_footer_row_counts(store: ParquetStore) -> dict[str, list[int]]:
 
 
 def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
-    """The data files' Arrow schemas unified (:mod:`petastorm.metadata.unify`), computed once per store.
+    """The data files' Arrow schemas unified (:mod:`petastorm.store.unify`), computed once per store.
 
     Raises:
         PetastormMetadataError: a file is not readable Parquet.
         SchemaError: the files' schemas cannot be unified (naming the column and files).
     """
-    if 'unified' not in store.memo:
+    reads = store.reads
+    if reads.unified is None:
         summary = summary_footer(store)
         if summary is not None:  # the files a summary describes share its schema (its writers check that)
-            store.memo['unified'] = UnifiedSchema(summary.schema.to_arrow_schema())
-            return store.memo['unified']  # type: ignore[no-any-return]
+            reads.unified = UnifiedSchema(summary.schema.to_arrow_schema())
+            return reads.unified
         footers = store_footers(store)
         schemas = {}
         for path in store.files:
@@ -163,8 +166,8 @@ def unified_file_schema(store: ParquetStore) -> UnifiedSchema:
                 schemas[path] = footers[path].schema.to_arrow_schema()
             except (pa.ArrowException, ValueError) as err:
                 raise PetastormMetadataError(f'{path}: cannot read its Arrow schema: {err}') from err
-        store.memo['unified'] = unify_file_schemas(schemas)
-    return store.memo['unified']  # type: ignore[no-any-return]
+        reads.unified = unify_file_schemas(schemas)
+    return reads.unified
 
 
 def data_file_schema(store: ParquetStore, path: str) -> pa.Schema:
@@ -188,9 +191,10 @@ def summary_footer(store: ParquetStore) -> pq.FileMetaData | None:
     Raises:
         MissingDataFilesError: the summary names data files that are not in the store.
     """
-    if 'summary' not in store.memo:
-        store.memo['summary'] = _read_summary(store)
-    return store.memo['summary']  # type: ignore[no-any-return]
+    reads = store.reads
+    if not reads.summary_read:
+        reads.summary, reads.summary_read = _read_summary(store), True
+    return reads.summary
 
 
 def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:

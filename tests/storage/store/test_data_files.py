@@ -1,4 +1,4 @@
-"""Row groups of files on pyarrow's own S3 client, one request each: petastorm.metadata.data_files.DataFiles."""
+"""Row groups of files on pyarrow's own S3 client, one request each: petastorm.store.data_files.DataFiles."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm.errors import DataFileChangedError
-from petastorm.metadata.data_files import DataFiles, keeps_files_open
+from petastorm.store.data_files import DataFiles, keeps_files_open
 from petastorm.test_util.s3_server import S3DirectoryServer
 
 BUCKET = 'files'

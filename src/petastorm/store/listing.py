@@ -2,11 +2,11 @@
 
 This module owns one look at a dataset path (:class:`StoreListing`, :func:`look_at`), the data files under it and
 what the listing says of them (sizes and modification times, no request per file), the names that are not data
-(``_common_metadata``, ``_metadata``, ``_delta_log``, hidden files and ``.crc`` files), glob patterns naming some
-of the files, and whether the directory is a Delta or Iceberg table.
+(``_common_metadata``, ``_metadata``, ``_delta_log``, hidden files and ``.crc`` files) and glob patterns naming
+some of the files. Whether the directory is a table, the registry of :mod:`petastorm.store.formats` tells from it.
 
-Nothing here reads a byte of a file: the footers are :mod:`petastorm.metadata.footers`' and opening the store
-:mod:`petastorm.metadata.store`'s.
+Nothing here reads a byte of a file: the footers are :mod:`petastorm.store.footers`' and opening the store
+:mod:`petastorm.store.opening`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ __all__ = [
     'look_at',
     'mtimes_of',
     'sizes_of',
-    'table_format_of',
 ]
 
 COMMON_METADATA = '_common_metadata'
@@ -139,23 +138,6 @@ def sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
 def mtimes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:
     """The modification time (ns) of each listed file, by path, where the filesystem reports one."""
     return {info.path: info.mtime_ns for info in infos if info.mtime_ns is not None}
-
-
-def table_format_of(filesystem: pafs.FileSystem, root: str, listing: StoreListing | None = None) -> str | None:
-    """The table format of the directory ``root``: None for a plain store (or a file).
-
-    ``'delta'`` when it holds a ``_delta_log`` directory, ``'iceberg'`` when it holds Iceberg metadata
-    (``metadata/*.metadata.json``). ``listing`` is :func:`look_at` of ``root`` when the caller has it.
-    """
-    listing = listing or look_at(filesystem, root)
-    delta, metadata = listing.child(DELTA_LOG), listing.child('metadata')
-    if delta is not None and delta.type == pafs.FileType.Directory:
-        return 'delta'
-    if metadata is not None and metadata.type == pafs.FileType.Directory and any(
-            info.path.endswith('.metadata.json')
-            for info in filesystem.get_file_info(pafs.FileSelector(metadata.path, recursive=False))):
-        return 'iceberg'
-    return None
 
 
 def is_glob_pattern(path: str) -> bool:

@@ -2,7 +2,7 @@
 
 The reader's workers (:mod:`petastorm.reading.worker`) and the row-group indexer
 (:mod:`petastorm.etl.rowgroup_indexing`) read row groups with :func:`read_row_group`, through the store's
-:class:`~petastorm.metadata.data_files.DataFiles` (which opens each file as cheaply as its filesystem allows and
+:class:`~petastorm.store.data_files.DataFiles` (which opens each file as cheaply as its filesystem allows and
 refuses one that changed since it was listed): a transient storage error retries the whole row group (so its rows
 are delivered once), and what goes wrong is raised as the error of :mod:`petastorm.errors` that says whether the
 storage or the file failed.
@@ -16,7 +16,7 @@ from petastorm._compat import null_fixed_size_list_hint
 from petastorm.errors import CorruptDataError, PetastormError, StorageError, StorageNotFoundError
 from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url, with_retries
-from petastorm.metadata.data_files import DataFiles
+from petastorm.store.data_files import DataFiles
 
 __all__ = ['read_row_group']
 

@@ -17,7 +17,7 @@ from petastorm.etl.rowgroup_indexing import INDEXES_JSON_KEY, build_rowgroup_ind
 from petastorm.selectors import IntersectIndexSelector, SingleIndexSelector, UnionIndexSelector
 from petastorm.unischema import Unischema, UnischemaField
 
-GOLDEN = pathlib.Path(__file__).resolve().parents[1] / 'data' / 'legacy_0_13_1'
+GOLDEN = pathlib.Path(__file__).resolve().parents[2] / 'data' / 'legacy_0_13_1'
 Schema = Unischema('Indexed', [
     UnischemaField('id', np.int64, (), ScalarCodec(pa.int64()), False),
     UnischemaField('color', np.str_, (), ScalarCodec(pa.string()), False),

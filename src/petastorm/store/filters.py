@@ -1,29 +1,25 @@
 """Reading with ``filters``: the pyarrow expression they make, and which row groups' statistics may match it.
 
-:func:`matching_row_groups` reads the Parquet footers (statistics), or the ``_metadata`` summary that holds them
-all, and the partition values of a store; the planner keeps only the row groups it names (see
-:func:`petastorm.plan.select_row_groups`). :func:`filter_statistics` also tells which of them match in every row,
-so that a reader knows how many rows it delivers without reading them.
+:func:`filter_statistics` reads the Parquet footers (statistics), or the ``_metadata`` summary that holds them
+all, and the hive partition values of a plain store (a table's are its log's: :class:`petastorm.tables.TableStore`);
+the planner keeps only the row groups that may match (see :func:`petastorm.plan.select_row_groups`). It also tells
+which of them match in every row, so that a reader knows how many rows it delivers without reading them.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from petastorm.metadata.footers import summary_footer
-from petastorm.metadata.listing import SUMMARY_METADATA
-from petastorm.metadata.store_model import ParquetStore
+from petastorm.store.footers import summary_footer
+from petastorm.store.listing import SUMMARY_METADATA
+from petastorm.store.model import FilterStatistics, ParquetStore
 
-__all__ = [
-    'FilterStatistics', 'columns_of_expression', 'filter_expression', 'filter_statistics', 'filters_error',
-    'matching_row_groups',
-]
+__all__ = ['columns_of_expression', 'filter_expression', 'filter_statistics', 'filters_error']
 
 
 def filter_expression(filters: Any) -> Any:
@@ -51,30 +47,8 @@ def columns_of_expression(expression: Any, candidates: list[str]) -> tuple[str, 
     return tuple(name for name in candidates if name in text)
 
 
-@dataclass(frozen=True)
-class FilterStatistics:
-    """What the footers' statistics and the partition values say about ``filters``, per ``(path, row group)``.
-
-    Attributes:
-        matching: the row groups some row of which may match (the others match in no row).
-        matching_all: those among them that match in every row (no row can fail, and none is null).
-    """
-
-    matching: frozenset[tuple[str, int]]
-    matching_all: frozenset[tuple[str, int]]
-
-
-def matching_row_groups(store: ParquetStore, expression: Any) -> set[tuple[str, int]]:
-    """``(path, row group)`` of every row group whose statistics (or partition values) may match ``expression``.
-
-    Raises:
-        ValueError: the expression names a column the store does not have, or cannot be applied to its types.
-    """
-    return set(filter_statistics(store, expression, whole=False).matching)
-
-
 def filter_statistics(store: ParquetStore, expression: Any, whole: bool = True) -> FilterStatistics:
-    """Which row groups may match ``expression`` and, with ``whole``, which match in every row.
+    """Which row groups of a plain store may match ``expression`` and, with ``whole``, which match in every row.
 
     A row group matches in every row when the statistics prove the negated expression false everywhere; pyarrow
     counts a column with nulls as possibly null, so a row that the filter would drop as null is never assumed.

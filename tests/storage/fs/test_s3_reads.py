@@ -214,7 +214,7 @@ def test_each_retry_is_a_warning_naming_the_url(moto, clean_proxy, s3_dataset, c
 
 @pytest.mark.slow
 def test_storage_benchmark_prints_the_s3_to_local_ratio():
-    script = Path(__file__).resolve().parents[2] / 'benchmarks' / 'storage_bench.py'
+    script = Path(__file__).resolve().parents[3] / 'benchmarks' / 'storage_bench.py'
     completed = subprocess.run([sys.executable, str(script), '--quick'], capture_output=True, text=True,
                                timeout=240, check=False)
     assert completed.returncode == 0, completed.stderr

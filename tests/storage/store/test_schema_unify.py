@@ -1,4 +1,4 @@
-"""Files whose schemas differ: the unification rules of ``petastorm.metadata.unify`` and the reader following them."""
+"""Files whose schemas differ: the unification rules of ``petastorm.store.unify`` and the reader following them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from petastorm import make_batch_reader, make_reader
 from petastorm.errors import SchemaError
-from petastorm.metadata.unify import conform_table, unify_file_schemas
+from petastorm.store.unify import conform_table, unify_file_schemas
 from support.nested_tables import batch_rows
 
 

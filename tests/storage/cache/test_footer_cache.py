@@ -16,7 +16,7 @@ import pytest
 from petastorm import make_batch_reader
 from petastorm.cache import FileStamp, FooterCache, LocalDiskCache, NullCache
 from petastorm.fs._handler import StorageHandler
-from petastorm.metadata.data_files import DataFiles
+from petastorm.store.data_files import DataFiles
 from petastorm.test_util.s3_server import S3DirectoryServer
 
 BUCKET = 'footers'

@@ -1,0 +1,106 @@
+"""Opening a store whatever it is: the registry of table formats, how a directory's format is told, and the errors."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm.errors import PetastormMetadataError
+from petastorm.etl.dataset_metadata import open_dataset
+from petastorm.store.formats import TABLE_FORMAT_REGISTRY, TABLE_FORMATS, TableFormat, is_iceberg_table
+from petastorm.store.model import ParquetStore
+from petastorm.store.opening import open_any_store
+from petastorm.store.plain import PlainStore
+from petastorm.tables import TableStore
+
+
+def _plain_store(root, partitions=('a', 'b')):
+    for value in partitions:
+        (root / f'part={value}').mkdir(parents=True)
+        pq.write_table(pa.table({'id': np.arange(3)}), root / f'part={value}' / 'data.parquet')
+    return f'file://{root}'
+
+
+def _marked_table(root, format_name):
+    """A directory holding one data file and the mark of a table format, without a readable log."""
+    pq.write_table(pa.table({'id': np.arange(3)}), root / 'data.parquet')
+    if format_name == 'delta':
+        (root / '_delta_log').mkdir()
+    else:
+        (root / 'metadata').mkdir()
+        (root / 'metadata' / 'v1.metadata.json').write_text('{}')
+    return f'file://{root}'
+
+
+def test_the_table_formats_are_the_registry_s_between_auto_and_parquet():
+    assert ('auto', *(entry.name for entry in TABLE_FORMAT_REGISTRY), 'parquet') == TABLE_FORMATS
+    assert typing.get_args(TableFormat) == TABLE_FORMATS
+
+
+@pytest.mark.parametrize('entry', TABLE_FORMAT_REGISTRY, ids=lambda entry: entry.name)
+def test_every_format_names_functions_that_take_what_the_registry_passes(entry):
+    openers = [entry.opener()] + ([entry.opener(of_object=True)] if entry.opens_objects else [])
+    for opener in openers:
+        # As open_any_store calls them: the source, then everything by name.
+        inspect.signature(opener).bind('source', version=1, storage_options={}, filesystem=None)
+
+
+def test_the_kinds_of_store_answer_the_whole_interface():
+    for kind in (PlainStore, TableStore):
+        assert not kind.__abstractmethods__, kind
+    with pytest.raises(TypeError, match='abstract'):
+        ParquetStore(None, 'url', None, ())  # type: ignore[abstract]
+
+
+def test_a_plain_directory_opens_as_a_plain_store_with_its_hive_partitions(tmp_path):
+    store = open_any_store(_plain_store(tmp_path))
+    assert isinstance(store, PlainStore)
+    assert store.partition_names == ['part']
+    assert store.version_key() is None
+    assert store.describe_version() is None
+    pieces = store.row_groups()
+    assert [piece.partition_values(_schema(store)) for piece in pieces] == [{'part': 'a'}, {'part': 'b'}]
+
+
+def _schema(store):
+    from petastorm.metadata.schemas import inferred_schema
+
+    return inferred_schema(store)
+
+
+@pytest.mark.parametrize(('format_name', 'title'), [('delta', 'a Delta'), ('iceberg', 'an Iceberg')])
+def test_a_table_directory_is_refused_as_plain_parquet_by_name(tmp_path, format_name, title):
+    url = _marked_table(tmp_path, format_name)
+    with pytest.raises(PetastormMetadataError, match=f'is {title} table: its directory also holds files'):
+        open_dataset(url)
+    assert str(tmp_path / 'data.parquet') in open_any_store(url, table_format='parquet').files
+
+
+def test_a_table_format_that_is_not_there_is_refused(tmp_path):
+    delta = tmp_path / 'delta'
+    delta.mkdir()
+    with pytest.raises(PetastormMetadataError, match="table_format='iceberg', but .* is a delta table"):
+        open_any_store(_marked_table(delta, 'delta'), table_format='iceberg')
+    with pytest.raises(PetastormMetadataError, match="table_format='delta', but .* is not a table"):
+        open_any_store(_plain_store(tmp_path / 'plain'), table_format='delta')
+
+
+def test_a_table_version_of_plain_parquet_is_refused(tmp_path):
+    url = _plain_store(tmp_path)
+    with pytest.raises(ValueError, match=r'table_version=3 needs a table, but .* is not a Delta or Iceberg table'):
+        open_any_store(url, table_version=3)
+    with pytest.raises(ValueError, match=r'needs a table \(Delta or Iceberg\); .* is read as plain Parquet'):
+        open_any_store([f'{url}/part=a/data.parquet'], table_version=3)
+
+
+def test_a_table_object_of_another_format_than_asked_is_refused():
+    table_class = type('Table', (), {'__module__': 'pyiceberg.table'})
+    assert is_iceberg_table(table_class())
+    assert not is_iceberg_table(object())
+    with pytest.raises(ValueError, match="cannot read a pyiceberg table; pass table_format='auto' or 'iceberg'"):
+        open_any_store(table_class(), table_format='delta')
