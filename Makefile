@@ -10,7 +10,25 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0+cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+# `make test-floors`: the oldest releases pyproject.toml declares (ci/floors.txt), on the oldest Python it allows, in
+# .venv-floors. FLOOR_PYTHON is a Python 3.10: python3.10 on PATH, else pyenv's; without one the packages' floors
+# are tested on $(PYTHON) and the Python floor is not (the floor pins have wheels for Python 3.10 and 3.11).
+FLOOR_PYTHON ?= $(or $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null),$(lastword $(sort \
+	$(wildcard $(or $(shell pyenv root 2>/dev/null),$(HOME)/.pyenv)/versions/3.10*/bin/python3.10))),$(PYTHON))
+FLOOR_VENV := .venv-floors
+FLOOR_BIN := $(FLOOR_VENV)/bin
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+# What each floor concerns: numpy, pyarrow and pandas every reading, writing and codec test; torch its loaders;
+# pyspark the Spark tests (on the machine's Java). Slow tests, other frameworks' adapters and Spark Connect (pyspark
+# 3.5 ships no Connect server: it fetches one from Maven) are left to `make test`.
+FLOOR_CORE_TESTS := tests/model tests/plan tests/execution tests/reading tests/storage tests/compat
+FLOOR_PYTEST := $(FLOOR_BIN)/python -m pytest -q -p no:cacheprovider
+FLOOR_NO_PYTHON := test-floors: no Python 3.10 found (set FLOOR_PYTHON to one): the Python floor is NOT tested, \
+	only the packages' floors, on $(FLOOR_PYTHON)
+FLOOR_VERSIONS := import sys, numpy, pyarrow, pandas, torch, pyspark; print('test-floors: Python', \
+	sys.version.split()[0], *(f'{m.__name__} {m.__version__}' for m in (numpy, pyarrow, pandas, torch, pyspark)))
+
+.PHONY: demo test test-floors lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +50,24 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy src/petastorm
 
+$(FLOOR_BIN)/python:
+	@$(FLOOR_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' || echo "$(FLOOR_NO_PYTHON)"
+	$(FLOOR_PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_BIN)/python -m pip install -q --upgrade pip
+
+$(FLOOR_STAMP): ci/floors.txt pyproject.toml setup.py src/petastorm/shuffle/_kernel.c src/petastorm/codecs/_png_rows.c Makefile | $(FLOOR_BIN)/python
+	$(FLOOR_BIN)/python -m pip install -q -r ci/floors.txt -e '.[image,torch,spark]'
+	touch $@
+
+test-floors: $(FLOOR_STAMP)
+	@$(FLOOR_BIN)/python -c "$(FLOOR_VERSIONS)"
+	$(FLOOR_PYTEST) $(FLOOR_CORE_TESTS) -m 'not spark and not slow'
+	$(FLOOR_PYTEST) tests/adapters -m 'not spark and not slow' -k 'torch or pytorch'
+	$(FLOOR_PYTEST) tests -m 'spark and not tf and not slow' -k 'not connect' --ignore=tests/project \
+		--ignore=tests/reliability
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so
+	rm -rf $(VENV) $(FLOOR_VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so

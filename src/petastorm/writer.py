@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._compat import refuse_unreadable_null_lists
 from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec, AudioCodec, VideoCodec
 from petastorm.errors import DatasetWriteError, SchemaError
@@ -154,7 +155,9 @@ def encode_rows(schema: Unischema, arrow_schema: pa.Schema, rows: Sequence[Mappi
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise SchemaError(f'field {column.name!r} (rows {first_index}..{first_index + len(rows) - 1}): values '
                               f'cannot be stored as {column.type}: {err}') from err
-    return pa.Table.from_arrays(arrays, schema=arrow_schema)
+    table = pa.Table.from_arrays(arrays, schema=arrow_schema)
+    refuse_unreadable_null_lists(table, f'rows {first_index}..{first_index + len(rows) - 1}')
+    return table
 
 
 def _encoded_tables(schema: Unischema, arrow_schema: pa.Schema, rows: Iterator[Mapping[str, Any]],

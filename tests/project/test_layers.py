@@ -23,7 +23,7 @@ SOURCE = pathlib.Path(__file__).resolve().parents[2] / 'src'
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ('foundation', ('petastorm.errors', 'petastorm._checks', 'petastorm._optional', 'petastorm._describe',
-                    'petastorm._progress', 'petastorm._warnings', 'petastorm.stage_timing')),
+                    'petastorm._progress', 'petastorm._warnings', 'petastorm._compat', 'petastorm.stage_timing')),
     ('model', ('petastorm.columns', 'petastorm.unischema', 'petastorm.codecs', 'petastorm.typemaps',
                'petastorm.transform', 'petastorm.predicates', 'petastorm.selectors', 'petastorm.ngram',
                'petastorm.generator')),

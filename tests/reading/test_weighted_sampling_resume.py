@@ -14,7 +14,6 @@ from petastorm import make_batch_reader
 from petastorm.weighted_sampling_reader import WeightedSamplingReader
 
 torch = pytest.importorskip('torch')
-from petastorm.jax import DataLoader as JaxLoader  # noqa: E402
 from petastorm.pytorch import DataLoader  # noqa: E402
 
 ROWS = 70
@@ -76,6 +75,9 @@ def test_a_loader_over_a_mix_resumes_the_same_sequence(urls, batched):
 
 
 def test_a_shuffled_loader_over_a_finite_mix_never_repeats_a_row_across_a_restore(urls):
+    pytest.importorskip('jax')
+    from petastorm.jax import DataLoader as JaxLoader
+
     def loader():
         return JaxLoader(_mix(urls, batched=True, num_epochs=1, weights=(1, 1, 1)), batch_size=8,
                          shuffling_queue_capacity=30)

@@ -6,6 +6,9 @@ import torch
 
 from petastorm.pytorch import JaggedTensor
 
+#: Whether this torch makes jagged nested tensors (``variable_length='nested'``): torch 2.4 and later.
+JAGGED_NESTED = hasattr(torch.nested, 'nested_tensor_from_jagged')
+
 
 def tensor_rows(value, valid=None):
     """The rows of one batch entry in the loaders' forms."""

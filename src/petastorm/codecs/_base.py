@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 
+from petastorm._compat import array_of_values
 from petastorm.errors import CodecError, SchemaError
 
 
@@ -252,7 +253,7 @@ class DataframeColumnCodec(ABC):
         Raises:
             pyarrow.ArrowException, TypeError, ValueError: a value cannot be stored in the column type.
         """
-        return pa.array(list(values), type=self.arrow_type())
+        return array_of_values(values, self.arrow_type())
 
     def decode_column(self, unischema_field: Any, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Decode a whole column: a stacked array when every value has one shape, else an object array."""

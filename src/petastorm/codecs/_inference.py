@@ -124,7 +124,7 @@ def field_type_of_column(arrow_field: pa.Field, omit_unsupported: bool) -> Field
     Raises:
         ValueError: the column's type is unsupported and ``omit_unsupported`` is False.
     """
-    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type)
+    tensor = ArrowTensorCodec.field_type_of_column(arrow_field.type, arrow_field.metadata)
     if tensor is not None:
         return tensor[0], tensor[1], ArrowTensorCodec()
     described = field_type_of_arrow(arrow_field.type)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from petastorm._compat import is_nested_type
 from petastorm.codecs._base import DataframeColumnCodec, _field_name
 from petastorm.errors import SchemaError
 from petastorm.typemaps.scalars import (
@@ -68,7 +69,7 @@ class ScalarCodec(DataframeColumnCodec):
 
     def encode(self, unischema_field: Any, value: Any) -> Any:
         name = _field_name(unischema_field)
-        if pa.types.is_nested(self._arrow_type):
+        if is_nested_type(self._arrow_type):
             # Lists, structs and maps: the value as Arrow stores it, checked element by element.
             return to_arrow_value(name, self._arrow_type, value)
         if hasattr(value, '__len__') and not isinstance(value, (str, bytes)) and not (

@@ -17,7 +17,7 @@ by other tools decode the same way.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -302,17 +302,21 @@ class ArrowTensorCodec(DataframeColumnCodec):
                                  types.StructField('shape', types.ArrayType(types.IntegerType(), False), False)])
 
     @staticmethod
-    def field_type_of_column(arrow_type: pa.DataType) -> tuple[Any, tuple[int | None, ...]] | None:
+    def field_type_of_column(arrow_type: pa.DataType, metadata: Mapping[bytes, bytes] | None = None,
+                             ) -> tuple[Any, tuple[int | None, ...]] | None:
         """The numpy type and shape of the field this codec decodes a column of ``arrow_type`` into.
 
         Args:
             arrow_type: the Arrow type of a stored column.
+            metadata: the stored field's metadata. pyarrow before 24 has no ``arrow.variable_shape_tensor`` type: it
+                reads one as its storage struct and leaves the extension's name and parameters there.
 
         Returns:
             ``(numpy scalar type, shape)`` for an Arrow tensor extension type (``arrow.fixed_shape_tensor``,
             ``arrow.variable_shape_tensor``) of numbers, with ``None`` for each dimension that varies; None for
             any other type.
         """
+        arrow_type = _variable_shape_tensor_in_storage(arrow_type, metadata or {}) or arrow_type
         name = getattr(arrow_type, 'extension_name', None)
         shape: tuple[int | None, ...]
         if name == FIXED_SHAPE_TENSOR:
@@ -332,6 +336,19 @@ class ArrowTensorCodec(DataframeColumnCodec):
 
     def __str__(self) -> str:
         return 'ArrowTensorCodec()'
+
+
+def _variable_shape_tensor_in_storage(arrow_type: pa.DataType, metadata: Mapping[bytes, bytes],
+                                      ) -> VariableShapeTensorType | None:
+    """The variable_shape_tensor type that a field's metadata names over its storage struct, else None."""
+    if metadata.get(b'ARROW:extension:name') != VARIABLE_SHAPE_TENSOR.encode() or not pa.types.is_struct(arrow_type):
+        return None
+    names = [arrow_type.field(i).name for i in range(arrow_type.num_fields)]
+    if names != ['data', 'shape'] or not pa.types.is_fixed_size_list(arrow_type.field('shape').type):
+        return None
+    # Every dimension free, as pyarrow's own type (24 and later) reads it: the schema does not depend on the version.
+    ndim = arrow_type.field('shape').type.list_size
+    return VariableShapeTensorType(arrow_type.field('data').type.value_type, [None] * ndim)
 
 
 def _fixed_shape_column(arrow_type: pa.FixedShapeTensorType, dtype: np.dtype,

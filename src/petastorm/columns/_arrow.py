@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from petastorm._compat import map_array
 from petastorm.columns._kinds import Column, ListColumn, MapColumn, MaskedColumn, StructColumn
 
 # Arrow temporal types -> the numpy unit their integers count (dates count days or milliseconds).
@@ -247,8 +248,8 @@ def to_arrow(column: Column, arrow_type: pa.DataType | None = None) -> pa.Array:
             assert isinstance(values, StructColumn)
             keys = to_arrow(values['key'], key_type)
             items = to_arrow(values['value'], item_type)
-            offsets = pa.array(normalized.offsets.astype(np.int32))
-            return pa.MapArray.from_arrays(offsets, keys, items, mask=mask)
+            return map_array(normalized.offsets.astype(np.int32), keys, items,
+                             None if column.valid is None else ~column.valid)
         child_type = arrow_type.value_type if arrow_type is not None and (
             pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
             or pa.types.is_fixed_size_list(arrow_type)) else None
@@ -276,8 +277,9 @@ def _numpy_to_arrow(values: np.ndarray, arrow_type: pa.DataType | None, mask: np
         child = _numpy_to_arrow(flat, child_type)
         lists = pa.FixedSizeListArray.from_arrays(child, size, mask=None if mask is None else pa.array(mask))
         return lists if arrow_type is None else lists.cast(arrow_type)
-    if values.dtype.kind == 'U':
-        values = values.astype(object)
+    if values.dtype.kind == 'U' or (values.dtype.kind == 'S' and arrow_type is not None
+                                    and pa.types.is_large_binary(arrow_type)):
+        values = values.astype(object)  # pyarrow before 20 converts numpy bytes only to binary, not large_binary
     if arrow_type is not None and pa.types.is_date32(arrow_type) and values.dtype.kind == 'M':
         values = values.astype('datetime64[D]')
     if arrow_type is not None and pa.types.is_time(arrow_type) and values.dtype.kind == 'm':

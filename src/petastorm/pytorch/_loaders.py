@@ -67,7 +67,7 @@ class DataLoader(LoaderBase):
             elements under the key ``'<field>_mask'`` (for fields whose schema shape has a ``None`` dimension, in
             every batch) or, for tuple rows, a ``(padded, mask)`` pair in place of the value; ``'jagged'`` a
             :class:`~petastorm.pytorch.JaggedTensor` (``values`` and int64 ``offsets`` straight from the column,
-            at any depth); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension).
+            at any depth); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension; torch 2.4 and later).
         padding_value: the value ``'pad'`` fills in.
         pin_memory: copy batches to pinned memory (when an accelerator is available).
         nulls: what a null becomes. None (default): a ``TypeError`` naming the field, as Petastorm raised;
@@ -174,10 +174,10 @@ class BatchedDataLoader(LoaderBase):
         pin_memory: copy batches to pinned memory (CPU tensors, when an accelerator is available).
         variable_length: the form of list fields: ``'jagged'`` a :class:`~petastorm.pytorch.JaggedTensor` of the
             column's values and int64 offsets, at any depth (wrap them in TorchRec's ``KeyedJaggedTensor`` as they
-            are); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension); ``'pad'`` a padded tensor
-            plus a ``'<field>_mask'`` of the real elements; ``'auto'`` (default) ``'jagged'``, except that a
-            one-level list field (shape ``(None,)``) is one ``(rows, length)`` tensor as in Petastorm (an error
-            names the other forms when its rows differ in length). ``transform_fn`` is applied to the other
+            are); ``'nested'`` a ``torch.nested`` jagged tensor (one ragged dimension; torch 2.4+); ``'pad'`` a
+            padded tensor plus a ``'<field>_mask'`` of the real elements; ``'auto'`` (default) ``'jagged'``, except
+            that a one-level list field (shape ``(None,)``) is one ``(rows, length)`` tensor as in Petastorm (an
+            error names the other forms when its rows differ in length). ``transform_fn`` is applied to the other
             columns only.
         padding_value: the value ``'pad'`` fills in.
         nulls: what a null becomes, as for :class:`DataLoader`: None (default) refuses them with Petastorm's

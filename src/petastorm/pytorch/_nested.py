@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from petastorm.codecs import ScalarCodec
 from petastorm.columns import ListColumn, MapColumn, MaskedColumn, StructColumn, is_nested, num_rows, row_values
+from petastorm.errors import MissingDependencyError
 from petastorm.pytorch._tensors import TorchTypeError, promote_dtype, to_tensor, torch
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
 
@@ -477,6 +478,7 @@ def check_forms(loader: str, forms: TorchForms, tensors: bool) -> None:
     Raises:
         ValueError: ``variable_length='nested'`` for a field of lists of lists (or of structs).
         TorchTypeError: a struct leaf or list element of strings or Decimals in a loader that makes tensors only.
+        MissingDependencyError: ``variable_length='nested'`` with a torch that has no jagged nested tensors.
     """
     for name, field_ in forms.schema.fields.items():
         arrow_type = _arrow_type(field_)
@@ -492,6 +494,11 @@ def check_forms(loader: str, forms: TorchForms, tensors: bool) -> None:
                     raise TorchTypeError(f'{loader} makes tensors of every field, and {path!r} holds {leaf} values; '
                                          f'leave it out (schema_fields=...) or use petastorm.pytorch.DataLoader, '
                                          f'which collates them as lists')
+    if forms.variable_length == 'nested' and not hasattr(torch.nested, 'nested_tensor_from_jagged'):
+        raise MissingDependencyError(f"{loader}: variable_length='nested' makes jagged torch.nested tensors "
+                                     f"(torch.nested.nested_tensor_from_jagged, torch 2.4 and later); torch "
+                                     f"{torch.__version__} has none: upgrade torch, or use variable_length='jagged' "
+                                     f"or 'pad'")
 
 
 def _leaves(path: str, arrow_type: pa.DataType) -> list[tuple[str, pa.DataType]]:

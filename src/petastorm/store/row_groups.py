@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from petastorm._compat import null_fixed_size_list_hint
 from petastorm.errors import CorruptDataError, PetastormError, StorageError, StorageNotFoundError
 from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url, with_retries
@@ -35,7 +36,8 @@ def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[st
         StorageNotFoundError: the file no longer exists.
         StorageError: the storage failed (after retries for transient errors).
         DataFileChangedError: the file is not what it was when listed (its size, or its time where known).
-        CorruptDataError: the file is not readable Parquet with that row group.
+        CorruptDataError: the file is not readable Parquet with that row group (or, with pyarrow before 26, holds
+            null rows of a fixed-size list column, which that pyarrow cannot read: the message says so).
         OSError: the storage refused or failed for a reason of the operating system (permissions, network).
     """
     filesystem = files.filesystem
@@ -59,9 +61,10 @@ def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[st
         if is_transient(err):
             raise StorageError(f'reading row group {row_group} of {url} failed: {type(err).__name__}: '
                                f'{err}') from err
-        raise CorruptDataError(f'cannot read row group {row_group} of the Parquet file {url}: '
-                               f'expected a readable Parquet file with the row groups listed in the dataset '
-                               f'metadata ({type(err).__name__}: {err})') from err
+        expected = null_fixed_size_list_hint(err) or ('expected a readable Parquet file with the row groups listed '
+                                                      'in the dataset metadata')
+        raise CorruptDataError(f'cannot read row group {row_group} of the Parquet file {url}: {expected} '
+                               f'({type(err).__name__}: {err})') from err
 
 
 def _is_access_error(err: OSError) -> bool:

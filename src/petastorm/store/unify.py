@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from petastorm._compat import is_binary_view, is_string_view
 from petastorm.errors import SchemaError
 
 __all__ = ['SchemaChange', 'UnifiedSchema', 'conform_table', 'unify_file_schemas']
@@ -83,9 +84,9 @@ def _plain(arrow_type: pa.DataType) -> pa.DataType:
     """Dictionary encoding and string/binary views are how a file stores values (writers differ), not their type."""
     if isinstance(arrow_type, pa.DictionaryType):
         return _plain(arrow_type.value_type)
-    if arrow_type == pa.string_view():
+    if is_string_view(arrow_type):
         return pa.string()
-    if arrow_type == pa.binary_view():
+    if is_binary_view(arrow_type):
         return pa.binary()
     if pa.types.is_list(arrow_type):
         return pa.list_(arrow_type.value_field.with_type(_plain(arrow_type.value_type)))

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._compat import is_binary_view, is_list_view, is_string_view
 from petastorm.errors import CorruptDataError, PetastormMetadataError, StorageNotFoundError
 from petastorm.store.pieces import RowGroupPiece
 from petastorm.tables._model import TableFile
@@ -76,11 +77,11 @@ class PlannedFiles:
 
 def normalized_type(arrow_type: pa.DataType) -> pa.DataType:
     """The type a Parquet file is read as for a table type: large strings and lists become regular ones."""
-    if pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
+    if pa.types.is_large_string(arrow_type) or is_string_view(arrow_type):
         return pa.string()
-    if pa.types.is_large_binary(arrow_type) or pa.types.is_binary_view(arrow_type):
+    if pa.types.is_large_binary(arrow_type) or is_binary_view(arrow_type):
         return pa.binary()
-    if pa.types.is_large_list(arrow_type) or pa.types.is_list_view(arrow_type):
+    if pa.types.is_large_list(arrow_type) or is_list_view(arrow_type):
         return pa.list_(arrow_type.value_field.with_type(normalized_type(arrow_type.value_type)))
     if pa.types.is_list(arrow_type):
         return pa.list_(arrow_type.value_field.with_type(normalized_type(arrow_type.value_type)))

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm import cli as _cli
+from petastorm._compat import refuse_unreadable_null_lists
 from petastorm.codecs import ArrowTensorCodec, CompressedNdarrayCodec, NdarrayCodec
 from petastorm.errors import CodecError, SchemaError
 from petastorm.fs import resolve_location, resolve_url
@@ -100,6 +101,7 @@ def _convert_file(fs: pafs.FileSystem, source: str, target: str, old: Unischema,
             for index in range(parquet.num_row_groups):
                 table = _convert_row_group(parquet.read_row_group(index), old, new, columns,
                                            f'{source} (row group {index})')
+                refuse_unreadable_null_lists(table, f'{source} (row group {index})')
                 if writer is None:
                     writer = pq.ParquetWriter(fs.open_output_stream(target), table.schema, compression=compression)
                 writer.write_table(table, row_group_size=max(1, table.num_rows))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from petastorm._compat import is_nested_type
 from petastorm.columns import (
     Column,
     ListColumn,
@@ -397,7 +398,7 @@ def scalar_column_to_numpy(field: Any, column: pa.Array | pa.ChunkedArray, text_
     if isinstance(column.type, pa.BaseExtensionType):
         column = column.storage
     dtype = field.numpy_dtype
-    if pa.types.is_nested(column.type):
+    if is_nested_type(column.type):
         return fit_shape(field, cast_leaves(from_arrow(column), dtype), tuple(field.shape))
     if column.null_count:
         masked = from_arrow(column)

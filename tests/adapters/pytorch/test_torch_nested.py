@@ -12,13 +12,15 @@ import pytest
 import torch
 
 from petastorm import make_batch_reader, make_reader
+from petastorm.errors import MissingDependencyError
 from petastorm.pytorch import BatchedDataLoader, DataLoader, InMemBatchedDataLoader, JaggedTensor, TorchTypeError
 from support.nested_tables import assert_rows_equal, every_type_table, expected_rows
-from support.torch_rows import tensor_rows, torch_batch_rows
+from support.torch_rows import JAGGED_NESTED, tensor_rows, torch_batch_rows
 
 pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
 
 ROWS = 80
+NEEDS_JAGGED_NESTED = pytest.mark.skipif(not JAGGED_NESTED, reason='this torch has no jagged nested tensors')
 #: Fields every loader makes tensors of (no text inside).
 NUMERIC = ['id', 'nint', 'nfloat', 'nbool', 'ids', 'weights', 'nested', 'boxes', 'holes', 'point.x', 'point.y',
            'point.inner.z', 'objects', 'fixed', 'when', 'day', 'clock', 'wait', 'half']
@@ -109,7 +111,7 @@ def test_row_loader_collates_every_type_with_masks(url, table):
     assert_rows_equal(rows, expected)
 
 
-@pytest.mark.parametrize('variable_length', ['jagged', 'nested', 'pad'])
+@pytest.mark.parametrize('variable_length', ['jagged', pytest.param('nested', marks=NEEDS_JAGGED_NESTED), 'pad'])
 def test_the_forms_of_ragged_columns(url, table, variable_length):
     fields = ['id', 'ids', 'weights', 'boxes']
     reader = make_batch_reader(url, schema_fields=fields, reader_pool_type='dummy')
@@ -178,6 +180,7 @@ def test_bad_choices_are_refused_before_reading(url):
         BatchedDataLoader(make_batch_reader(url, schema_fields=['id']), variable_length='list')
 
 
+@NEEDS_JAGGED_NESTED
 def test_jagged_tensors_wrap_as_torch_nested_and_move(url):
     with BatchedDataLoader(make_batch_reader(url, schema_fields=['weights']), batch_size=6,
                            variable_length='jagged') as loader:
@@ -186,6 +189,14 @@ def test_jagged_tensors_wrap_as_torch_nested_and_move(url):
     assert nested.size(0) == 6
     assert jagged.lengths.tolist() == [len(row) for row in nested.unbind()]
     assert jagged.to('cpu').offsets.device.type == 'cpu'
+
+
+@pytest.mark.skipif(JAGGED_NESTED, reason='this torch makes jagged nested tensors')
+def test_nested_tensors_are_refused_by_a_torch_without_them(url):
+    reader = make_batch_reader(url, schema_fields=['weights'])
+    with pytest.raises(MissingDependencyError, match=r"'nested' .* torch 2.4 and later.* variable_length='jagged'"):
+        BatchedDataLoader(reader, variable_length='nested')
+    assert reader.stopped
 
 
 def test_one_level_lists_are_dense_by_default_as_in_petastorm(url, tmp_path):

@@ -25,7 +25,9 @@ from petastorm.unischema import Unischema, UnischemaField
 from support.nested_tables import every_type_table
 from support.ray_session import start_ray, stop_ray
 
-ray = pytest.importorskip('ray')
+# ray.data, not ray: without Ray, `import ray` finds this test folder (tests/adapters/ray) as a namespace package.
+pytest.importorskip('ray.data')
+import ray  # noqa: E402
 
 from petastorm.ray import read_petastorm, write_petastorm  # noqa: E402
 

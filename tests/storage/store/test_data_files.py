@@ -106,6 +106,7 @@ def test_a_file_of_another_size_than_listed_is_refused(server):
 
 
 def test_only_pyarrows_remote_filesystems_keep_files_open(server):
+    pytest.importorskip('s3fs')
     from petastorm.fs import resolve_url
 
     assert keeps_files_open(_s3(server))

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm._compat import PYARROW_READS_NULL_FIXED_SIZE_LISTS
 from petastorm.codecs import ScalarCodec
 from petastorm.errors import SchemaError
 from petastorm.metadata.schema_json import unischema_from_json, unischema_to_json
@@ -73,3 +74,24 @@ def test_values_that_do_not_fit_are_refused_naming_the_element(tmp_path, field, 
     with pytest.raises(SchemaError, match=message):
         write_dataset('file://' + str(tmp_path / 'bad'), Nested, [row])
     assert not (tmp_path / 'bad' / '_common_metadata').exists()
+
+
+@pytest.mark.parametrize(('field', 'value', 'refused'), [
+    (UnischemaField('v', np.int32, (2,), ScalarCodec(pa.list_(pa.int32(), 2)), True), np.array([1, 2], np.int32), True),
+    (UnischemaField('v', dict, (), ScalarCodec(pa.struct([('xy', pa.list_(pa.int32(), 2))])), True), {'xy': [1, 2]},
+     True),
+    (UnischemaField('v', np.int32, (None, 2), None, True), np.array([[1, 2]], np.int32), False),  # a null list
+], ids=['fixed-size list', 'struct of one', 'list of them'])
+def test_null_rows_over_fixed_size_lists_are_written_where_pyarrow_reads_them_back(tmp_path, field, value, refused):
+    schema = Unischema('Fixed', [UnischemaField('id', np.int64, (), None, False), field])
+    url = 'file://' + str(tmp_path / 'fixed')
+    rows = [{'id': 0, 'v': value}, {'id': 1, 'v': None}]
+    if refused and not PYARROW_READS_NULL_FIXED_SIZE_LISTS:
+        with pytest.raises(SchemaError, match=r"rows 0..1: column 'v' holds null rows .* pyarrow 26 and later can"):
+            write_dataset(url, schema, rows)
+        return
+    write_dataset(url, schema, rows)
+    with make_reader(url, shuffle_row_groups=False) as reader:
+        got = sorted((row._asdict() for row in reader), key=lambda row: row['id'])
+    assert got[1]['v'] is None
+    assert_rows_equal([got[0]], [{'id': 0, 'v': value.tolist() if isinstance(value, np.ndarray) else value}])
