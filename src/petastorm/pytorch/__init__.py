@@ -32,7 +32,7 @@ from petastorm.pytorch._collate import _sanitize_pytorch_types, decimal_friendly
 from petastorm.pytorch._dataset import ReaderIterableDataset
 from petastorm.pytorch._inmem import InMemBatchedDataLoader, _load_rows_into_mem
 from petastorm.pytorch._loaders import BatchedDataLoader, DataLoader
-from petastorm.pytorch._nested import JaggedTensor
+from petastorm.pytorch._ragged import JaggedTensor
 from petastorm.pytorch._tensors import TorchTypeError
 
 __all__ = [

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from petastorm.columns import MaskedColumn, is_nested, row_values
-from petastorm.pytorch._nested import VALID_SUFFIX, TorchForms, VariableLength
+from petastorm.pytorch._nested import TorchForms
+from petastorm.pytorch._nulls import VALID_SUFFIX
+from petastorm.pytorch._ragged import MASK_SUFFIX, VariableLength
 from petastorm.pytorch._tensors import (
     check_no_none,
     is_list_value,
@@ -26,8 +28,6 @@ from petastorm.pytorch._tensors import (
     to_tensor,
     torch,
 )
-
-MASK_SUFFIX = '_mask'
 
 _NUMERIC_KINDS = frozenset('biufc')
 

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from petastorm.columns import is_nested
-from petastorm.pytorch._collate import MASK_SUFFIX, VariableLength, prepare_columns
-from petastorm.pytorch._nested import VALID_SUFFIX, NullOption, TorchForms, check_forms
+from petastorm.pytorch._collate import prepare_columns
+from petastorm.pytorch._nested import TorchForms, check_forms
+from petastorm.pytorch._nulls import VALID_SUFFIX, NullOption
+from petastorm.pytorch._ragged import MASK_SUFFIX, VariableLength
 from petastorm.pytorch._tensors import (
     TorchTypeError,
     as_numpy_view,

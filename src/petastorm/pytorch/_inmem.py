@@ -20,7 +20,8 @@ from petastorm.pytorch._columns import (
     finish_batch,
     loader_forms,
 )
-from petastorm.pytorch._nested import TorchForms, VariableLength
+from petastorm.pytorch._nested import TorchForms
+from petastorm.pytorch._ragged import VariableLength
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
 from petastorm.reading.source import ColumnSource, as_column_source
 from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows, slice_rows

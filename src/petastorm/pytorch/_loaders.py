@@ -14,8 +14,6 @@ from typing import Any
 from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._base import LoaderBase, stop_reader_on_error
 from petastorm.pytorch._collate import (
-    MASK_SUFFIX,
-    VariableLength,
     collate_columns,
     decimal_friendly_collate,
     prepare_columns,
@@ -28,7 +26,7 @@ from petastorm.pytorch._columns import (
     finish_batch,
     loader_forms,
 )
-from petastorm.pytorch._nested import VARIABLE_LENGTHS
+from petastorm.pytorch._ragged import MASK_SUFFIX, VARIABLE_LENGTHS, VariableLength
 from petastorm.pytorch._tensors import TensorOps, pin, torch
 from petastorm.reading.batch_stream import ROW_IDS, check_capacity
 from petastorm.shuffle import NumpyOps, Table

@@ -9,13 +9,15 @@ Two steps, so that every chunk of a field has one layout in the loaders' buffers
 2. :meth:`TorchForms.finish` (once per batch): the batch's columns become tensors: a list column as a
    :class:`JaggedTensor`, a ``torch.nested`` jagged tensor, a padded tensor with a mask, or a list of per-row
    tensors (``variable_length``); a struct as a dict; a mask as a ``'<name>_valid'`` bool tensor beside the values.
+
+The ``nulls`` option is checked in :mod:`petastorm.pytorch._nulls`; the forms of list columns (``JaggedTensor``,
+padding) live in :mod:`petastorm.pytorch._ragged`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,111 +25,10 @@ import pyarrow as pa
 from petastorm.codecs import ScalarCodec
 from petastorm.columns import ListColumn, MapColumn, MaskedColumn, StructColumn, is_nested, num_rows, row_values
 from petastorm.errors import MissingDependencyError
+from petastorm.pytorch._nulls import VALID_SUFFIX, NullOption, Policy, null_error
+from petastorm.pytorch._ragged import MASK_SUFFIX, JaggedTensor, VariableLength, dense_lists, pad_list
 from petastorm.pytorch._tensors import TorchTypeError, promote_dtype, to_tensor, torch
 from petastorm.unischema import Unischema, UnischemaField, arrow_type_of_field
-
-VariableLength = Literal['list', 'pad', 'jagged', 'nested', 'auto']
-VARIABLE_LENGTHS = ('list', 'pad', 'jagged', 'nested', 'auto')
-#: Key suffix of the bool tensor saying which values are not null (``nulls='mask'``).
-VALID_SUFFIX = '_valid'
-#: Key suffix of the bool tensor marking the real (not padding) elements (``variable_length='pad'``).
-MASK_SUFFIX = '_mask'
-NULLS_HELP = ("pass nulls='mask' to the loader (values plus a '<field>_valid' bool tensor), nulls=<fill value> "
-              "(e.g. nulls=0), or nulls={'<field>': 'mask' or a fill value} per field ('*': every other field)")
-
-
-class JaggedTensor(NamedTuple):
-    """A batch of lists: row ``i`` holds ``values[offsets[i]:offsets[i + 1]]``.
-
-    ``values`` is a tensor of every row's elements one after the other (elements may have a fixed shape, e.g.
-    ``(total, 4)`` boxes), a ``JaggedTensor`` for lists of lists, or a dict of them for lists of structs (maps:
-    ``{'key': ..., 'value': ...}``); ``offsets`` an int64 tensor of ``rows + 1`` positions starting at 0, as
-    TorchRec's ``JaggedTensor``/``KeyedJaggedTensor`` and ``torch.nested.nested_tensor_from_jagged`` take them.
-    ``values_valid`` is a bool tensor per element when ``nulls='mask'`` and elements may be null, else None.
-    """
-
-    values: Any
-    offsets: Any
-    values_valid: Any = None
-
-    @property
-    def lengths(self) -> Any:
-        """The number of elements of each row."""
-        return self.offsets[1:] - self.offsets[:-1]
-
-    def to(self, *args: Any, **kwargs: Any) -> JaggedTensor:
-        """The same lists with every tensor moved (``tensor.to(*args, **kwargs)``)."""
-        return JaggedTensor(_moved(self.values, args, kwargs), self.offsets.to(*args, **kwargs),
-                            None if self.values_valid is None else self.values_valid.to(*args, **kwargs))
-
-
-def _moved(value: Any, args: tuple, kwargs: dict) -> Any:
-    if isinstance(value, dict):
-        return {k: _moved(v, args, kwargs) for k, v in value.items()}
-    return value.to(*args, **kwargs)
-
-
-Policy = Any  # None (refuse), 'mask', or ('fill', value)
-
-
-def _check_policy(name: str, value: Any) -> Policy:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if value != 'mask':
-            raise ValueError(f"nulls for {name}: expected 'mask', a fill value or None, got {value!r}")
-        return 'mask'
-    if isinstance(value, (bool, int, float, np.generic)):
-        return ('fill', value)
-    raise ValueError(f"nulls for {name}: expected 'mask', a number to fill in, or None, got {value!r}")
-
-
-@dataclass(frozen=True)
-class NullOption:
-    """The loaders' ``nulls`` argument, checked: what to do with the nulls of each field.
-
-    Attributes:
-        default: the policy of fields not named (None: refuse, 'mask', or ('fill', value)).
-        by_field: policies by field name, struct leaf path (``'st.a'``) or list elements (``'ids[]'``).
-    """
-
-    default: Policy = None
-    by_field: Mapping[str, Policy] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, nulls: Any, schema: Unischema) -> NullOption:
-        """Check the ``nulls`` argument of a loader against its reader's schema.
-
-        Raises:
-            ValueError: an unknown policy, or a field name the schema does not have.
-        """
-        if isinstance(nulls, Mapping):
-            unknown = [key for key in nulls if key != '*' and str(key).split('.')[0].split('[')[0] not in
-                       schema.fields]
-            if unknown:
-                raise ValueError(f'nulls names {unknown}, which are not fields of the reader (fields: '
-                                 f'{", ".join(schema.fields)})')
-            return cls(_check_policy('every other field', nulls.get('*')),
-                       {str(key): _check_policy(str(key), value) for key, value in nulls.items() if key != '*'})
-        return cls(_check_policy('every field', nulls))
-
-    def policy(self, path: str) -> Policy:
-        """The policy of a field, struct leaf or list elements (``'ids[]'``).
-
-        A field or leaf takes its own, else its nearest enclosing struct's, else the default. The elements of a
-        list are masked only when named (``{'ids[]': 'mask'}``), so that ``nulls='mask'`` does not give every list
-        a mask of its elements; a fill value given for every field fills them too.
-        """
-        if path.endswith('[]'):
-            if path in self.by_field:
-                return self.by_field[path]
-            return self.default if isinstance(self.default, tuple) else None
-        parts = path.split('.')
-        for cut in range(len(parts), 0, -1):
-            key = '.'.join(parts[:cut])
-            if key in self.by_field:
-                return self.by_field[key]
-        return self.default
 
 
 @dataclass(frozen=True)
@@ -168,7 +69,7 @@ class TorchForms:
         prepared = self._prepare(name, column, arrow_type, nullable)
         if self.variable_length == 'auto' and stored is not None and tuple(stored.shape) == (None,) and \
                 isinstance(prepared, ListColumn) and not isinstance(prepared, MapColumn):
-            return _dense_lists(name, prepared)
+            return dense_lists(name, prepared)
         return prepared
 
     def _prepare(self, path: str, column: Any, arrow_type: pa.DataType | None, nullable: bool) -> Any:
@@ -191,7 +92,7 @@ class TorchForms:
             return type(column)(values, normalized.offsets, valid)
         if isinstance(column, MaskedColumn):
             if policy is None:
-                raise _null_error(path)
+                raise null_error(path)
             if policy == 'mask':
                 return MaskedColumn(_leaf_array(column.values, self.bool_to_uint8), column.valid)
             return _filled(path, column, policy[1], self.bool_to_uint8)
@@ -205,7 +106,7 @@ class TorchForms:
         if keep_mask:
             return np.ones(rows, dtype=bool) if valid is None else valid
         if valid is not None and not valid.all() and policy is None:
-            raise _null_error(path)
+            raise null_error(path)
         return None  # a null list is empty; a null struct's fields are null themselves
 
     # -- 2. per batch --------------------------------------------------------------------------------------------
@@ -308,67 +209,6 @@ def _row_tensor(value: Any) -> Any:
     return value
 
 
-def pad_list(name: str, column: ListColumn, padding_value: Any) -> tuple[Any, Any]:
-    """``(padded, mask)`` of a list column of any depth: ``(rows, longest, ..., *element shape)`` tensors.
-
-    ``mask`` is True at the real elements that are not null.
-
-    Raises:
-        TorchTypeError: the lists hold structs, maps or values torch has no tensor for.
-    """
-    normalized = column.normalized()
-    if _long_rows_of_numbers(normalized):
-        return _pad_rows(normalized, padding_value)
-    coordinates = [np.repeat(np.arange(len(normalized), dtype=np.int64), normalized.lengths)]
-    positions = [np.arange(int(normalized.offsets[-1]), dtype=np.int64) - np.repeat(normalized.offsets[:-1],
-                                                                                    normalized.lengths)]
-    sizes = [int(normalized.lengths.max(initial=0))]
-    leaf: Any = normalized.values
-    while isinstance(leaf, ListColumn) and not isinstance(leaf, MapColumn):
-        inner = leaf.normalized()
-        parent = np.repeat(np.arange(len(inner), dtype=np.int64), inner.lengths)
-        coordinates = [c[parent] for c in coordinates]
-        positions = [p[parent] for p in positions]
-        positions.append(np.arange(int(inner.offsets[-1]), dtype=np.int64) - np.repeat(inner.offsets[:-1],
-                                                                                        inner.lengths))
-        sizes.append(int(inner.lengths.max(initial=0)))
-        leaf = inner.values
-    valid = None
-    if isinstance(leaf, MaskedColumn):
-        valid, leaf = leaf.valid, leaf.values
-    if not isinstance(leaf, np.ndarray) or leaf.dtype.kind not in 'biufc':
-        raise TorchTypeError(f"field {name!r}: variable_length='pad' pads lists of numbers; this field's lists "
-                             f"hold {type(leaf).__name__ if not isinstance(leaf, np.ndarray) else leaf.dtype}. Use "
-                             f"variable_length='jagged' or 'list'")
-    shape = (len(normalized), *sizes, *leaf.shape[1:])
-    padded = np.full(shape, padding_value, dtype=leaf.dtype)
-    mask = np.zeros(shape, dtype=bool)
-    index = (coordinates[0], *positions)
-    padded[index] = leaf
-    mask[index] = True if valid is None else valid.reshape((-1,) + (1,) * (leaf.ndim - 1))
-    return torch.from_numpy(padded), torch.from_numpy(mask)
-
-
-def _long_rows_of_numbers(column: ListColumn) -> bool:
-    """One level of lists of numbers, long enough on average (64 elements) that copying row by row is cheaper than
-    indexing every element (audio clips, frames of videos)."""
-    values = column.values
-    return isinstance(values, np.ndarray) and values.dtype.kind in 'biufc' and not isinstance(column, MapColumn) \
-        and len(values) >= 64 * len(column)
-
-
-def _pad_rows(column: ListColumn, padding_value: Any) -> tuple[Any, Any]:
-    """:func:`pad_list` of one level of lists of numbers, a row's elements copied at once."""
-    values, lengths = column.values, column.lengths
-    assert isinstance(values, np.ndarray)  # see _long_rows_of_numbers
-    shape = (len(lengths), int(lengths.max(initial=0)), *values.shape[1:])
-    padded = np.full(shape, padding_value, dtype=values.dtype)
-    for row, (start, length) in enumerate(zip(column.offsets[:-1].tolist(), lengths.tolist(), strict=True)):
-        padded[row, :length] = values[start:start + length]
-    real = np.arange(shape[1]) < lengths[:, np.newaxis]
-    mask = np.broadcast_to(real.reshape(real.shape + (1,) * (len(shape) - 2)), shape).copy()
-    return torch.from_numpy(padded), torch.from_numpy(mask)
-
 
 def _arrow_type(stored: UnischemaField | None) -> pa.DataType | None:
     """The stored type of a natively stored field (no codec, or ``ScalarCodec``); None for codec fields."""
@@ -415,33 +255,6 @@ def _filled(path: str, column: MaskedColumn, value: Any, bool_to_uint8: bool = T
     filled[~column.valid] = value
     return filled
 
-
-def _null_error(path: str) -> TorchTypeError:
-    # The first sentence is the original's.
-    if path.endswith('[]') or '[].' in path:
-        return TorchTypeError(f"Pytorch does not support nullable fields. Found None in {path} (an element of a "
-                              f"list); pass nulls={{'{path}': 'mask'}} (values plus a bool tensor of the elements, "
-                              f"JaggedTensor.values_valid) or nulls={{'{path}': <fill value>}}")
-    return TorchTypeError(f'Pytorch does not support nullable fields. Found None in {path}; {NULLS_HELP}')
-
-
-def _dense_lists(name: str, column: ListColumn) -> Any:
-    """``variable_length='auto'``: a one-level list field as one ``(rows, length)`` array, as Petastorm gave it.
-
-    Raises:
-        TorchTypeError: the rows differ in length (the message names the forms that take them).
-    """
-    normalized = column.normalized()
-    lengths = normalized.lengths
-    values = normalized.values
-    if isinstance(values, np.ndarray) and len(lengths) and (lengths == lengths[0]).all():
-        dense = values.reshape((len(lengths), int(lengths[0]), *values.shape[1:]))
-        return dense if column.valid is None else MaskedColumn(dense, column.valid)
-    if not len(lengths):
-        return np.empty((0, 0), dtype=values.dtype) if isinstance(values, np.ndarray) else column
-    raise TorchTypeError(f"field {name!r} holds lists of different lengths ({sorted(set(lengths.tolist()))[:4]}); a "
-                         f"dense tensor needs one length per row. Pass variable_length='jagged' (values and offsets), "
-                         f"'nested' (torch.nested) or 'pad' to the loader")
 
 
 def _masked_scalars(column: np.ndarray) -> Any:

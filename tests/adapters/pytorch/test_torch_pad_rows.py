@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip('torch')
 
-import petastorm.pytorch._nested as nested  # noqa: E402
+import petastorm.pytorch._ragged as ragged  # noqa: E402
 from petastorm.columns import ListColumn  # noqa: E402
-from petastorm.pytorch._nested import _long_rows_of_numbers, _pad_rows, pad_list  # noqa: E402
+from petastorm.pytorch._ragged import _long_rows_of_numbers, _pad_rows, pad_list  # noqa: E402
 
 
 @pytest.mark.parametrize('element_shape', [(), (3,), (2, 2)])
@@ -20,7 +20,7 @@ def test_row_by_row_padding_equals_the_general_padding(element_shape, lengths, m
     values = rng.standard_normal((int(offsets[-1]), *element_shape)).astype(np.float32)
     column = ListColumn(np.concatenate([values, values[:5]]) if len(values) else values, offsets)  # spare values
     fast_padded, fast_mask = _pad_rows(column.normalized(), -1.0)
-    monkeypatch.setattr(nested, '_long_rows_of_numbers', lambda _: False)  # the element-by-element padding
+    monkeypatch.setattr(ragged, '_long_rows_of_numbers', lambda _: False)  # the element-by-element padding
     padded, mask = pad_list('x', ListColumn(values, offsets), -1.0)
     assert torch.equal(fast_padded, padded)
     assert torch.equal(fast_mask, mask)
