@@ -80,6 +80,28 @@ def test_flattened_columns_rebuild_from_their_keys_alone():
         assert _rows(rebuilt[name]) == _expected(name)
 
 
+def test_object_columns_of_arrays_flatten_to_one_buffer_and_rebuild_as_views():
+    rng = np.random.default_rng(0)
+    clips = np.empty(5, dtype=object)
+    clips[:] = [rng.standard_normal((2, n)).astype(np.float32) for n in (7, 0, 3, 9, 1)]
+    clips[3] = None
+    mixed = np.empty(2, dtype=object)
+    mixed[:] = [np.zeros(2, np.float32), np.zeros(2, np.int16)]  # two dtypes: left as it is
+    flat = flatten_columns({'clips': clips, 'mixed': mixed, 'words': np.array(['a', None], dtype=object)})
+    assert flat['mixed'] is mixed
+    assert flat['words'].tolist() == ['a', None]
+    clip_keys = [key for key in flat if key.startswith('clips')]
+    assert len(clip_keys) == 4
+    assert all(flat[key].dtype != object for key in clip_keys)
+    rebuilt = unflatten_columns({key: array.copy() for key, array in flat.items()})['clips']
+    assert rebuilt.dtype == object
+    assert rebuilt[3] is None
+    for got, expected in zip(rebuilt.tolist(), clips.tolist(), strict=True):
+        if expected is not None:
+            assert got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
+
+
 def test_kinds_are_views_of_the_arrow_buffers():
     ids = pa.array([[1, 2], [3], None, []], pa.list_(pa.int64()))
     column = from_arrow(ids)

@@ -81,6 +81,21 @@ def test_every_reader_and_pool_kind_decodes_the_same_values_and_clips(media, poo
     assert _batch_starts(url, references, 'dummy', seed=6) != starts, 'another seed draws other clips'
 
 
+def test_long_clips_of_different_lengths_cross_the_process_pool_equal(tmp_path):
+    """Row groups of clips past the pool's inline size travel as one flat buffer in shared memory (the object
+    column of per-clip arrays is rebuilt on the reader's side)."""
+    schema = Unischema('Speech', [MediaSchema.fields['id'], MediaSchema.fields['speech']])
+    speech = [tone(0.5 + 0.1 * (i % 4), 16000, seed=i)[0] for i in range(12)]
+    url = f'file://{tmp_path}/speech'
+    write_dataset(url, schema, [{'id': i, 'speech': s} for i, s in enumerate(speech)], row_group_size_mb=0.05,
+                  mode='overwrite')
+    with make_batch_reader(url, reader_pool_type='process', workers_count=2) as reader:
+        got = {int(i): clip for batch in reader for i, clip in zip(batch.id, batch.speech, strict=True)}
+    assert sorted(got) == list(range(12))
+    for i, samples in enumerate(speech):
+        np.testing.assert_array_equal(got[i], samples / np.float32(32768))
+
+
 def test_torch_loaders_batch_padded_speech_with_its_lengths_and_dense_clips(media):
     torch = pytest.importorskip('torch')
     from petastorm.pytorch import BatchedDataLoader, DataLoader
