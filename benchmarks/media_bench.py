@@ -12,7 +12,15 @@ column written by ``datasets`` in row groups of 64 clips. Clips per second of
 * ``datasets``: ``datasets``' ``Audio`` feature, ``with_format('torch')``. Its decoding needs torchcodec; where
   torchcodec does not load (this machine: its wheel wants a CUDA build of torch and a system FFmpeg), the row is
   ``datasets``' own per-row path with the decoding ``datasets`` 3 did (``Audio(decode=False)`` and a
-  ``with_transform`` decoding each row with soundfile), so that its per-row formatting is measured.
+  ``with_transform`` decoding each row with soundfile), so that its per-row formatting is measured;
+* ``datasets 3.x Audio`` (optional): ``datasets``' own ``Audio`` feature, ``with_format('torch')``, as released
+  before torchcodec (it decodes with soundfile), run by the Python of a side venv given with ``--datasets-python``
+  or ``MEDIA_BENCH_DATASETS_PYTHON`` (this file runs there as a child per round, timing its own loop after a
+  warm-up pass, so the child's start is not counted). Never install ``datasets`` 3 into the project's venv::
+
+      python3.11 -m venv /tmp/dsvenv
+      /tmp/dsvenv/bin/pip install 'torch==2.13.0+cpu' 'datasets>=3,<4' soundfile librosa
+      python benchmarks/media_bench.py --only audio --datasets-python /tmp/dsvenv/bin/python
 
 Video: 4 s 320x240 H.264 clips at 30 fps with a keyframe every 30 frames (x264's B-frames), a ``Video`` column in
 row groups of 8 clips (a worker decodes a row group's clips into one array), 8 of the 120 frames sampled per clip
@@ -26,6 +34,8 @@ row groups of 8 clips (a worker decodes a row group's clips into one array), 8 o
 * ``torchcodec`` when it loads; ``datasets`` ``Video`` as for audio (``Video(decode=False)`` rows and the
   seeking decoder per row in ``with_transform``, where torchcodec does not load).
 
+With ``--one-worker``, ``ours, 1 worker`` runs too, so the speed-up of the workers is measured in the same run.
+
 Every case runs once per round, the rounds interleaved; the table shows the median clips/s and the median of each
 round's ratio to ours (the machine is shared: same-run ratios are what compare). The first line says how many cores
 the machine gives the process: 2 threads hashing (which releases the GIL) against 1, measured before and after.
@@ -38,8 +48,10 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +66,8 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('HF_DATASETS_OFFLINE', '1')
 
 CLIP_FRAMES, CLIP_STRIDE = 8, 4
+#: The end of the names of cases that warm up and time themselves (in a child process).
+SELF_TIMED = '(side venv)'
 
 
 # -- data ----------------------------------------------------------------------------------------------------------
@@ -143,6 +157,37 @@ def datasets_audio(path: str) -> tuple[str, Callable[[], int]]:
         return sum(1 for row in rows if row['audio'] is not None)
 
     return 'datasets rows + soundfile (no torchcodec)', run_rows
+
+
+def side_datasets_version(python: str) -> str:
+    """The version of ``datasets`` in the side venv of ``python``."""
+    return subprocess.run([python, '-c', 'import datasets; print(datasets.__version__)'], check=True,
+                          capture_output=True, text=True, timeout=120).stdout.strip()
+
+
+def side_datasets_audio(python: str, path: str) -> tuple[int, float]:
+    """``(clips, seconds)`` of one timed pass of ``datasets``' Audio feature, run by the side venv's ``python``."""
+    done = subprocess.run([python, os.path.abspath(__file__), '--side-audio', path], check=True, capture_output=True,
+                          text=True, timeout=600)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(result['clips']), float(result['seconds'])
+
+
+def side_audio_main(path: str) -> None:
+    """In the side venv: one warm-up pass and one timed pass of ``datasets``' Audio feature, printed as JSON."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    cache = os.path.join(os.path.dirname(path), 'side_datasets_cache')
+    dataset = datasets.Dataset.from_parquet(path, cache_dir=cache).with_format('torch')
+
+    def run() -> int:
+        return sum(1 for row in dataset if row['audio']['array'].shape[-1] > 0)
+
+    run()
+    start = time.perf_counter()
+    clips = run()
+    print(json.dumps({'clips': clips, 'seconds': time.perf_counter() - start}))
 
 
 # -- video cases ---------------------------------------------------------------------------------------------------
@@ -280,16 +325,21 @@ def free_cores(rounds: int = 5) -> float:
     return statistics.median(rate(2) / rate(1) for _ in range(rounds))
 
 
-def rounds(cases: dict[str, Callable[[], int]], repeats: int) -> dict[str, list[float]]:
-    """Clips/s of every case, once per round, the cases interleaved (after a round that warms imports and caches)."""
+def rounds(cases: dict[str, Callable[[], int | tuple[int, float]]], repeats: int) -> dict[str, list[float]]:
+    """Clips/s of every case, once per round, the cases interleaved (after a round that warms imports and caches).
+
+    A case returns the clips it read, timed here, or ``(clips, seconds)`` when it times itself (a child process).
+    """
     rates: dict[str, list[float]] = {name: [] for name in cases}
-    for run in cases.values():
-        run()
+    for name, run in cases.items():
+        if not name.endswith(SELF_TIMED):
+            run()
     for _ in range(repeats):
         for name, run in cases.items():
             start = time.perf_counter()
-            clips = run()
-            rates[name].append(clips / (time.perf_counter() - start))
+            done = run()
+            clips, seconds = done if isinstance(done, tuple) else (done, time.perf_counter() - start)
+            rates[name].append(clips / seconds)
     return rates
 
 
@@ -311,7 +361,15 @@ def main() -> None:
     parser.add_argument('--only', choices=['audio', 'video'])
     parser.add_argument('--process-pool', action='store_true',
                         help="also read with reader_pool_type='process' (each round starts its worker processes)")
+    parser.add_argument('--one-worker', action='store_true', help="also read with 1 worker ('ours, 1 worker')")
+    parser.add_argument('--datasets-python', default=os.environ.get('MEDIA_BENCH_DATASETS_PYTHON'),
+                        help="the Python of a side venv with datasets 3.x: adds its Audio feature's clips/s "
+                             "(default: $MEDIA_BENCH_DATASETS_PYTHON)")
+    parser.add_argument('--side-audio', help=argparse.SUPPRESS)  # the child run by the side venv's Python
     args = parser.parse_args()
+    if args.side_audio:
+        side_audio_main(args.side_audio)
+        return
     if args.quick:
         args.repeats, args.audio_clips, args.video_clips = 1, 64, 16
     import datasets
@@ -329,6 +387,11 @@ def main() -> None:
                      'soundfile loop': lambda: loop_clips(path, 'audio', soundfile_audio), name: hf}
             if args.process_pool:
                 cases['ours, process pool'] = lambda: ours_audio(path, args.workers, 'process')
+            if args.one_worker:
+                cases['ours, 1 worker'] = lambda: ours_audio(path, 1)
+            if args.datasets_python:
+                side = f'datasets {side_datasets_version(args.datasets_python)} Audio, with_format(torch) {SELF_TIMED}'
+                cases[side] = lambda: side_datasets_audio(args.datasets_python, path)
             print(table(f'Audio: {args.audio_clips} FLAC clips of 3 s at 16 kHz', rounds(cases, args.repeats),
                         'ours'), f'\n\nfree cores after: {free_cores():.2f}\n', flush=True)
         if args.only != 'audio':
@@ -340,6 +403,8 @@ def main() -> None:
                      'PyAV from start, 1 thread': lambda: loop_video(path, pyav_start_clip), name: hf}
             if args.process_pool:
                 cases['ours, process pool'] = lambda: ours_video(path, args.workers, 'process')
+            if args.one_worker:
+                cases['ours, 1 worker'] = lambda: ours_video(path, 1)
             if _torchcodec_loads():
                 cases['torchcodec, 1 thread'] = lambda: loop_video(path, torchcodec_clip)
             print(table(f'Video: {args.video_clips} H.264 clips of 4 s, 320x240, GOP 30; 8 of 120 frames each',
