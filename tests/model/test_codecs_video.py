@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +14,7 @@ import pytest
 
 av = pytest.importorskip('av')
 
+import petastorm.codecs._video_decode as video_decode  # noqa: E402
 from petastorm.codecs import CODECS_BY_NAME, VideoCodec, codec_from_json  # noqa: E402
 from petastorm.codecs._frame_sampling import FrameSampling  # noqa: E402
 from petastorm.codecs._video_decode import _decode_into, _read_packets, _rgb_converter  # noqa: E402
@@ -117,6 +119,36 @@ def test_decoding_starts_at_the_keyframe_before_and_stops_after_the_last_frame_w
         np.testing.assert_array_equal(out, reference[wanted])
         # From the keyframe before (frame 60, 0, 90) to the clip's end, plus the decoder's delay of a few frames.
         assert counting.sent <= expected_most, (first, counting.sent)
+
+
+def _threads() -> int:
+    return len(os.listdir('/proc/self/task'))
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self/task') or (os.cpu_count() or 1) < 2,
+                    reason='counts the threads of the process in /proc, on 2 cores or more')
+def test_a_worker_decodes_in_its_own_thread_only(monkeypatch):
+    """One decoder thread per reader worker: FFmpeg starts no threads of its own (its default starts one per core,
+    which the workers would multiply), so N workers use N cores."""
+    payload = video_file(60, 320, 240, gop=30)
+    with av.open(io.BytesIO(payload)) as container:  # the control: FFmpeg's own threading is seen
+        stream = container.streams.video[0]
+        stream.thread_type = 'AUTO'
+        before = _threads()
+        during = max(_threads() for _ in container.decode(stream))
+    assert during > before, 'FFmpeg started no decoder threads: this test could not see them'
+    counts = []
+    converter = video_decode._rgb_converter
+
+    def counting_converter():
+        convert = converter()
+        return lambda frame: counts.append(_threads()) or convert(frame)
+
+    monkeypatch.setattr(video_decode, '_rgb_converter', counting_converter)
+    before = _threads()
+    VideoCodec(num_frames=8, stride=4).decode_column(FIELD, pa.array([payload] * 2))
+    assert counts
+    assert max(counts) == before
 
 
 def test_draws_follow_the_row_keys():
