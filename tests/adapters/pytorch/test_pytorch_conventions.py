@@ -202,6 +202,24 @@ def test_torchs_positional_shuffle_is_caught(plain_url, cls):
     assert reader.stopped
 
 
+@pytest.mark.parametrize('cls', LOADERS)
+def test_an_ngram_reader_is_refused_when_the_loader_is_made_naming_that_loader(url, cls):
+    reader = make_reader(url, schema_fields=NGram({0: ['id'], 1: ['id']}, 1, 'id'), reader_pool_type='dummy')
+    with pytest.raises(NotImplementedError, match=f'^{cls.__name__} does not read NGram windows .*iterate the '
+                                                  f'reader itself'):
+        cls(reader, batch_size=4)
+    assert reader.stopped
+
+
+def test_a_batched_loader_names_itself_in_its_messages(plain_url):
+    loader = _loader(BatchedDataLoader, plain_url)
+    live = iter(loader)
+    next(live)
+    next(iter(loader))
+    with pytest.raises(RuntimeError, match='iterator of the BatchedDataLoader was superseded'):
+        next(live)
+
+
 @pytest.mark.parametrize('cls', [BatchedDataLoader, InMemBatchedDataLoader])
 def test_collate_fn_on_a_batched_loader_points_at_transform_fn(plain_url, cls):
     with pytest.raises(LoaderArgumentError, match='collate_fn=.*transform_fn=.*petastorm.pytorch.DataLoader'):
