@@ -211,6 +211,23 @@ def test_an_ngram_reader_is_refused_when_the_loader_is_made_naming_that_loader(u
     assert reader.stopped
 
 
+@pytest.mark.parametrize('cls', LOADERS)
+def test_batch_transform_fn_gets_every_collated_batch_and_its_result_is_handed_over(plain_url, cls):
+    seen = []
+
+    def normalise(batch):
+        seen.append(len(batch['id']))
+        return {**batch, 'x': (batch['x'] - 25.0) / 5.0, 'count': len(seen)}
+
+    with _loader(cls, plain_url, batch_size=25, batch_transform_fn=normalise) as loader:
+        batches = list(loader)
+    assert seen == [25, 25, 25, 25, 3], 'once per batch, after collation'
+    assert [b['count'] for b in batches] == [1, 2, 3, 4, 5]
+    assert torch.allclose(batches[0]['x'].double(), (batches[0]['id'].double() / 2 - 25) / 5)
+    with pytest.raises(LoaderArgumentError, match='batch_transform_fn must be a function'):
+        _loader(cls, plain_url, batch_transform_fn='normalise')
+
+
 def test_a_batched_loader_names_itself_in_its_messages(plain_url):
     loader = _loader(BatchedDataLoader, plain_url)
     live = iter(loader)
