@@ -109,7 +109,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             removed when the reader exits, as in Petastorm; pass ``cache_extra_settings={'cleanup': False}`` to
             keep it for later readers.
         cache_location: the cache directory (``'local-disk'``).
-        cache_size_limit: the cache's size limit in bytes.
+        cache_size_limit: the cache's size limit in bytes (None: no limit, entries are never evicted).
         cache_row_size_estimate: the expected size of one entry in bytes (checked against the limit).
         cache_extra_settings: more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`, e.g.
             ``{'cleanup': False}``.
