@@ -347,6 +347,17 @@ class Reader:
         """
         return self._passes.items_this_pass()
 
+    def __getitem__(self, index: Any) -> Any:
+        """A reader is a stream, not indexable: what ``torch.utils.data.DataLoader(reader)`` meets, explained.
+
+        Raises:
+            TypeError: always, naming the loaders that read a reader.
+        """
+        raise TypeError(f'a petastorm Reader is a stream of {"batches" if self.is_batched_reader else "rows"} and '
+                        f'cannot be indexed (reader[{index!r}]); torch.utils.data.DataLoader(reader) needs a map-style '
+                        f'dataset: use petastorm.pytorch.DataLoader(reader, batch_size=...) or BatchedDataLoader, '
+                        f'which read the reader in order')
+
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0
 

@@ -211,6 +211,11 @@ class LoaderBase(_TorchDataLoader):
     def __len__(self) -> int:
         # The batches of a whole pass, also after load_state_dict: trainers count an epoch's batches from its start.
         batches = self._stream().num_batches()
+        if batches is None and self._source.info.endless:
+            raise TypeError(f'len() of a {type(self).__name__} needs a reader with an end: this one repeats forever '
+                            f'(num_epochs=None, also the default of a Spark converter\'s make_torch_dataloader). '
+                            f'Pass num_epochs=1 (make_torch_dataloader(num_epochs=1), make_reader(..., num_epochs=1)) '
+                            f'for len() to count the batches of one epoch')
         if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
                             f'(num_epochs set; a predicate or filters on stored columns need '
