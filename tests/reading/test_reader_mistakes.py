@@ -177,11 +177,12 @@ def test_filters_on_an_unknown_column_name_filters_and_the_columns(url, factory)
 
 
 @pytest.mark.parametrize(('kwargs', 'message'), [
-    ({'cur_shard': 0, 'shard_count': 0}, r'partition and num_partitions must be ints and both specified to use '
-                                         r'partitioning: shard_count is the number of shards \(an int >= 1\).*'
-                                         r'got cur_shard=0, shard_count=0'),
-    ({'num_epochs': 0}, r'iterations must be positive integer or None: num_epochs is the number of passes.*'
-                        r'None to read forever; got num_epochs=0'),
+    # What to do comes first; Petastorm's words (which code matches) follow in parentheses.
+    ({'cur_shard': 0, 'shard_count': 0}, r'^shard_count is the number of shards \(an int >= 1\).*'
+                                         r'got cur_shard=0, shard_count=0 \(partition and num_partitions must be '
+                                         r'ints and both specified to use partitioning\)'),
+    ({'num_epochs': 0}, r'^num_epochs must be the number of passes over the data.*None to read forever; got '
+                        r'num_epochs=0 \(iterations must be positive integer or None\)'),
 ])
 def test_shard_and_epoch_messages_say_what_the_values_mean(url, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -154,3 +154,12 @@ def test_non_dataset_directory_is_one_line_error(tmp_path):
     completed = _cli(tmp_path.as_uri())
     _assert_one_line_error(completed)
     assert 'not a Parquet dataset' in completed.stderr
+
+
+def test_one_file_of_one_row_group_is_counted_in_the_singular(tmp_path):
+    from petastorm.tools.inspect import format_description, inspect_dataset
+
+    pq.write_table(pa.table({'id': np.arange(3)}), str(tmp_path / 'one.parquet'))
+    report = format_description(inspect_dataset(f'file://{tmp_path}'), files=True)
+    assert 'rows:     3 in 1 row group, 1 file, ' in report
+    assert ' 3 rows, 1 row group\n' in report
