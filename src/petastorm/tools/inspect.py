@@ -200,7 +200,8 @@ def describe_value(value: Any) -> str:
         return f'{value.dtype}{list(value.shape)} array'
     if isinstance(value, bytes) and len(value) > 16:
         return f'{len(value)} bytes'
-    text = str(value.item() if isinstance(value, np.generic) else value)
+    # A numpy float prints its own shortest digits (float32 0.1 is '0.1', not the float64 '0.10000000149011612').
+    text = str(value if isinstance(value, np.floating) else value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= _CELL_WIDTH else text[:_CELL_WIDTH - 3] + '...'
 
 
