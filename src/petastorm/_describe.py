@@ -44,3 +44,8 @@ def describe_names(names: Iterable[str], limit: int = MAX_NAMES_SHOWN) -> str:
     if len(names) > limit:
         shown += f', +{len(names) - limit} more'
     return f'[{shown}]'
+
+
+def counted(number: int, noun: str) -> str:
+    """``'1 row group'``, ``'3 row groups'``: a count with its noun in the right number."""
+    return f'{number} {noun}' if number == 1 else f'{number} {noun}s'

@@ -18,12 +18,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from petastorm._warnings import warn_user
 from petastorm.fs import normalize_dir_url
 from petastorm.plan import Remainder, ShardMode, WorkItem
 from petastorm.predicates import PredicateBase
 from petastorm.reading.batch import ColumnBatch
-from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
+from petastorm.reading.inputs import PLAIN_PARQUET_NOTE
 from petastorm.reading.legacy import reader_options
 from petastorm.reading.options import (
     LOCAL_DISK_CACHE,
@@ -48,15 +47,18 @@ __all__ = ['LOCAL_DISK_CACHE', 'NULL_CACHE', 'Reader', 'make_batch_reader', 'mak
            'normalize_dataset_url_or_urls']
 
 
-def normalize_dataset_url_or_urls(dataset_url_or_urls: Any) -> Any:
-    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each (a pyiceberg table passes)."""
+def normalize_dataset_url_or_urls(dataset_url_or_urls: Any, filesystem: Any = None) -> Any:
+    """Check a URL or a non-empty list of URLs and strip one trailing ``/`` from each (a pyiceberg table passes).
+
+    Absolute local paths become ``file://`` URLs; with a ``filesystem`` a path without a scheme is a path on it.
+    """
     if is_iceberg_table(dataset_url_or_urls):
         return dataset_url_or_urls
     if isinstance(dataset_url_or_urls, list):
         if not dataset_url_or_urls:
             raise ValueError('dataset url list must be non-empty.')
-        return [normalize_dir_url(url) for url in dataset_url_or_urls]
-    return normalize_dir_url(dataset_url_or_urls)
+        return [normalize_dir_url(url, filesystem) for url in dataset_url_or_urls]
+    return normalize_dir_url(dataset_url_or_urls, filesystem)
 
 
 def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_pool_type: PoolType = 'thread',
@@ -107,7 +109,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             removed when the reader exits, as in Petastorm; pass ``cache_extra_settings={'cleanup': False}`` to
             keep it for later readers.
         cache_location: the cache directory (``'local-disk'``).
-        cache_size_limit: the cache's size limit in bytes.
+        cache_size_limit: the cache's size limit in bytes (None: no limit, entries are never evicted).
         cache_row_size_estimate: the expected size of one entry in bytes (checked against the limit).
         cache_extra_settings: more settings of :class:`~petastorm.local_disk_cache.LocalDiskCache`, e.g.
             ``{'cleanup': False}``.
@@ -148,7 +150,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         A :class:`Reader`: an iterator and context manager.
     """
     return Reader(validate_options(
-        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=False,
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url, filesystem), batched_output=False,
         schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
         pyarrow_serialize=pyarrow_serialize, results_queue_size=results_queue_size, seed=seed,
         shuffle_rows=shuffle_rows, shuffle_row_groups=shuffle_row_groups,
@@ -190,7 +192,7 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
     ``5 < x < 10``).
     """
     return Reader(validate_options(
-        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url_or_urls), batched_output=True,
+        dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url_or_urls, filesystem), batched_output=True,
         schema_fields=schema_fields, reader_pool_type=reader_pool_type, workers_count=workers_count,
         results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
         shuffle_row_groups=shuffle_row_groups, shuffle_row_drop_partitions=shuffle_row_drop_partitions,
@@ -237,7 +239,7 @@ class Reader:
         self._stage_totals = StageTotals() if time_stages else None
         setup = set_up_reader(options, time_stages=time_stages)
         if setup.schema_inferred and not options.batched_output:
-            warn_user(PLAIN_PARQUET_WARNING)
+            logger.info(PLAIN_PARQUET_NOTE, options.dataset_url_or_urls)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
         self._passes = ReaderPasses(options, setup, self._stage_totals)
@@ -344,6 +346,17 @@ class Reader:
             TypeError: the count is unknown in advance (see :attr:`num_rows_per_epoch`) or ``num_epochs=None``.
         """
         return self._passes.items_this_pass()
+
+    def __getitem__(self, index: Any) -> Any:
+        """A reader is a stream, not indexable: what ``torch.utils.data.DataLoader(reader)`` meets, explained.
+
+        Raises:
+            TypeError: always, naming the loaders that read a reader.
+        """
+        raise TypeError(f'a petastorm Reader is a stream of {"batches" if self.is_batched_reader else "rows"} and '
+                        f'cannot be indexed (reader[{index!r}]); torch.utils.data.DataLoader(reader) needs a map-style '
+                        f'dataset: use petastorm.pytorch.DataLoader(reader, batch_size=...) or BatchedDataLoader, '
+                        f'which read the reader in order')
 
     def __bool__(self) -> bool:
         return True  # a reader is truthy even when its len() is unknown or 0

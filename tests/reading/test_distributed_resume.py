@@ -291,11 +291,8 @@ def test_weighted_sampling_keeps_its_mixture_under_resume(petastorm_url, parquet
 
 
 def test_loaders_without_a_position_say_so(parquet_url, petastorm_url):
-    from petastorm.pytorch import DataLoader, InMemBatchedDataLoader
+    from petastorm.pytorch import DataLoader
 
-    with InMemBatchedDataLoader(_make('batches', parquet_url), batch_size=10, rows_capacity=200) as loader, \
-            pytest.raises(NotImplementedError, match='reads its reader at construction'):
-        loader.state_dict()
     # A WeightedSamplingReader of readers has a position under the loaders: test_weighted_sampling_resume.py.
     real = _make('rows', petastorm_url)
     mix = WeightedSamplingReader([real, _Rows(real.schema)], [0.5, 0.5])

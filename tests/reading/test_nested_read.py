@@ -7,7 +7,6 @@ kind, with shuffles, shards, predicates and transforms on.
 from __future__ import annotations
 
 import decimal
-import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -37,9 +36,7 @@ def url(table, tmp_path_factory):
 
 
 def _row_reader(url, **kwargs):
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='Currently make_reader supports reading only Petastorm')
-        return make_reader(url, **kwargs)
+    return make_reader(url, **kwargs)
 
 
 @pytest.mark.parametrize('pool', ['dummy', 'thread', 'process'])

@@ -260,7 +260,7 @@ def test_bad_options_are_named(url, kwargs, message):
 
 
 @pytest.mark.parametrize(('target', 'error', 'message'), [
-    ('/no/scheme', ValueError, 'scheme-less'),
+    ('no/scheme', ValueError, 'scheme-less'),
     (None, ValueError, 'must be a string'),
     ([], ValueError, 'must be non-empty'),
     ('file:///definitely/not/here', FileNotFoundError, '/definitely/not/here'),

@@ -1,5 +1,6 @@
 """Reader mistakes that used to pass silently, and messages that say what to do."""
 
+import pathlib
 import re
 
 import numpy as np
@@ -176,21 +177,37 @@ def test_filters_on_an_unknown_column_name_filters_and_the_columns(url, factory)
 
 
 @pytest.mark.parametrize(('kwargs', 'message'), [
-    ({'cur_shard': 0, 'shard_count': 0}, r'partition and num_partitions must be ints and both specified to use '
-                                         r'partitioning: shard_count is the number of shards \(an int >= 1\).*'
-                                         r'got cur_shard=0, shard_count=0'),
-    ({'num_epochs': 0}, r'iterations must be positive integer or None: num_epochs is the number of passes.*'
-                        r'None to read forever; got num_epochs=0'),
+    # What to do comes first; Petastorm's words (which code matches) follow in parentheses.
+    ({'cur_shard': 0, 'shard_count': 0}, r'^shard_count is the number of shards \(an int >= 1\).*'
+                                         r'got cur_shard=0, shard_count=0 \(partition and num_partitions must be '
+                                         r'ints and both specified to use partitioning\)'),
+    ({'num_epochs': 0}, r'^num_epochs must be the number of passes over the data.*None to read forever; got '
+                        r'num_epochs=0 \(iterations must be positive integer or None\)'),
 ])
 def test_shard_and_epoch_messages_say_what_the_values_mean(url, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_reader(url, **kwargs)
 
 
-def test_a_scheme_less_path_is_answered_with_its_file_url(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match=re.escape(f"Please prepend \"file://\" for local filesystem: "
-                                                   f"'file://{tmp_path}/ds'")):
-        make_reader(str(tmp_path / 'ds'))
+def test_an_absolute_path_is_its_file_url_and_a_relative_one_is_answered_with_it(url, tmp_path, monkeypatch):
+    # pyarrow, pandas, Polars and Hugging Face datasets take a plain absolute path; Petastorm refused it.
+    path = url[len('file://'):]
+    with make_batch_reader(path, reader_pool_type='dummy') as reader:
+        assert sum(len(batch.id) for batch in reader) == ROWS
+    with make_reader(path + '/', reader_pool_type='dummy') as reader:
+        assert len(list(reader)) == ROWS
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=re.escape(f"'file://{tmp_path}/relative/ds'")):
+    with pytest.raises(ValueError, match=re.escape(f"relative path, which is not supported: pass an absolute path or "
+                                                   f"a URL, for the local filesystem 'file://{tmp_path}/relative/ds'")):
         make_batch_reader('relative/ds')
+
+
+def test_a_filesystem_given_takes_paths_without_a_scheme(url, tmp_path):
+    import pyarrow.fs as pafs
+
+    # A bucket-like root: the path is 'bucket/<store>' on that filesystem, as pyarrow and Polars take it.
+    root = pathlib.Path(url[len('file://'):]).parent
+    bucket = pafs.SubTreeFileSystem(str(root.parent), pafs.LocalFileSystem())
+    with make_batch_reader(f'{root.name}/{pathlib.Path(url).name}', filesystem=bucket,
+                           reader_pool_type='dummy') as reader:
+        assert sum(len(batch.id) for batch in reader) == ROWS

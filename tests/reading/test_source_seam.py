@@ -51,7 +51,6 @@ def test_a_reader_is_both_and_describes_what_it_delivers(url):
         assert (reader.seed, reader.batched_output, reader.endless) == (3, True, True)
 
 
-@pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm datasets')
 def test_a_reader_of_ngrams_has_no_positions(url):
     fields = make_batch_reader(url, reader_pool_type='dummy').schema.fields
     ngram = NGram({0: [fields['id']], 1: [fields['x']]}, delta_threshold=10, timestamp_field=fields['id'])

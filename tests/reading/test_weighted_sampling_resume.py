@@ -41,7 +41,6 @@ def _mix(urls, batched, num_epochs=None, weights=(0.5, 0.3, 0.2)):
     return WeightedSamplingReader([reader(url) for url in urls], list(weights), seed=11)
 
 
-pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only:UserWarning')
 
 
 def test_row_readers_are_mixed_column_wise_with_the_draws_of_row_iteration(urls):

@@ -256,7 +256,7 @@ def test_cli_help(command):
 
 def test_cli_bad_urls_fail_fast_with_one_line(tmp_path, animals_url):
     cases = [
-        ('petastorm-generate-metadata.py', ['--dataset_url', str(tmp_path)], 'scheme-less'),
+        ('petastorm-generate-metadata.py', ['--dataset_url', 'relative/dir'], 'scheme-less'),
         ('petastorm-generate-metadata.py', ['--dataset_url', f'file://{tmp_path}/missing'], 'does not exist'),
         ('petastorm-copy-dataset.py', [f'file://{tmp_path}/missing', f'file://{tmp_path}/out'], 'does not exist'),
         ('petastorm-copy-dataset.py', [animals_url, animals_url], 'already exists'),

@@ -154,3 +154,22 @@ def test_non_dataset_directory_is_one_line_error(tmp_path):
     completed = _cli(tmp_path.as_uri())
     _assert_one_line_error(completed)
     assert 'not a Parquet dataset' in completed.stderr
+
+
+def test_one_file_of_one_row_group_is_counted_in_the_singular(tmp_path):
+    from petastorm.tools.inspect import format_description, inspect_dataset
+
+    pq.write_table(pa.table({'id': np.arange(3)}), str(tmp_path / 'one.parquet'))
+    report = format_description(inspect_dataset(f'file://{tmp_path}'), files=True)
+    assert 'rows:     3 in 1 row group, 1 file, ' in report
+    assert ' 3 rows, 1 row group\n' in report
+
+
+def test_values_print_as_users_read_them():
+    from petastorm.tables import TableVersion
+    from petastorm.tools.inspect import describe_value
+
+    assert [describe_value(v) for v in (np.float32(0.1), np.str_('cam0'), np.float64(1.5), np.int64(3))] == \
+        ['0.1', 'cam0', '1.5', '3']
+    assert repr(TableVersion('delta', 3)) == "TableVersion(format='delta', version=3)"
+    assert repr(TableVersion('delta', 3, 1700)) == "TableVersion(format='delta', version=3, timestamp_ms=1700)"

@@ -17,9 +17,7 @@ Example:
 from __future__ import annotations
 
 import logging
-import re
 import time
-import warnings
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -351,15 +349,11 @@ def _warn_if_plain_parquet(dataset_url: str, reader_args: dict[str, Any]) -> Non
 def _open_reader(dataset_url: str, batch: bool, reader_args: dict[str, Any], time_stages: bool) -> Any:
     """``make_reader``/``make_batch_reader`` with the same arguments, optionally timing its stages."""
     from petastorm.reader import Reader, normalize_dataset_url_or_urls
-    from petastorm.reading.inputs import PLAIN_PARQUET_WARNING
     from petastorm.reading.options import validate_options
 
     options = validate_options(dataset_url_or_urls=normalize_dataset_url_or_urls(dataset_url), batched_output=batch,
                                **reader_args)
-    with warnings.catch_warnings():
-        # _warn_if_plain_parquet said it already, naming the option to pass.
-        warnings.filterwarnings('ignore', message=re.escape(PLAIN_PARQUET_WARNING), category=UserWarning)
-        return Reader(options, time_stages=time_stages)
+    return Reader(options, time_stages=time_stages)
 
 
 def _wrap_in_loader(reader: Any, loader: Loader, batch_size: int) -> Any:

@@ -6,13 +6,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from petastorm._checks import check_positive_int
+from petastorm._checks import check_positive_int, is_integer
 from petastorm.cache._base import CacheBase, NullCache
 from petastorm.cache._decoded import DecodedRowGroupCache, decodes_in_cache
-from petastorm.cache._local_disk import LocalDiskCache
+from petastorm.cache._local_disk import DEFAULT_SHARDS, LocalDiskCache
 from petastorm.cache._row_groups import FileStamp, RowGroupCache, file_stamps
 from petastorm.unischema import UnischemaField
 
@@ -37,6 +38,9 @@ class _CacheKind:
 
 
 #: The one map from a ``cache_type`` to what it builds: the checks and the factories below ask it.
+#: The size limit of a local-disk cache made without cache_size_limit: in effect none.
+NO_SIZE_LIMIT: Final = 1 << 62
+
 _KINDS: dict[CacheType, _CacheKind] = {
     NULL_CACHE: _CacheKind(on_disk=False, decoded=False),
     LOCAL_DISK_CACHE: _CacheKind(on_disk=True, decoded=False),
@@ -79,11 +83,24 @@ def check_cache_arguments(cache_type: Any, location: Any, size_limit: Any, row_s
         return checked
     if not isinstance(location, (str, os.PathLike)) or not os.fspath(location):
         raise ValueError(f'cache_type={cache_type!r} needs cache_location, a local directory path; got {location!r}')
-    check_positive_int('cache_size_limit', size_limit)
-    if row_size_estimate is not None:
-        check_positive_int('cache_row_size_estimate', row_size_estimate)
+    scheme = urlparse(os.fspath(location)).scheme if isinstance(location, str) else ''
+    if scheme and scheme != 'file' and not (len(scheme) == 1 and os.name == 'nt'):
+        raise ValueError(f'cache_location={location!r} is a {scheme}:// URL; the local-disk cache needs a directory '
+                         f'on a local disk of this machine (for example /tmp/petastorm-cache)')
     if extra_settings is not None and not isinstance(extra_settings, dict):
         raise ValueError(f'cache_extra_settings must be a dict or None, got {type(extra_settings).__name__}')
+    if size_limit is None:
+        return checked  # no limit: entries are never evicted
+    limit = check_positive_int('cache_size_limit', size_limit)
+    if row_size_estimate is not None:
+        estimate = check_positive_int('cache_row_size_estimate', row_size_estimate)
+        settings = extra_settings or {}
+        shards = settings.get('shards', DEFAULT_SHARDS)
+        if settings.get('eviction_policy') != 'none' and is_integer(shards) and limit / shards < 5 * estimate:
+            raise ValueError(f'cache_size_limit / shards must be at least 5 * cache_row_size_estimate, so that every '
+                             f'shard of the cache holds a few entries; got cache_size_limit={limit}, shards={shards} '
+                             f'(cache_extra_settings), cache_row_size_estimate={estimate}. Raise cache_size_limit, '
+                             f'or leave it out (no limit)')
     return checked
 
 
@@ -115,6 +132,8 @@ def make_cache(cache_type: str | None, location: Any, size_limit: int | None, ro
     if kind.decoded:
         # Decoded columns are handed out as views of the entries: writable ones, as decoding would give.
         settings = {'writable_tables': True, **settings}
+    if size_limit is None:  # no limit: never evict, and nothing to check the estimate against
+        size_limit, row_size_estimate = NO_SIZE_LIMIT, None
     return LocalDiskCache(location, size_limit, row_size_estimate, **settings)
 
 

@@ -64,6 +64,10 @@ def _local_path(path: Any) -> str:
     return os.path.abspath(os.fspath(path))
 
 
+#: Subdirectories the entries are spread over, unless ``shards`` says otherwise.
+DEFAULT_SHARDS = 6
+
+
 def _restore(path: str, size_limit_bytes: int, expected_row_size_bytes: int | None, shards: int, cleanup: bool,
              eviction_policy: str, writable_tables: bool = False) -> LocalDiskCache:
     return LocalDiskCache(path, size_limit_bytes, expected_row_size_bytes, shards=shards, cleanup=cleanup,
@@ -99,7 +103,7 @@ class LocalDiskCache(CacheBase):
     """
 
     def __init__(self, path: Any, size_limit_bytes: int | None, expected_row_size_bytes: int | None,
-                 shards: int = 6, cleanup: bool = True, **settings: Any) -> None:
+                 shards: int = DEFAULT_SHARDS, cleanup: bool = True, **settings: Any) -> None:
         self._path = _local_path(path)
         self._size_limit = check_positive_int('size_limit_bytes (cache_size_limit)', size_limit_bytes, unit='bytes')
         # The message of a bad shard count has always said "(bytes)" as the byte sizes do; users match the text.

@@ -21,6 +21,7 @@ metadata is written afterwards from this process, through our filesystem layer, 
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.fs import resolve_url
 from petastorm.metadata.write import write_dataset_metadata
@@ -38,7 +40,7 @@ from petastorm.spark.session import is_connect_session
 from petastorm.store.listing import SUMMARY_METADATA, list_data_files
 from petastorm.unischema import Unischema
 
-__all__ = ['materialize_dataset', 'row_groups_from_summary', 'write_petastorm_metadata']
+__all__ = ['check_workers_python', 'materialize_dataset', 'row_groups_from_summary', 'write_petastorm_metadata']
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +168,33 @@ def write_petastorm_metadata(filesystem: pafs.FileSystem, root: str, schema: Uni
     return written
 
 
+def check_workers_python(context: Any, timeout: float = 30.0) -> None:
+    """Warn, before any Spark job, when a local master's workers run a Python that cannot import petastorm.
+
+    The workers run ``context.pythonExec`` (``PYSPARK_PYTHON`` or ``spark.pyspark.python``; ``python3`` unless set).
+    When it is not this interpreter, it is asked to import petastorm, as a worker would; otherwise the first task
+    fails after a long Java log ending in ``ModuleNotFoundError``. Remote masters' workers are not checked.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    master = str(context.master or '')
+    python = getattr(context, 'pythonExec', None) or 'python3'
+    if not master.startswith('local') or shutil.which(python) is None:
+        return
+    if os.path.realpath(shutil.which(python) or python) == os.path.realpath(sys.executable):
+        return
+    try:
+        answer = subprocess.run([python, '-c', 'import petastorm'], capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if answer.returncode:
+        warn_user(f"Spark's workers run {python!r} (PYSPARK_PYTHON or spark.pyspark.python), not this interpreter "
+                  f'({sys.executable}), and it cannot import petastorm: the job will fail in its workers. Set '
+                  f'PYSPARK_PYTHON={sys.executable} before the session starts, or install petastorm there.')
+
+
 @contextmanager
 def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_group_size_mb: float | None = None,
                         use_summary_metadata: bool = False,
@@ -207,6 +236,7 @@ def materialize_dataset(spark: Any, dataset_url: str, schema: Unischema, row_gro
         session_settings.update(settings)
     else:
         conf = _hadoop_configuration(spark)
+        check_workers_python(spark.sparkContext)
     saved_hadoop: list[_SavedSetting] = []
     saved_session: list[_SavedSetting] = []
     try:

@@ -233,6 +233,12 @@ def describe(err: BaseException, secrets: Iterable[str] = ()) -> str:
     return redact(text, secrets)
 
 
+def _no_credentials(err: BaseException) -> bool:
+    """The client found no credentials at all (botocore's ``NoCredentialsError``), rather than having some refused."""
+    return any(type(item).__name__ == 'NoCredentialsError' or 'Unable to locate credentials' in str(item)
+               for item in _chain(err))
+
+
 def translate(err: BaseException, operation: str, url: str, secrets: Iterable[str] = (),
               attempts: int = 1) -> BaseException:
     """The petastorm error to raise (chained ``from err``) for ``err`` raised by ``operation`` on ``url``.
@@ -250,6 +256,10 @@ def translate(err: BaseException, operation: str, url: str, secrets: Iterable[st
     kind = classify(err)
     if kind == 'not_found':
         return StorageNotFoundError(f'{shown} does not exist ({operation}: {detail})')
+    if kind == 'credentials' and _no_credentials(err):
+        return StorageCredentialsError(
+            f'no credentials were found for {shown} ({operation}: {detail}). Pass them in storage_options (for S3: '
+            f"key/secret/token or profile, or {{'anon': True}} for a public bucket) or set them in the environment.")
     if kind == 'credentials':
         return StorageCredentialsError(
             f'the storage refused the credentials used for {shown} ({operation}: {detail}). Check the '

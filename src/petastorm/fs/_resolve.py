@@ -64,19 +64,24 @@ class ResolvedLocation:
         return isinstance(self.path, list)
 
 
-def normalize_dir_url(dataset_url: Any) -> str:
-    """Check a dataset URL and strip one trailing ``/``.
+def normalize_dir_url(dataset_url: Any, filesystem: Any = None) -> str:
+    """Check a dataset URL and strip one trailing ``/``; an absolute local path becomes its ``file://`` URL.
+
+    With a ``filesystem`` given, a path without a scheme is a path on it (``bucket/key`` on an object store) and is
+    returned as it is.
 
     Raises:
-        ValueError: the URL is not a string, or has no scheme.
+        ValueError: the URL is not a string, or is a relative path without a scheme (and no ``filesystem``).
     """
     if not isinstance(dataset_url, str):
         raise ValueError(f'directory url must be a string, got {dataset_url!r}')
     url = dataset_url[:-1] if dataset_url.endswith('/') and len(dataset_url) > 1 else dataset_url
-    if not urlparse(url).scheme:
-        raise ValueError(f'A scheme-less dataset url ({dataset_url!r}) is no longer supported. Please prepend '
-                         f'"file://" for local filesystem: {local_url_hint(dataset_url)!r}')
-    return url
+    if urlparse(url).scheme or filesystem is not None:
+        return url
+    if os.path.isabs(url):
+        return 'file://' + url
+    raise ValueError(f'A scheme-less dataset url ({dataset_url!r}) is a relative path, which is not supported: pass '
+                     f'an absolute path or a URL, for the local filesystem {local_url_hint(dataset_url)!r}')
 
 
 def local_url_hint(path: str) -> str:
@@ -138,11 +143,13 @@ def _check_s3_endpoint(settings: S3Settings, url: str) -> None:
 def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0) -> None:
     """Refuse at once an endpoint that refuses connections, instead of letting the client retry it for a minute.
 
-    One TCP connection is opened and closed. Only a refused connection raises: timeouts and name lookups are left
-    to the client, which reports them with its own retries.
+    One TCP connection is opened and closed (for an ``https`` endpoint, after a TLS handshake). Only a refused
+    connection or a server that does not speak TLS raises: timeouts and name lookups are left to the client, which
+    reports them with its own retries.
 
     Raises:
-        StorageError: nothing listens at the endpoint's host and port.
+        StorageError: nothing listens at the endpoint's host and port, or an ``https`` endpoint answers without TLS
+            (a plain http server: a configuration error, which clients would retry for a minute).
     """
     if not endpoint:
         return
@@ -158,14 +165,39 @@ def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0)
     except ValueError:
         return  # a malformed port: the client reports it
     try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
-            pass
+        connection = socket.create_connection((parsed.hostname, port), timeout=timeout)
     except ConnectionRefusedError as err:
         raise StorageError(f'cannot reach {display_url(url)}: the S3 endpoint {display_url(endpoint)} refused the '
                            f'connection (nothing listens at {parsed.hostname}:{port}). Check endpoint_url in '
                            f'storage_options and that the server is running.') from err
     except OSError:
         return
+    with connection:
+        if parsed.scheme == 'https':
+            _check_tls(connection, parsed.hostname, endpoint, url)
+
+
+def _check_tls(connection: socket.socket, hostname: str, endpoint: str, url: str) -> None:
+    """Refuse an ``https`` endpoint whose server does not answer a TLS handshake (certificates are not judged here).
+
+    Raises:
+        StorageError: the server answered, but not with TLS.
+    """
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the client judges certificates; only the protocol is checked here
+    try:
+        with context.wrap_socket(connection, server_hostname=hostname):
+            pass
+    except ssl.SSLError as err:
+        plain = endpoint.replace('https://', 'http://', 1)
+        raise StorageError(f'cannot read {display_url(url)}: the S3 endpoint {display_url(endpoint)} does not speak '
+                           f'TLS ({err.reason or err}); for a plain http server use endpoint_url '
+                           f'{display_url(plain)!r} in storage_options') from err
+    except OSError:
+        return  # a timeout or a dropped connection: left to the client, with its retries
 
 
 def as_arrow_filesystem(filesystem: Any, scheme: str) -> pafs.FileSystem:
@@ -187,6 +219,8 @@ def path_in(url: str, filesystem: Any = None) -> str:
     """The path a URL names on its filesystem (``bucket/key`` on object stores, ``/a/b`` on local and HDFS)."""
     parsed = urlparse(url)
     scheme = parsed.scheme
+    if not scheme:
+        return url  # a path on the filesystem the caller gave (see normalize_dir_url)
     if scheme == 'file':
         return _local_path(parsed, url)
     if scheme in HDFS_SCHEMES:
@@ -223,7 +257,7 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
         MissingDependencyError: the scheme's package is not installed.
         StorageError: the filesystem could not be created or connected.
     """
-    url = normalize_dir_url(dataset_url)
+    url = normalize_dir_url(dataset_url, filesystem)
     check_hdfs_driver(hdfs_driver)
     scheme = urlparse(url).scheme.lower()
     check_storage_options(url, storage_options, fsspec_class if filesystem is None else None)
@@ -264,7 +298,7 @@ def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: 
         urls = list(dataset_url_or_urls)
         if not urls:
             raise ValueError('dataset url list must be non-empty.')
-        urls = [normalize_dir_url(u) for u in urls]
+        urls = [normalize_dir_url(u, filesystem) for u in urls]
         origins = {(urlparse(u).scheme, urlparse(u).netloc) for u in urls}
         if len(origins) != 1:
             raise ValueError('The dataset url list must contain url with the same scheme and netloc.')
@@ -274,7 +308,7 @@ def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: 
         return ResolvedLocation(fs, paths, urls)
     fs, path = resolve_url(cast(str, dataset_url_or_urls), storage_options, filesystem, hdfs_driver=hdfs_driver,
                            hadoop_configuration=hadoop_configuration)
-    return ResolvedLocation(fs, path, normalize_dir_url(dataset_url_or_urls))
+    return ResolvedLocation(fs, path, normalize_dir_url(dataset_url_or_urls, filesystem))
 
 
 def path_to_url(path: str) -> str:

@@ -101,16 +101,11 @@ class FilesystemResolver:
     def __init__(self, dataset_url: str | ParseResult, hadoop_configuration: Any = None,
                  connector: Any = HdfsConnector, hdfs_driver: str = 'libhdfs3', user: str | None = None,
                  storage_options: dict | None = None) -> None:
-        if isinstance(dataset_url, ParseResult):
-            parsed = dataset_url
-        elif isinstance(dataset_url, str):
-            parsed = urlparse(dataset_url[:-1] if dataset_url.endswith('/') else dataset_url)
-        else:
-            raise ValueError(f'directory url must be a string, got {dataset_url!r}')
+        # A string is checked as every URL is: an absolute local path is its file:// URL.
+        parsed = dataset_url if isinstance(dataset_url, ParseResult) else urlparse(normalize_dir_url(dataset_url))
         if not parsed.scheme:
-            path = dataset_url if isinstance(dataset_url, str) else dataset_url.path
-            raise ValueError(f'ERROR! A scheme-less dataset url ({dataset_url!r}) is no longer supported. Please '
-                             f'prepend "file://" for local filesystem: {local_url_hint(path)!r}')
+            raise ValueError(f'A scheme-less dataset url ({dataset_url!r}) is not supported: use '
+                             f'{local_url_hint(parsed.path)!r} for the local filesystem')
         self._dataset_url = parsed
         scheme = parsed.scheme.lower()
         self._dataset_path = get_dataset_path(parsed)

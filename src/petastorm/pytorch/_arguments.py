@@ -120,7 +120,8 @@ def check_callable(loader: str, name: str, value: Any, optional: bool) -> Callab
     if value is None and optional:
         return None
     if not callable(value):
-        raise LoaderArgumentError(f'{loader}: {name} must be a function, got {value!r} (torch\'s third positional '
-                                  f'argument is shuffle, ours is {name}: to shuffle, pass '
-                                  f'shuffling_queue_capacity=N and shuffle the reader)')
+        third = name in ('collate_fn', 'transform_fn')  # our third positional argument
+        raise LoaderArgumentError(f'{loader}: {name} must be a function, got {value!r}' + (
+            f" (torch's third positional argument is shuffle, ours is {name}: to shuffle, pass "
+            f'shuffling_queue_capacity=N and shuffle the reader)' if third else ''))
     return value

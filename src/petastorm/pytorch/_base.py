@@ -18,10 +18,10 @@ import numpy as np
 from petastorm._checks import check_positive_int
 from petastorm._warnings import warn_user
 from petastorm.plan import every_rank
-from petastorm.pytorch._arguments import check_torch_arguments
-from petastorm.pytorch._tensors import accelerator_available, torch
+from petastorm.pytorch._arguments import check_callable, check_torch_arguments
+from petastorm.pytorch._tensors import accelerator_available, pin, torch
 from petastorm.reading.batch_stream import BatchStream
-from petastorm.reading.source import ColumnSource, as_column_source, positions_of
+from petastorm.reading.source import ColumnSource, as_column_source, check_no_ngram, positions_of
 from petastorm.shuffle import Table
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,8 @@ class LoaderBase(_TorchDataLoader):
 
     def __init__(self, reader: Any, batch_size: int, collate_fn: Callable | None = None,
                  pin_memory: bool = False, drop_last: bool = False, bool_dtype: Any = None,
-                 torch_arguments: dict[str, Any] | None = None) -> None:
+                 torch_arguments: dict[str, Any] | None = None, batch_transform_fn: Callable | None = None) -> None:
+        check_callable(type(self).__name__, 'batch_transform_fn', batch_transform_fn, optional=True)
         torch_arguments = dict(torch_arguments or {})
         dataset = torch_arguments.pop('dataset', None)
         if dataset is not None and not (isinstance(dataset, _ReaderDataset) and dataset.reader is reader):
@@ -129,6 +130,7 @@ class LoaderBase(_TorchDataLoader):
             torch_arguments['dataset'] = dataset
         check_torch_arguments(type(self).__name__, torch_arguments)
         self._source = as_column_source(type(self).__name__, reader)
+        check_no_ngram(type(self).__name__, self._source)
         batch_size = check_positive_int('batch_size', batch_size)
         if not isinstance(drop_last, (bool, np.bool_)):
             raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
@@ -139,6 +141,7 @@ class LoaderBase(_TorchDataLoader):
                          batch_size=batch_size, collate_fn=collate_fn,
                          pin_memory=bool(pin_memory), drop_last=bool(drop_last))
         self.reader = reader
+        self.batch_transform_fn = batch_transform_fn
         self.bool_dtype = torch.uint8 if self._bool_to_uint8 else torch.bool
         self._pin = bool(pin_memory) and accelerator_available()
         if pin_memory and not self._pin:
@@ -152,7 +155,7 @@ class LoaderBase(_TorchDataLoader):
             self._core = BatchStream(self._source, self.batch_size,
                                      getattr(self, 'shuffling_queue_capacity', 0), ops=ops, prepare=prepare,
                                      finish=finish, packed=packed, drop_last=self.drop_last,
-                                     name='Petastorm DataLoader')
+                                     name=type(self).__name__)
         return self._core
 
     def _stream_settings(self) -> tuple[Any, Callable[[Table], Table], Callable[[Table, bool], Any], bool]:
@@ -161,6 +164,12 @@ class LoaderBase(_TorchDataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._stream())
+
+    def _hand_over(self, batch: Any) -> Any:
+        """A collated batch as the user receives it: through ``batch_transform_fn``, then pinned if asked."""
+        if self.batch_transform_fn is not None:
+            batch = self.batch_transform_fn(batch)
+        return pin(batch) if self._pin else batch
 
     def _check_resumable(self, method: str) -> None:
         if type(self)._stream_settings is LoaderBase._stream_settings:  # reads its reader at construction
@@ -202,6 +211,11 @@ class LoaderBase(_TorchDataLoader):
     def __len__(self) -> int:
         # The batches of a whole pass, also after load_state_dict: trainers count an epoch's batches from its start.
         batches = self._stream().num_batches()
+        if batches is None and self._source.info.endless:
+            raise TypeError(f'len() of a {type(self).__name__} needs a reader with an end: this one repeats forever '
+                            f'(num_epochs=None, also the default of a Spark converter\'s make_torch_dataloader). '
+                            f'Pass num_epochs=1 (make_torch_dataloader(num_epochs=1), make_reader(..., num_epochs=1)) '
+                            f'for len() to count the batches of one epoch')
         if batches is None:
             raise TypeError(f'len() of a {type(self).__name__} needs a reader whose row count is known in advance '
                             f'(num_epochs set; a predicate or filters on stored columns need '

@@ -34,8 +34,6 @@ from petastorm.shuffle import Table
 
 def column_chunks(source: ColumnSource, with_row_ids: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """``(columns, rows_are_tuples)`` per batch of the source's next pass (plus ``ROW_IDS`` if asked)."""
-    if source.info.ngram is not None:
-        raise NotImplementedError('petastorm.pytorch loaders do not read NGram windows; iterate the reader itself')
     for batch in source.column_batches():
         columns = dict(batch.columns)
         if with_row_ids:

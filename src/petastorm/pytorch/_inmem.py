@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from petastorm._checks import check_positive_int
+from petastorm._checks import check_positive_int, is_integer
 from petastorm._warnings import warn_user
 from petastorm.pytorch._arguments import check_callable
 from petastorm.pytorch._base import LoaderBase, stop_reader_on_error
@@ -23,9 +24,33 @@ from petastorm.pytorch._columns import (
 from petastorm.pytorch._nested import TorchForms
 from petastorm.pytorch._ragged import VariableLength
 from petastorm.pytorch._tensors import TensorOps, batch_tensor, torch
-from petastorm.reading.source import ColumnSource, as_column_source
+from petastorm.reading.source import ColumnSource, as_column_source, check_no_ngram
 from petastorm.shuffle import ColumnStore, PackedColumns, Table, num_rows, slice_rows
 from petastorm.shuffle._nested import NestedColumns
+
+
+class ServedPosition(NamedTuple):
+    """Where an :class:`InMemBatchedDataLoader` is: an iteration (``num_epochs`` epochs) and its batches delivered."""
+
+    iteration: int
+    delivered: int
+
+
+# torch is imported at run time (import_optional), so its classes are values to the type checker.
+_InfiniteConstantSampler: Any = torch.utils.data.dataloader._InfiniteConstantSampler
+
+
+class _EpochSampler(_InfiniteConstantSampler):
+    """torch's sampler of an iterable dataset, passing ``set_epoch`` on to its loader."""
+
+    def __init__(self, set_epoch: Callable[[], Callable[[int], None] | None]) -> None:
+        super().__init__()
+        self._set_epoch = set_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        method = self._set_epoch()
+        if method is not None:
+            method(epoch)
 
 
 class InMemBatchedDataLoader(LoaderBase):
@@ -44,11 +69,14 @@ class InMemBatchedDataLoader(LoaderBase):
     ``RuntimeError``. Once an iteration delivered its last batch (also when the end was not asked for, as a trainer
     that takes ``len(loader)`` batches does) or was closed (a loop left with ``break``), another ``iter()`` serves
     the next ``num_epochs`` epochs (epochs ``num_epochs`` to ``2 * num_epochs - 1``, seeded the same way).
+    :meth:`state_dict` is that position (the iteration and the batches it delivered, as Lightning and Accelerate save
+    in checkpoints); :meth:`load_state_dict` on the same loader made again continues with exactly the batches left.
 
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (usually with ``num_epochs=1``).
         batch_size: rows per batch.
-        transform_fn: makes a tensor of one column of a row group, as in :class:`BatchedDataLoader`.
+        transform_fn: makes a tensor of one column of a row group, as in :class:`BatchedDataLoader` (called while
+            the data is loaded, once).
         num_epochs: epochs one iteration serves.
         seed: seeds the per-epoch shuffles.
         rows_capacity: the most rows kept in memory.
@@ -60,17 +88,20 @@ class InMemBatchedDataLoader(LoaderBase):
             to epoch when shuffled). With equal shares of rows per DDP rank (``shard_mode='rows'``), every rank
             gets the same number of full batches.
         bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        batch_transform_fn: called on every batch served, every epoch, before it is handed over; what it returns is
+            the batch (per-batch augmentation, which differs epoch to epoch).
         **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  num_epochs: int = 1, seed: int = 0, rows_capacity: int = 1024, shuffle: bool = False, *,
                  variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
-                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, batch_transform_fn: Callable | None = None,
+                 **torch_arguments: Any) -> None:
         with stop_reader_on_error(reader):
             check_callable('InMemBatchedDataLoader', 'transform_fn', transform_fn, optional=True)
             super().__init__(reader, batch_size, drop_last=drop_last, bool_dtype=bool_dtype,
-                             torch_arguments=torch_arguments)
+                             torch_arguments=torch_arguments, batch_transform_fn=batch_transform_fn)
             check_positive_int('num_epochs', num_epochs)
             check_positive_int('rows_capacity', rows_capacity)
             check_tensor_fields(type(self).__name__, self._source)
@@ -89,42 +120,74 @@ class InMemBatchedDataLoader(LoaderBase):
             reader.stop()
             reader.join()
         self._serving = False
-        self._iterations = 0
+        self._position = ServedPosition(0, 0)  # the next batch to serve: its iteration, and the batches before it
+        self._started = False  # the iterator being served has read its position
+        # Trainers tell the sampler the epoch they start (Lightning at every epoch, also after a restart).
+        object.__setattr__(self, 'sampler', _EpochSampler(weakref.WeakMethod(self.set_epoch)))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Serve iteration ``epoch`` next (as ``DistributedSampler.set_epoch``; trainers call it at each epoch start).
+
+        Lightning restores a loader's state only when a checkpoint was saved in the middle of an epoch; after one
+        saved at an epoch's end, this is how a resumed run serves the next epochs, not the first ones again. A
+        position restored in the middle of that iteration is kept; once an iteration delivers it changes nothing.
+        """
+        if not (self._serving and self._started) and self._position.iteration != epoch:
+            if not is_integer(epoch) or epoch < 0:
+                raise ValueError(f'set_epoch: epoch must be an integer >= 0, got {epoch!r}')
+            self._position = ServedPosition(int(epoch), 0)
 
     def __iter__(self) -> Iterator[Any]:
         if self._serving:
             raise RuntimeError("InMemBatchedDataLoader couldn't be used multiple times, please specify total number "
                                'of epochs using num_epochs in constructor.')
         self._serving = True
-        first_epoch = self._iterations * self.num_epochs
-        self._iterations += 1
-        return self._epochs(first_epoch)
+        self._started = False
+        return self._epochs()
 
-    def _epochs(self, first_epoch: int) -> Iterator[Any]:
+    def _epochs(self) -> Iterator[Any]:
+        # The position is read at the first next(): trainers call iter() before set_epoch().
         # Serving ends with the last batch (a trainer that takes len() batches never asks for the end), or when the
-        # iterator is closed (a loop left with break, an interrupt); then another iteration may serve the next
+        # iterator is closed (a loop left with break, an interrupt); then another iteration serves the next
         # num_epochs epochs.
+        self._started = True
+        iteration, skip = self._position
         try:
             if self._nested is not None:
-                yield from self._nested_epochs(first_epoch)
+                yield from self._nested_epochs(iteration * self.num_epochs, skip)
             else:
-                yield from self._serve_epochs(first_epoch)
+                yield from self._serve_epochs(iteration * self.num_epochs, skip)
         finally:
+            if self._position.iteration == iteration:
+                self._position = ServedPosition(iteration + 1, 0)
             self._serving = False
 
-    def _serve_epochs(self, first_epoch: int) -> Iterator[Any]:
+    def _delivered(self) -> None:
+        """Count a batch handed over; after the iteration's last one, the next iteration may start."""
+        iteration, delivered = self._position
+        self._position = ServedPosition(iteration, delivered + 1)
+        if delivered + 1 == len(self):
+            self._position = ServedPosition(iteration + 1, 0)
+            self._serving = False
+
+    def _start(self, first_epoch: int, skip: int) -> tuple[int, int]:
+        """``(epoch, row)`` where an iteration that already delivered ``skip`` batches continues."""
+        per_epoch = math.ceil(self._rows_per_epoch() / self.batch_size)
+        return first_epoch + skip // per_epoch, (skip % per_epoch) * self.batch_size
+
+    def _serve_epochs(self, first_epoch: int, skip: int) -> Iterator[Any]:
         n = self._num_rows
         step = _chunk_rows(self._store, self.batch_size)
         gather = _gatherer(self._store, self._keys, n)
-        remaining = len(self)
         served = self._rows_per_epoch()  # the rows of an epoch's batches: drop_last leaves the short tail out
-        for epoch in range(first_epoch, first_epoch + self.num_epochs):
+        start_epoch, start_row = self._start(first_epoch, skip)
+        for epoch in range(start_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator)
             # One gather per chunk of many batches, not per batch: batches are then views of the chunk's columns.
-            for chunk_start in range(0, served, step):
+            for chunk_start in range(start_row if epoch == start_epoch else 0, served, step):
                 chunk_stop = min(chunk_start + step, served)
                 if order is None:
                     chunk = self._store.slice(chunk_start, chunk_stop)
@@ -137,31 +200,76 @@ class InMemBatchedDataLoader(LoaderBase):
                     batches = ([column[start:start + self.batch_size] for column in columns]
                                for start in range(0, chunk_stop - chunk_start, self.batch_size))
                 for values in batches:
-                    remaining -= 1
-                    if not remaining:
-                        self._serving = False
-                    yield values if self._as_tuple else dict(zip(self._keys, values, strict=True))
+                    batch = self._hand_over(values if self._as_tuple else dict(zip(self._keys, values, strict=True)))
+                    self._delivered()
+                    yield batch
 
-    def _nested_epochs(self, first_epoch: int) -> Iterator[Any]:
+    def _nested_epochs(self, first_epoch: int, skip: int) -> Iterator[Any]:
         """Epochs of a table with list or struct columns: rows gathered per batch, their lists from the arenas."""
         assert self._nested is not None
         n = self._num_rows
-        remaining = len(self)
         served = self._rows_per_epoch()
-        for epoch in range(first_epoch, first_epoch + self.num_epochs):
+        start_epoch, start_row = self._start(first_epoch, skip)
+        for epoch in range(start_epoch, first_epoch + self.num_epochs):
             order = None
             if self.shuffle:
                 generator = torch.Generator().manual_seed(self.seed + epoch)
                 order = torch.randperm(n, generator=generator).numpy()
-            for start in range(0, served, self.batch_size):
+            for start in range(start_row if epoch == start_epoch else 0, served, self.batch_size):
                 stop = min(start + self.batch_size, served)
                 rows = np.arange(start, stop) if order is None else order[start:stop]
                 table = self._nested.decode(self._store.take(rows))
                 tensors = finish_batch(table, self._forms, torch.device('cpu'))
-                remaining -= 1
-                if not remaining:
-                    self._serving = False
-                yield list(tensors.values()) if self._as_tuple else tensors
+                batch = self._hand_over(list(tensors.values()) if self._as_tuple else tensors)
+                self._delivered()
+                yield batch
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """True: :meth:`state_dict` keeps the position (Accelerate's ``save_state``/``load_state`` use it)."""
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the served epochs: the iteration being served and the batches it delivered.
+
+        Lightning and Accelerate save it in their checkpoints. :meth:`load_state_dict` on a loader made again with
+        the same data and arguments (a new process reads the same rows) makes its next iteration continue exactly:
+        the batches not delivered yet of the saved iteration, in the same order (epoch ``e`` is shuffled with
+        ``seed + e`` whatever the process), then the later iterations as usual. Saved between two iterations, the
+        next iteration serves the next epochs.
+        """
+        return {'iteration': self._position.iteration, 'batches_delivered': self._position.delivered,
+                **self._fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next ``iter()`` serves what the saved loader had left.
+
+        Raises:
+            ValueError: the state was saved by a loader with other rows or arguments (naming what differs), or is
+                not a state of this loader.
+            RuntimeError: an iteration is being served.
+        """
+        if self._serving and self._started:
+            raise RuntimeError('InMemBatchedDataLoader.load_state_dict() while an iteration is being served: '
+                               'restore before iterating')
+        if not isinstance(state, dict) or not {'iteration', 'batches_delivered'} <= state.keys():
+            raise ValueError(f'not a state of an InMemBatchedDataLoader (expected the keys iteration, '
+                             f'batches_delivered): {state!r}')
+        differ = [f'{key}={state[key]!r} (this loader: {value!r})' for key, value in self._fingerprint().items()
+                  if key in state and state[key] != value]
+        if differ:
+            raise ValueError(f'the state was saved by an InMemBatchedDataLoader with {", ".join(differ)}; restore '
+                             f'it into a loader made with the same data and arguments')
+        iteration, delivered = int(state['iteration']), int(state['batches_delivered'])
+        if iteration < 0 or not 0 <= delivered < len(self):
+            raise ValueError(f'InMemBatchedDataLoader state out of range: iteration={iteration}, '
+                             f'batches_delivered={delivered} (an iteration has {len(self)} batches)')
+        self._position = ServedPosition(iteration, delivered)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What must be the same for a saved position to mean the same batches."""
+        return {'rows': self._num_rows, 'batch_size': self.batch_size, 'num_epochs': self.num_epochs,
+                'shuffle': self.shuffle, 'seed': self.seed, 'drop_last': bool(self.drop_last)}
 
     def _rows_per_epoch(self) -> int:
         return self._num_rows - self._num_rows % self.batch_size if self.drop_last else self._num_rows
@@ -172,8 +280,9 @@ class InMemBatchedDataLoader(LoaderBase):
     def __repr__(self) -> str:
         from petastorm._describe import describe_names
 
+        iterations = self._position.iteration + (1 if self._serving else 0)
         state = (', drop_last=True' if self.drop_last else '') + \
-            (f', iterations={self._iterations}' if self._iterations else '')
+            (f', iterations={iterations}' if iterations else '')
         return (f'<InMemBatchedDataLoader batch_size={self.batch_size}, rows_in_memory={self._num_rows}, '
                 f'fields={describe_names(self._keys)}, num_epochs={self.num_epochs}, shuffle={self.shuffle}, '
                 f'seed={self.seed}, batches={len(self)}{state}, reader={self.reader!r}>')
@@ -291,6 +400,7 @@ def _load_columns(source: ColumnSource, transform_fn: Callable | None, rows_capa
 def _load_rows_into_mem(reader: Any, transform_fn: Callable | None, rows_capacity: int) -> tuple[list[str], list]:
     """``(field names, one tensor per field)`` of up to ``rows_capacity`` rows read from ``reader``."""
     source = as_column_source('_load_rows_into_mem', reader)
+    check_no_ngram('_load_rows_into_mem', source)
     keys, store, rows, _, _ = _load_columns(source, transform_fn, rows_capacity,
                                             loader_forms('_load_rows_into_mem', source, 'auto', 0, None, tensors=True))
     columns = store.slice(0, rows) if keys else {}

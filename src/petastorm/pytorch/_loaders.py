@@ -27,7 +27,7 @@ from petastorm.pytorch._columns import (
     loader_forms,
 )
 from petastorm.pytorch._ragged import MASK_SUFFIX, VARIABLE_LENGTHS, VariableLength
-from petastorm.pytorch._tensors import TensorOps, pin, torch
+from petastorm.pytorch._tensors import TensorOps, torch
 from petastorm.reading.batch_stream import ROW_IDS, check_capacity
 from petastorm.shuffle import NumpyOps, Table
 
@@ -82,6 +82,9 @@ class DataLoader(LoaderBase):
             seed=...)`` (``docs/distributed.md``); with shards of whole row groups the ranks' row counts, and so
             their batch counts, may differ.
         bool_dtype: the tensor type of bool fields: ``torch.uint8`` (default, as Petastorm) or ``torch.bool``.
+        batch_transform_fn: called on every collated batch (what ``collate_fn`` made) before it is handed over
+            (and before pinning); what it returns is the batch. The place for per-batch normalisation and
+            augmentation (see ``docs/pytorch.md``).
         **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
 
     Example:
@@ -98,11 +101,13 @@ class DataLoader(LoaderBase):
     def __init__(self, reader: Any, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0, *, variable_length: VariableLength = 'list',
                  padding_value: Any = 0, pin_memory: bool = False, nulls: Any = None, drop_last: bool = False,
-                 bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
+                 bool_dtype: Any = torch.uint8, batch_transform_fn: Callable | None = None,
+                 **torch_arguments: Any) -> None:
         with stop_reader_on_error(reader):
             check_callable('DataLoader', 'collate_fn', collate_fn, optional=False)
             super().__init__(reader, batch_size, collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
-                             bool_dtype=bool_dtype, torch_arguments=torch_arguments)
+                             bool_dtype=bool_dtype, torch_arguments=torch_arguments,
+                             batch_transform_fn=batch_transform_fn)
             self._configure(shuffling_queue_capacity, variable_length, padding_value, nulls)
 
     def _configure(self, shuffling_queue_capacity: int, variable_length: VariableLength, padding_value: Any,
@@ -138,7 +143,7 @@ class DataLoader(LoaderBase):
                                     self.padding_value, self._forms, self._bool_to_uint8)
         else:
             batch = self.collate_fn(rows_of(columns, as_tuple, self._bool_to_uint8))
-        return pin(batch) if self._pin else batch
+        return self._hand_over(batch)
 
 
 class BatchedDataLoader(LoaderBase):
@@ -161,8 +166,10 @@ class BatchedDataLoader(LoaderBase):
     Args:
         reader: a reader from ``make_batch_reader`` or ``make_reader`` (stopped and joined on exit).
         batch_size: rows per batch.
-        transform_fn: makes a tensor of one column of a row group (a writable numpy array, rows first);
-            default: ``torch.from_numpy`` (zero-copy when the reader's array is writable).
+        transform_fn: makes a tensor of one column (a writable numpy array of a row group's values, rows first),
+            called once per column per row group, before batches are cut (Petastorm's meaning); default:
+            ``torch.from_numpy`` (zero-copy when the reader's array is writable). For a hook on whole batches,
+            ``batch_transform_fn``.
         shuffling_queue_capacity: 0 keeps the reader's order; otherwise rows are drawn at random from a buffer
             holding at least this many rows (minus one) while data keeps coming, seeded from the reader's
             ``seed`` (the same batches with or without the compiled shuffling kernel, as for :class:`DataLoader`).
@@ -184,17 +191,20 @@ class BatchedDataLoader(LoaderBase):
         drop_last: leave out the last batch of a pass when it is short; with equal shares of rows per DDP rank
             (``shard_mode='rows'``) every rank gets the same number of full batches (see :class:`DataLoader`).
         bool_dtype: ``torch.uint8`` (default, as Petastorm) or ``torch.bool`` for bool fields.
+        batch_transform_fn: called on every batch (the dict, or list, of tensors on ``device``) before it is handed
+            over (and before pinning); what it returns is the batch: per-batch normalisation and augmentation.
         **torch_arguments: torch's other ``DataLoader`` arguments, accepted with torch's default values only.
     """
 
     def __init__(self, reader: Any, batch_size: int = 1, transform_fn: Callable | None = None,
                  shuffling_queue_capacity: int = 0, *, device: Any = None, pin_memory: bool = False,
                  variable_length: VariableLength = 'auto', padding_value: Any = 0, nulls: Any = None,
-                 drop_last: bool = False, bool_dtype: Any = torch.uint8, **torch_arguments: Any) -> None:
+                 drop_last: bool = False, bool_dtype: Any = torch.uint8, batch_transform_fn: Callable | None = None,
+                 **torch_arguments: Any) -> None:
         with stop_reader_on_error(reader):
             check_callable('BatchedDataLoader', 'transform_fn', transform_fn, optional=True)
             super().__init__(reader, batch_size, pin_memory=pin_memory, drop_last=drop_last, bool_dtype=bool_dtype,
-                             torch_arguments=torch_arguments)
+                             torch_arguments=torch_arguments, batch_transform_fn=batch_transform_fn)
             self.transform_fn = transform_fn
             self.shuffling_queue_capacity = check_capacity(shuffling_queue_capacity)
             self.device = torch.device('cpu') if device is None else torch.device(device)
@@ -221,5 +231,4 @@ class BatchedDataLoader(LoaderBase):
 
     def _finish(self, batch: Table, as_tuple: bool) -> Any:
         tensors = finish_batch(batch, self._forms, self.device)
-        out: Any = list(tensors.values()) if as_tuple else tensors
-        return pin(out) if self._pin else out
+        return self._hand_over(list(tensors.values()) if as_tuple else tensors)

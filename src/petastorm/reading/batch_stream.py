@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from petastorm.reading.source import ColumnSource, PositionSource, positions_of
+from petastorm.reading.source import ColumnSource, PositionSource, check_no_ngram, positions_of
 from petastorm.shuffle import ArrayOps, Batcher, NumpyOps, ShufflingBuffer, Table, num_rows
 
 __all__ = ['ROW_IDS', 'BatchStream', 'check_capacity']
@@ -91,13 +91,14 @@ class BatchStream:
         finish: turns a table of ``batch_size`` rows (and whether rows are tuples) into what is handed out.
         packed: let the shuffling buffer keep numeric numpy columns as packed records.
         drop_last: leave out the last batch of a pass when it has fewer than ``batch_size`` rows.
-        name: how errors call the consumer (``'Petastorm DataLoader'``).
+        name: how errors call the consumer, as the user made it (``'BatchedDataLoader'``).
     """
 
     def __init__(self, source: ColumnSource, batch_size: int, shuffling_queue_capacity: int = 0, *,
                  ops: ArrayOps | None = None, prepare: Callable[[Table], Table] | None = None,
                  finish: Callable[[Table, bool], Any] | None = None, packed: bool = False,
                  drop_last: bool = False, name: str = 'loader') -> None:
+        check_no_ngram(name, source)
         self.source = source
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -235,8 +236,6 @@ class BatchStream:
     def _stream(self, pass_index: int) -> Generator[tuple[int, Any], None, None]:
         """One pass: each chunk ``prepare``d, shuffled if asked, cut into ``finish``ed batches."""
         source = self.source
-        if source.info.ngram is not None:
-            raise NotImplementedError(f'{self._name} does not read NGram windows; iterate the reader itself')
         batcher = Batcher(self.batch_size, self._ops)
         capacity = self.shuffling_queue_capacity
         shuffler = ShufflingBuffer(capacity, self._rng(pass_index), self._ops, self.batch_size,

@@ -17,12 +17,13 @@ from petastorm.reading.options import ReaderOptions
 from petastorm.store.model import ParquetStore
 from petastorm.unischema import Unischema, UnischemaField, prune_struct_field, struct_leaf_field
 
-__all__ = ['PLAIN_PARQUET_WARNING', 'check_columns_exist', 'check_ngram_options', 'select_fields']
+__all__ = ['PLAIN_PARQUET_NOTE', 'check_columns_exist', 'check_ngram_options', 'select_fields']
 
 
-#: What ``make_reader`` says of a store without Petastorm metadata (the opening words are Petastorm's).
-PLAIN_PARQUET_WARNING = ('Currently make_reader supports reading only Petastorm datasets. To read from a '
-                         'non-Petastorm Parquet store use make_batch_reader')
+#: What ``make_reader`` logs (INFO) of a store without Petastorm metadata, which it reads with the schema inferred
+#: from the files (Petastorm warned ``Currently make_reader supports reading only Petastorm datasets``).
+PLAIN_PARQUET_NOTE = ('make_reader: %s has no Petastorm metadata; reading it with the schema of its Parquet files '
+                      '(make_batch_reader reads such stores a row group at a time)')
 
 
 def select_fields(schema: Unischema, schema_fields: Any, url: Any) -> Unischema:

@@ -178,9 +178,9 @@ def _check_order(raw: ReaderOptions) -> None:
         raise ValueError(f'shuffle_row_drop_partitions must be an integer >= 1, got {partitions!r}')
     num_epochs = raw.num_epochs
     if num_epochs is not None and (not is_integer(num_epochs) or num_epochs < 1):
-        # The opening words are the original's.
-        raise ValueError(f'iterations must be positive integer or None: num_epochs is the number of passes over '
-                         f'the data (an int >= 1), or None to read forever; got num_epochs={num_epochs!r}')
+        # The words in parentheses are the original's (code matches them); what to do comes first.
+        raise ValueError(f'num_epochs must be the number of passes over the data (an int >= 1), or None to read '
+                         f'forever; got num_epochs={num_epochs!r} (iterations must be positive integer or None)')
 
 
 def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | None]:
@@ -192,11 +192,11 @@ def _check_shards(raw: ReaderOptions) -> tuple[int | None, int | None, str | Non
     cur_shard, shard_count, shard_source = resolve_shard(raw.cur_shard, raw.shard_count)
     if cur_shard is not None or shard_count is not None:
         if not (is_integer(cur_shard) and is_integer(shard_count) and shard_count):
-            # The opening words are the original's.
-            raise ValueError('partition and num_partitions must be ints and both specified to use partitioning: '
-                             'shard_count is the number of shards (an int >= 1) and cur_shard the shard this '
-                             'reader reads (an int in [0, shard_count)), or leave both None to read everything; '
-                             f'got cur_shard={cur_shard!r}, shard_count={shard_count!r}')
+            # The words in parentheses are the original's (code matches them); what to do comes first.
+            raise ValueError('shard_count is the number of shards (an int >= 1) and cur_shard the shard this '
+                             'reader reads (an int in [0, shard_count)): give both, or leave both None to read '
+                             f'everything; got cur_shard={cur_shard!r}, shard_count={shard_count!r} (partition and '
+                             'num_partitions must be ints and both specified to use partitioning)')
         if shard_count < 1 or not 0 <= cur_shard < shard_count:
             raise ValueError(f'cur_shard must be in [0, shard_count); got cur_shard={cur_shard}, '
                              f'shard_count={shard_count}')

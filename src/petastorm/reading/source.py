@@ -33,8 +33,8 @@ from petastorm.reading.column_transform import column_from_values
 from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema
 
-__all__ = ['ColumnSource', 'ItemSource', 'PositionSource', 'SourceInfo', 'as_column_source', 'check_reader',
-           'positions_of']
+__all__ = ['ColumnSource', 'ItemSource', 'PositionSource', 'SourceInfo', 'as_column_source', 'check_no_ngram',
+           'check_reader', 'positions_of']
 
 # Rows of a row-yielding reader-like object gathered into one batch of columns.
 _ROWS_PER_BATCH = 1024
@@ -166,6 +166,18 @@ def check_reader(consumer: str, reader: Any) -> None:
         raise TypeError(f'{consumer} takes a reader made by make_reader or make_batch_reader (an object that is '
                         f'iterated and has stop() and join()), got {type(reader).__name__} (it has no '
                         f'{", ".join(missing)})')
+
+
+def check_no_ngram(consumer: str, source: ColumnSource) -> None:
+    """Refuse, when ``consumer`` is made, a source of NGram windows: batches of rows cannot hold them.
+
+    Raises:
+        NotImplementedError: the reader was made with ``schema_fields=NGram(...)`` (Petastorm's type).
+    """
+    if source.info.ngram is not None:
+        raise NotImplementedError(f'{consumer} does not read NGram windows (the reader was made with '
+                                  f'schema_fields=NGram(...)); iterate the reader itself, which yields one dict of '
+                                  f'rows per timestep, or use petastorm.tf_utils.make_petastorm_dataset')
 
 
 def as_column_source(consumer: str, reader: Any) -> ColumnSource:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import logging
 import posixpath
 import re
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from petastorm._warnings import warn_user
 from petastorm.errors import StorageNotFoundError
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     'mtimes_of',
     'sizes_of',
 ]
+
+logger = logging.getLogger(__name__)
 
 COMMON_METADATA = '_common_metadata'
 #: The log directory of a Delta table.
@@ -127,7 +131,46 @@ def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: A
         entries = tuple(filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
     files = [i for i in entries
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
+    files = _parquet_files_only(files, url or root)
+    _note_splits(files, root, url or root)
     return sorted(files, key=lambda i: i.path)
+
+
+def _parquet_files_only(files: list[pafs.FileInfo], shown: Any) -> list[pafs.FileInfo]:
+    """Where some files are named ``*.parquet``, only those: a README or a card beside the data is not data.
+
+    A downloaded Hugging Face dataset repository holds ``README.md`` beside ``data/``; stores whose data files have
+    no ``.parquet`` suffix (some writers name them ``part-00000``) are listed as they are.
+    """
+    parquet = [info for info in files if info.path.endswith('.parquet')]
+    if not parquet or len(parquet) == len(files):
+        return files
+    others = sorted(posixpath.basename(info.path) for info in files if not info.path.endswith('.parquet'))
+    logger.info('%s: reading its %d .parquet files; the other files beside them are not data and are ignored: %s',
+                shown, len(parquet), ', '.join(others[:5]) + (', ...' if len(others) > 5 else ''))
+    return parquet
+
+
+# A split named as Hugging Face datasets finds one: a file-name prefix or a directory (train-00000-of-00002.parquet,
+# data/validation/...).
+_SPLIT = re.compile(r'(?:^|/)(train|training|validation|valid|val|dev|test|testing|eval)(?=[-_./])')
+
+
+def _note_splits(files: list[pafs.FileInfo], root: str, shown: Any) -> None:
+    """Warn when the files are of several splits (train, validation, test), which a store read as one mixes."""
+    splits: dict[str, str] = {}
+    for info in files:
+        relative = posixpath.relpath(info.path, root)
+        found = _SPLIT.search(relative)
+        if found is None:
+            return  # not a layout of splits
+        in_directory = relative[found.end()] == '/'  # train/part-0.parquet, else train-00000-of-00002.parquet
+        splits.setdefault(found.group(1), relative[:found.end()] + ('' if in_directory else '*.parquet'))
+    if len(splits) > 1:
+        urls = ', '.join(f'{name}: {str(shown).rstrip("/")}/{glob}' for name, glob in sorted(splits.items()))
+        warn_user(f'{shown} holds the splits {", ".join(sorted(splits))} (named in its file names, as Hugging Face '
+                  f'datasets reads them), and reading it reads them all together. To read one split, name its '
+                  f'files: {urls}')
 
 
 def sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:

@@ -31,6 +31,10 @@ class TableVersion:
     version: int | None
     timestamp_ms: int | None = None
 
+    def __repr__(self) -> str:
+        when = '' if self.timestamp_ms is None else f', timestamp_ms={self.timestamp_ms}'
+        return f'TableVersion(format={self.format!r}, version={self.version!r}{when})'
+
 
 @dataclass(frozen=True)
 class TableFile:

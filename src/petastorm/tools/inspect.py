@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from petastorm import cli as _cli
+from petastorm._describe import counted
 from petastorm.errors import PetastormMetadataError
 from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
@@ -199,7 +200,8 @@ def describe_value(value: Any) -> str:
         return f'{value.dtype}{list(value.shape)} array'
     if isinstance(value, bytes) and len(value) > 16:
         return f'{len(value)} bytes'
-    text = str(value.item() if isinstance(value, np.generic) else value)
+    # A numpy float prints its own shortest digits (float32 0.1 is '0.1', not the float64 '0.10000000149011612').
+    text = str(value if isinstance(value, np.floating) else value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= _CELL_WIDTH else text[:_CELL_WIDTH - 3] + '...'
 
 
@@ -221,8 +223,8 @@ def format_description(description: dict[str, Any], files: bool = False) -> str:
     lines = [f"dataset:  {description['url']}",
              f"metadata: {description['metadata']}"
              + (f" ({description['metadata_file']})" if description['metadata_file'] else ' (schema inferred)'),
-             f"rows:     {description['total_rows']} in {description['num_row_groups']} row groups, "
-             f"{count} file{'' if count == 1 else 's'}, {description['total_bytes']} bytes"]
+             f"rows:     {description['total_rows']} in {counted(description['num_row_groups'], 'row group')}, "
+             f"{counted(count, 'file')}, {description['total_bytes']} bytes"]
     rows_spread, bytes_spread = description.get('row_group_rows'), description.get('row_group_bytes')
     if rows_spread and bytes_spread:
         lines.append(f"row groups: {rows_spread['min']} / {rows_spread['median']} / {rows_spread['max']} rows, "
@@ -249,7 +251,7 @@ def format_description(description: dict[str, Any], files: bool = False) -> str:
         for file in description['files']:
             deleted = f" ({file['deleted_rows']} deleted)" if file.get('deleted_rows') else ''
             lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows{deleted}, "
-                         f"{len(file['row_groups'])} row groups")
+                         f"{counted(len(file['row_groups']), 'row group')}")
             lines += [f"    row group {g['index']}: {g['rows']} rows, {g['bytes']} bytes "
                       f"({g['compressed_bytes']} compressed)" for g in file['row_groups']]
     else:

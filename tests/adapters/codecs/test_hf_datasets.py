@@ -24,8 +24,6 @@ from petastorm import make_batch_reader, make_reader  # noqa: E402
 from petastorm.codecs import ClassLabelCodec, HFImageCodec  # noqa: E402
 from petastorm.pytorch import BatchedDataLoader, DataLoader  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
-
 ROWS = 24
 NAMES = ['cat', 'dog', 'bird']
 

@@ -25,7 +25,6 @@ from petastorm import make_batch_reader, make_reader  # noqa: E402
 from petastorm.codecs import AudioCodec, VideoCodec  # noqa: E402
 from support.media import audio_file, reference_audio, reference_frame_times, reference_frames, tone, video_file  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
 RATES = [16000, 44100, 8000, 22050]
 
 

@@ -20,7 +20,6 @@ from support.torch_rows import torch_batch_rows
 duckdb = pytest.importorskip('duckdb')
 polars = pytest.importorskip('polars')
 
-pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
 
 ROWS = 30
 

@@ -68,6 +68,13 @@ def test_dataloader_rows_values_dtypes_and_shapes(url):
     assert [t.tolist() for t in first['seq']] == [list(range(i % 4 + 1)) for i in range(8)]
 
 
+def test_torchs_own_dataloader_over_a_reader_says_what_to_use(url):
+    with dummy_reader(url, schema_fields=['id']) as reader, \
+            pytest.raises(TypeError, match=r'cannot be indexed \(reader\[0\]\); torch.utils.data.DataLoader\(reader\) '
+                                           r'needs a map-style dataset: use petastorm.pytorch.DataLoader'):
+        next(iter(torch.utils.data.DataLoader(reader, batch_size=4)))
+
+
 def test_columnar_batches_equal_collating_the_rows(url):
     """The fast path gives what decimal_friendly_collate gives on the reader's rows, batch for batch."""
     with DataLoader(dummy_reader(url), batch_size=7) as fast:

@@ -219,6 +219,39 @@ def test_inmem_epochs_gathered_in_chunks_follow_the_seeded_order(plain_url, monk
         assert batch['x'].is_contiguous()
 
 
+@pytest.mark.parametrize('nested', [False, True])
+def test_inmem_state_resumes_the_served_epochs_exactly(plain_url, url, nested):
+    def loader(**kwargs):
+        reader = dummy_reader(url, schema_fields=['id', 'seq']) if nested else \
+            dummy_batch_reader(plain_url, schema_fields=['id', 'x'])
+        kwargs = {'batch_size': 8 if nested else 64, 'num_epochs': 2, 'seed': 5, 'rows_capacity': 1000,
+                  'shuffle': True, 'variable_length': 'jagged', **kwargs}
+        return InMemBatchedDataLoader(reader, **kwargs)
+
+    whole = loader()
+    per_pass = len(whole)
+    expected = [ids_of([b]) for b in list(whole) + list(whole)]  # two iterations: epochs 0 to 3
+    first = loader()
+    batches = iter(first)
+    for _ in range(per_pass + 3):  # the first iteration, then 3 batches of the second
+        if _ == per_pass:
+            batches = iter(first)
+        next(batches)
+    state = first.state_dict()
+    assert state['iteration'] == 1
+    assert state['batches_delivered'] == 3
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [ids_of([b]) for b in resumed] == expected[per_pass + 3:], 'exactly the batches left'
+    assert resumed.state_dict()['iteration'] == 2
+    assert resumed.state_dict()['batches_delivered'] == 0
+    with pytest.raises(ValueError, match=r'seed=5 \(this loader: 6\)'):
+        loader(seed=6).load_state_dict(state)
+    told = loader()
+    told.set_epoch(1)  # what trainers call at an epoch's start: iteration 1 is epochs 2 and 3
+    assert [ids_of([b]) for b in told] == expected[per_pass:]
+
+
 def test_inmem_unknown_row_count_grows_and_tensor_columns(url):
     # A predicate hides the row count; a transform returning bfloat16 (no numpy dtype) keeps tensor columns.
     reader = dummy_reader(url, schema_fields=['id', 'matrix'], predicate=in_lambda(['id'], lambda i: i % 5 != 0))

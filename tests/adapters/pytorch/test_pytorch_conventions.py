@@ -202,6 +202,41 @@ def test_torchs_positional_shuffle_is_caught(plain_url, cls):
     assert reader.stopped
 
 
+@pytest.mark.parametrize('cls', LOADERS)
+def test_an_ngram_reader_is_refused_when_the_loader_is_made_naming_that_loader(url, cls):
+    reader = make_reader(url, schema_fields=NGram({0: ['id'], 1: ['id']}, 1, 'id'), reader_pool_type='dummy')
+    with pytest.raises(NotImplementedError, match=f'^{cls.__name__} does not read NGram windows .*iterate the '
+                                                  f'reader itself'):
+        cls(reader, batch_size=4)
+    assert reader.stopped
+
+
+@pytest.mark.parametrize('cls', LOADERS)
+def test_batch_transform_fn_gets_every_collated_batch_and_its_result_is_handed_over(plain_url, cls):
+    seen = []
+
+    def normalise(batch):
+        seen.append(len(batch['id']))
+        return {**batch, 'x': (batch['x'] - 25.0) / 5.0, 'count': len(seen)}
+
+    with _loader(cls, plain_url, batch_size=25, batch_transform_fn=normalise) as loader:
+        batches = list(loader)
+    assert seen == [25, 25, 25, 25, 3], 'once per batch, after collation'
+    assert [b['count'] for b in batches] == [1, 2, 3, 4, 5]
+    assert torch.allclose(batches[0]['x'].double(), (batches[0]['id'].double() / 2 - 25) / 5)
+    with pytest.raises(LoaderArgumentError, match='batch_transform_fn must be a function'):
+        _loader(cls, plain_url, batch_transform_fn='normalise')
+
+
+def test_a_batched_loader_names_itself_in_its_messages(plain_url):
+    loader = _loader(BatchedDataLoader, plain_url)
+    live = iter(loader)
+    next(live)
+    next(iter(loader))
+    with pytest.raises(RuntimeError, match='iterator of the BatchedDataLoader was superseded'):
+        next(live)
+
+
 @pytest.mark.parametrize('cls', [BatchedDataLoader, InMemBatchedDataLoader])
 def test_collate_fn_on_a_batched_loader_points_at_transform_fn(plain_url, cls):
     with pytest.raises(LoaderArgumentError, match='collate_fn=.*transform_fn=.*petastorm.pytorch.DataLoader'):

@@ -17,8 +17,6 @@ from petastorm.pytorch import BatchedDataLoader, DataLoader, InMemBatchedDataLoa
 from support.nested_tables import assert_rows_equal, every_type_table, expected_rows
 from support.torch_rows import JAGGED_NESTED, tensor_rows, torch_batch_rows
 
-pytestmark = pytest.mark.filterwarnings('ignore:Currently make_reader supports reading only Petastorm')
-
 ROWS = 80
 NEEDS_JAGGED_NESTED = pytest.mark.skipif(not JAGGED_NESTED, reason='this torch has no jagged nested tensors')
 #: Fields every loader makes tensors of (no text inside).

@@ -78,6 +78,10 @@ def test_torch_dataloader_defaults_and_reader_kwargs(tmp_path):
         assert type(loader).__name__ == 'BatchedDataLoader'
         assert loader.batch_size == 32
         assert loader.reader.diagnostics['workers_count'] == 4
+        with pytest.raises(TypeError, match=r"repeats forever \(num_epochs=None, also the default of a Spark "
+                                            r"converter's make_torch_dataloader\)\. Pass num_epochs=1 "
+                                            r'\(make_torch_dataloader\(num_epochs=1\)'):
+            len(loader)
         # num_epochs=None repeats forever: read more than three passes
         seen = []
         for batch in loader:

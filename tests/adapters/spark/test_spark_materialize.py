@@ -1,6 +1,7 @@
 """materialize_dataset around real Spark writes: Hadoop settings, metadata, row-group sizes, failures."""
 
 import pathlib
+import warnings
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -155,7 +156,27 @@ def test_not_a_spark_session_is_a_type_error(url):
 def test_bad_arguments_fail_before_any_work(url):
     with pytest.raises(ValueError, match='row_group_size_mb'), materialize_dataset(object(), url, Blobs, -1):
         pass
-    with pytest.raises(ValueError, match='scheme-less'), materialize_dataset(object(), '/no/scheme', Blobs):
+    with pytest.raises(ValueError, match='scheme-less'), materialize_dataset(object(), 'no/scheme', Blobs):
         pass
     with pytest.raises(TypeError, match='Unischema'), materialize_dataset(object(), url, {'id': 1}):
         pass
+
+
+def test_workers_python_without_petastorm_is_said_before_any_job(spark, url, tmp_path, monkeypatch):
+    import os
+    import sys
+
+    # A Python like a system one outside the virtual environment: no site-packages, so no petastorm.
+    bare = tmp_path / 'python3'
+    bare.write_text(f'#!/bin/sh\nexec {sys.base_prefix}/bin/python3 -I -S "$@"\n')
+    bare.chmod(0o755)
+    monkeypatch.setattr(spark.sparkContext, 'pythonExec', str(bare))
+    with pytest.warns(UserWarning, match=rf"Spark's workers run '{bare}' .*cannot import petastorm.*"
+                                         rf'PYSPARK_PYTHON={sys.executable}'), \
+            pytest.raises(RuntimeError, match='stop here'), materialize_dataset(spark, url, Blobs):
+        raise RuntimeError('stop here')
+    monkeypatch.setattr(spark.sparkContext, 'pythonExec', os.path.realpath(sys.executable))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with pytest.raises(RuntimeError, match='stop here'), materialize_dataset(spark, url, Blobs):
+            raise RuntimeError('stop here')

@@ -76,7 +76,7 @@ def test_torch_loaders(source):
         loader = BatchedDataLoader(reader, batch_size=32, shuffling_queue_capacity=100)
         ids = sorted(int(i) for batch in loader for i in batch['id'])
     assert ids == _expected(source)
-    with pytest.warns(UserWarning, match='make_batch_reader'), make_reader(source, reader_pool_type='dummy') as reader:
+    with make_reader(source, reader_pool_type='dummy') as reader:
         ids = sorted(int(i) for batch in DataLoader(reader, batch_size=16) for i in batch['id'])
     assert ids == _expected(source)
 

@@ -18,7 +18,7 @@ tf = pytest.importorskip('tensorflow')
 from petastorm import make_batch_reader, make_reader  # noqa: E402
 from petastorm.tf_utils import make_petastorm_dataset, tf_tensors  # noqa: E402
 
-pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings('ignore:Currently make_reader supports'),
+pytestmark = [pytest.mark.tf,
               pytest.mark.filterwarnings('ignore:Tensorflow will convert all unicode strings:UnicodeWarning')]
 
 ROWS = 30

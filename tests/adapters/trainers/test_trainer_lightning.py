@@ -21,7 +21,7 @@ from petastorm import make_batch_reader
 
 torch = pytest.importorskip('torch')
 lightning = pytest.importorskip('lightning')
-from petastorm.pytorch import BatchedDataLoader, DataLoader  # noqa: E402
+from petastorm.pytorch import BatchedDataLoader, DataLoader, InMemBatchedDataLoader  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings('ignore::UserWarning', 'ignore::DeprecationWarning')
 
@@ -135,6 +135,30 @@ def test_a_mid_epoch_checkpoint_resumes_the_data_position_with_ckpt_path(url, tm
         assert sorted(sum(resumed.trained, [])) == sorted(sum(whole.trained[18:], []))
     else:
         assert resumed.trained == whole.trained[18:], 'exactly the batches the uninterrupted run had left'
+
+
+def test_inmem_loader_under_default_checkpointing_resumes_the_served_epochs(url, tmp_path):
+    # Lightning's default Trainer saves a checkpoint (with the loader's state_dict) at every epoch end.
+    def loader():
+        return InMemBatchedDataLoader(_reader(url, num_epochs=1, shuffle_rows=False), batch_size=BATCH,
+                                      shuffle=True, seed=4, rows_capacity=ROWS)
+
+    def fit(max_epochs, root, **kwargs):
+        model = Recorder()
+        _trainer(max_epochs=max_epochs, limit_val_batches=0, enable_checkpointing=True, default_root_dir=root,
+                 callbacks=kwargs.pop('callbacks', [])).fit(model, loader(), **kwargs)
+        return model.trained
+
+    mid = str(tmp_path / 'mid.ckpt')
+    whole = fit(3, tmp_path / 'whole', callbacks=[_CheckpointAt(18, mid)])
+    assert len(whole) == 3 * 13
+    epochs = [sorted(sum(whole[13 * e:13 * (e + 1)], [])) for e in range(3)]
+    assert epochs == [list(range(ROWS))] * 3, 'every row once an epoch'
+    assert whole[:13] != whole[13:26], 'reshuffled every epoch'
+    assert fit(1, tmp_path / 'first') == whole[:13]
+    [epoch_end] = (tmp_path / 'first' / 'checkpoints').glob('*.ckpt')
+    assert fit(3, tmp_path / 'after_epoch', ckpt_path=str(epoch_end)) == whole[13:], 'the next epochs'
+    assert fit(3, tmp_path / 'after_step', ckpt_path=mid) == whole[18:], 'exactly the batches left'
 
 
 # A LightningDataModule making a sharded reader per rank, for the DDP run below (2 processes, gloo on CPU): a run

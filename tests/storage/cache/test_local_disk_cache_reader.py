@@ -49,7 +49,25 @@ def test_options_validation(cache_dataset_url, tmp_path):
     with pytest.raises(ValueError, match='needs cache_location'):
         make_reader(cache_dataset_url, cache_type='local-disk', cache_size_limit=LIMIT)
     with pytest.raises(ValueError, match='cache_size_limit must be a positive integer'):
-        make_reader(cache_dataset_url, cache_type='local-disk', cache_location=str(tmp_path))
+        make_reader(cache_dataset_url, cache_type='local-disk', cache_location=str(tmp_path), cache_size_limit=0)
+    with pytest.raises(ValueError, match=r"cache_location='s3://bucket/cache' is a s3:// URL; the local-disk cache "
+                                         r'needs a directory on a local disk'):
+        make_reader(cache_dataset_url, cache_type='local-disk', cache_location='s3://bucket/cache')
+    with pytest.raises(ValueError, match=r'^cache_size_limit / shards must be at least 5 \* cache_row_size_estimate.*'
+                                         r'got cache_size_limit=6000, shards=6 \(cache_extra_settings\), '
+                                         r'cache_row_size_estimate=1000'):
+        make_reader(cache_dataset_url, cache_type='local-disk', cache_location=str(tmp_path), cache_size_limit=6000,
+                    cache_row_size_estimate=1000)
+
+
+def test_local_disk_cache_without_sizes_has_no_limit(cache_dataset_url, tmp_path):
+    # As other libraries' caches: cache_location alone is enough.
+    for _ in range(2):
+        with make_reader(cache_dataset_url, cache_type='local-disk', cache_location=str(tmp_path / 'c'),
+                         reader_pool_type='dummy', cache_extra_settings={'cleanup': False}) as reader:
+            assert len(list(reader)) == ROWS
+    assert any((tmp_path / 'c').rglob('*')), 'entries were stored'
+    assert not (tmp_path / 's3:').exists()
     with pytest.raises(ValueError, match='cache_row_size_estimate'):
         make_reader(cache_dataset_url, **disk_cache_args(tmp_path, cache_row_size_estimate=0))
     with pytest.raises(ValueError, match='cache_extra_settings must be a dict'):

@@ -38,7 +38,8 @@ def test_filesystem_resolver_for_local_urls(tmp_path):
 
 def test_filesystem_resolver_rejects_bad_urls():
     with pytest.raises(ValueError, match='scheme-less'):
-        FilesystemResolver('/tmp/data')
+        FilesystemResolver('tmp/data')
+    assert FilesystemResolver('/tmp/data').get_dataset_path() == '/tmp/data', 'an absolute path is local'
     with pytest.raises(ValueError, match='URLs must be of the form <scheme>://bucket/path'):
         FilesystemResolver('s3:///path')
 

@@ -36,7 +36,7 @@ def test_missing_dataset_is_file_not_found_naming_the_url(memory_url):
     (ClientError('SignatureDoesNotMatch', 403, f'bad signature for {SECRET}'), StorageCredentialsError,
      'refused the credentials'),
     (type('NoCredentialsError', (Exception,), {})('Unable to locate credentials'), StorageCredentialsError,
-     'refused the credentials'),
+     r'^no credentials were found for .*Pass them in storage_options'),
     (ClientError('NoSuchBucket', 404, 'The specified bucket does not exist'), StorageNotFoundError, 'does not exist'),
 ])
 def test_storage_errors_are_translated_with_the_url_and_no_secret(memory_url, error, expected, words):

@@ -25,14 +25,16 @@ from petastorm.fs import StorageHandler, normalize_dir_url, path_to_url, resolve
 from support.fake_storage import SECRET, assert_secret_hidden
 
 
-def test_normalize_dir_url_strips_one_slash_and_requires_a_scheme():
+def test_normalize_dir_url_strips_one_slash_and_takes_absolute_paths_as_file_urls():
     assert normalize_dir_url('s3://bucket/path/') == 's3://bucket/path'
     assert normalize_dir_url('file:///a//') == 'file:///a/'
     for bad in (None, 123, ['file:///a']):
         with pytest.raises(ValueError, match='directory url must be a string'):
             normalize_dir_url(bad)
-    with pytest.raises(ValueError, match='Please prepend "file://"'):
-        normalize_dir_url('/tmp/dataset')
+    assert normalize_dir_url('/tmp/dataset/') == 'file:///tmp/dataset'
+    assert normalize_dir_url('bucket/dataset', filesystem=object()) == 'bucket/dataset', 'a path on that filesystem'
+    with pytest.raises(ValueError, match="relative path.*'file:///"):
+        normalize_dir_url('tmp/dataset')
 
 
 def test_file_urls_resolve_to_the_local_filesystem(tmp_path):

@@ -189,6 +189,18 @@ def test_a_refused_endpoint_fails_at_once_with_the_client_s_own_retries_on(moto,
     _assert_secret_hidden(raised.value)
 
 
+@pytest.mark.parametrize('call', ['make_batch_reader', 'write_dataset'])
+def test_an_https_endpoint_for_an_http_server_is_a_configuration_error_at_once(moto, call):
+    # Before, the clients retried the failed TLS handshakes for a minute and said "try again later".
+    https = moto.endpoint.replace('http://', 'https://')
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=re.escape(f'the S3 endpoint {https} does not speak TLS')) as raised:
+        _OPENERS[call](f's3://{BUCKET}/dataset', moto.storage_options(https))
+    assert f"use endpoint_url '{moto.endpoint}'" in str(raised.value)
+    assert time.monotonic() - started < 5
+    _assert_secret_hidden(raised.value)
+
+
 def test_a_refused_connection_is_not_retried_by_our_layer(moto, caplog):
     endpoint = f'http://127.0.0.1:{_closed_port()}'
     fs = s3fs.S3FileSystem(**moto.storage_options(endpoint, config_kwargs={'retries': {'total_max_attempts': 1}}),

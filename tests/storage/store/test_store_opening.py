@@ -104,3 +104,27 @@ def test_a_table_object_of_another_format_than_asked_is_refused():
     assert not is_iceberg_table(object())
     with pytest.raises(ValueError, match="cannot read a pyiceberg table; pass table_format='auto' or 'iceberg'"):
         open_any_store(table_class(), table_format='delta')
+
+
+def test_a_hugging_face_repository_reads_its_parquet_and_names_its_splits(tmp_path, caplog):
+    import logging
+    import os
+
+    from petastorm import make_batch_reader
+
+    # As a downloaded dataset repository: a card and git attributes beside data/<split>-NNNNN-of-NNNNN.parquet.
+    os.makedirs(tmp_path / 'data')
+    (tmp_path / 'README.md').write_text('# a dataset card\n')
+    (tmp_path / '.gitattributes').write_text('*.parquet filter=lfs\n')
+    pq.write_table(pa.table({'id': list(range(5))}), str(tmp_path / 'data' / 'train-00000-of-00001.parquet'))
+    pq.write_table(pa.table({'id': [100, 101]}), str(tmp_path / 'data' / 'validation-00000-of-00001.parquet'))
+    url = f'file://{tmp_path}'
+    with pytest.warns(UserWarning, match=rf'holds the splits train, validation .*To read one split, name its files: '
+                                         rf'train: {url}/data/train\*\.parquet, validation: '
+                                         rf'{url}/data/validation\*\.parquet'), \
+            caplog.at_level(logging.INFO, logger='petastorm.store.listing'), \
+            make_batch_reader(url, reader_pool_type='dummy') as reader:
+        assert sorted(int(i) for batch in reader for i in batch.id) == [0, 1, 2, 3, 4, 100, 101]
+    assert 'the other files beside them are not data and are ignored: README.md' in caplog.text
+    with make_batch_reader(f'{url}/data/train*.parquet', reader_pool_type='dummy') as reader:
+        assert sorted(int(i) for batch in reader for i in batch.id) == [0, 1, 2, 3, 4]
