@@ -140,6 +140,8 @@ class StoreReads:
         summary: the ``_metadata`` summary, when it describes every data file (see ``summary_read``).
         summary_read: whether the summary was looked for (``summary`` is None also when there is none).
         unified: the data files' Arrow schemas unified (:mod:`petastorm.store.unify`).
+        row_counts: the rows of each row group of each data file, by path, when a saved plan gave them
+            (:mod:`petastorm.store.saved_plan`): no footer is read for them then.
     """
 
     data_files: DataFiles | None = None
@@ -147,6 +149,7 @@ class StoreReads:
     summary: pq.FileMetaData | None = None
     summary_read: bool = False
     unified: UnifiedSchema | None = None
+    row_counts: dict[str, list[int]] | None = None
 
 
 @dataclass(frozen=True)

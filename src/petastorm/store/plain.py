@@ -41,16 +41,17 @@ class PlainStore(ParquetStore):
     def row_groups(self) -> list[RowGroupPiece]:
         """Every row group of the store, in piece order (sorted path, then row-group number).
 
-        Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
-        footers, read in parallel. A store whose metadata names files that are gone is refused here, before any row
-        is read, rather than read as a smaller (or empty) dataset.
+        Row counts come from a saved plan adopted by the store (:mod:`petastorm.store.saved_plan`), else from our
+        metadata when it lists every file, else from ``_metadata``, else from the file footers, read in parallel. A
+        store whose metadata names files that are gone is refused here, before any row is read, rather than read
+        as a smaller (or empty) dataset.
 
         Raises:
             MissingDataFilesError: the metadata names data files that are not in the store.
             CorruptFooterError: a footer that had to be read is not readable Parquet.
         """
         check_no_missing_files(self, _metadata_file_names(self), self.metadata_path)
-        counts = metadata_row_counts(self)
+        counts = self.reads.row_counts or metadata_row_counts(self)
         if counts is None:
             _warn_if_deprecated_metadata(self)
             counts = store_footer_row_counts(self)
