@@ -185,7 +185,12 @@ class ParquetStore(Store):
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
-        return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+        if not self.root:
+            return posixpath.basename(path)
+        prefix = self.root.rstrip('/') + '/'
+        if path.startswith(prefix) and '/.' not in path and '//' not in path:  # a listed path: no need to normalize
+            return path[len(prefix):]
+        return posixpath.relpath(path, self.root)
 
     def url_of(self, path: str) -> str:
         """The URL of a file of the store (under the dataset URL as the user wrote it), for messages."""

@@ -66,8 +66,9 @@ class PlainStore(ParquetStore):
             counts = store_footer_row_counts(self)
         pieces: list[RowGroupPiece] = []
         for path in self.files:
-            partition = partition_keys_of(self.relpath(path)) if self.root else ()
-            pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
+            # (a path without '=' is in no partition directory: 100,000 files are listed without asking each)
+            partition = partition_keys_of(self.relpath(path)) if self.root and '=' in path else ()
+            pieces.extend([RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path])])
         return pieces
 
     def logical_schema(self) -> StoreSchema:
