@@ -28,7 +28,7 @@ def main() -> None:
     started = time.perf_counter()
     first = None
     rows = 0
-    with make_batch_reader(url, reader_pool_type='thread', workers_count=4, storage_options=options,
+    with make_batch_reader(url, reader_pool_type='thread', workers_count=4, storage_options=options, seed=1,
                            **shard) as reader:
         for batch in reader:
             first = first if first is not None else time.perf_counter() - started
