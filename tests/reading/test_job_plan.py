@@ -77,9 +77,10 @@ def test_the_ranks_of_a_job_plan_once_and_read_every_row_once(server, world):
     assert len(results) == world
     ids = sorted(i for r in results for i in r['ids'])
     assert ids == list(range(FILES * ROWS))  # every row once across the ranks
-    # One reader's requests, plus each other rank's listing and the size and footer of each file it reads (its
-    # share, and a file its share begins or ends in). Each rank planning alone would add two per file per rank.
-    assert job - single <= (world - 1) * (3 + 2 * FILES // world), (job, single)
+    # One reader's requests, plus each other rank's listing and the size of each file it reads (its share, and a
+    # file its share begins or ends in): the footers came with the plan. Each rank planning alone would add two
+    # requests per file per rank.
+    assert job - single <= (world - 1) * (3 + FILES // world), (job, single)
 
 
 def test_a_rank_that_makes_its_reader_late_gets_the_same_plan(server):
@@ -139,3 +140,16 @@ def test_a_job_with_a_plan_file_reads_a_changed_store_whole(server, tmp_path):
     results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--plan-file', plan_file], 2))
     assert len({r['plan'] for r in results}) == 1
     assert sorted(i for r in results for i in r['ids']) == list(range(90))
+
+
+def test_the_footers_read_for_a_plan_come_with_it_within_their_budget(server, monkeypatch):
+    url = _store(server, 'footers', files=4)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        with_footers = encode_plan(reader.dataset)
+        monkeypatch.setattr('petastorm.store.saved_plan.FOOTER_BUDGET', 100)
+        without = encode_plan(reader.dataset)
+        list(reader)
+    assert len(with_footers) > len(without)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        adopted = adopt_plan(reader.dataset, with_footers)
+        assert set(adopted.reads.footer_bytes) == set(adopted.files)

@@ -142,6 +142,8 @@ class StoreReads:
         unified: the data files' Arrow schemas unified (:mod:`petastorm.store.unify`).
         row_counts: the rows of each row group of each data file, by path, when a saved plan gave them
             (:mod:`petastorm.store.saved_plan`): no footer is read for them then.
+        footer_bytes: the footers that came with a saved plan, as Parquet metadata bytes by path: the files a
+            reader opens need not be asked for them.
     """
 
     data_files: DataFiles | None = None
@@ -150,6 +152,7 @@ class StoreReads:
     summary_read: bool = False
     unified: UnifiedSchema | None = None
     row_counts: dict[str, list[int]] | None = None
+    footer_bytes: dict[str, bytes] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ rewritten makes the plan stale, and it is not used.
 The bytes are an Arrow IPC stream, never a pickle: one row per data file (its path relative to the store's
 directory, size, modification time and row counts of its row groups) and, in the schema's metadata, the format
 version, a digest of the listing and the unified schema with the files that differ from it. 100,000 files of 10
-row groups take about 10 MB.
+row groups take about 12 MB. When the footers were read for the plan and all of them take at most
+:data:`FOOTER_BUDGET` bytes, they come along too (each file's Parquet metadata): a rank then opens the files of its
+share without asking for their footers again.
 
 Who shares the bytes (``torch.distributed``, the local disk cache, a plan file) is the reader's choice
 (:mod:`petastorm.reading.job_plan`).
@@ -30,9 +32,11 @@ from petastorm.store.footers import metadata_row_counts, store_footer_row_counts
 from petastorm.store.model import ParquetStore
 from petastorm.store.unify import SchemaChange, UnifiedSchema
 
-__all__ = ['PLAN_FORMAT_VERSION', 'PlanMismatch', 'adopt_plan', 'encode_plan', 'listing_digest']
+__all__ = ['FOOTER_BUDGET', 'PLAN_FORMAT_VERSION', 'PlanMismatch', 'adopt_plan', 'encode_plan', 'listing_digest']
 
 PLAN_FORMAT_VERSION = 1
+#: the most bytes of footers a plan carries (beyond, each reader reads the footers of the files it opens).
+FOOTER_BUDGET = 16 << 20
 _VERSION_KEY = b'petastorm.plan.format_version'
 _LISTING_KEY = b'petastorm.plan.listing'
 _SCHEMA_KEY = b'petastorm.plan.unified_schema'
@@ -67,6 +71,9 @@ def encode_plan(store: ParquetStore) -> bytes:
         'mtime_ns': pa.array([store.file_mtimes.get(path) for path in files], pa.int64()),
         'row_counts': pa.array([counts[path] for path in files], pa.list_(pa.int64())),
     })
+    footers = _footer_bytes(store, files)
+    if footers is not None:
+        table = table.append_column('footer', pa.array(footers, pa.binary()))
     metadata = {_VERSION_KEY: str(PLAN_FORMAT_VERSION).encode(), _LISTING_KEY: listing_digest(store).encode()}
     unified = store.reads.unified
     if unified is not None:
@@ -80,6 +87,23 @@ def encode_plan(store: ParquetStore) -> bytes:
     with pa.ipc.new_stream(sink, table.schema.with_metadata(metadata)) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def _footer_bytes(store: ParquetStore, files: list[str]) -> list[bytes] | None:
+    """Each file's footer as Parquet metadata bytes, when planning read them and they fit :data:`FOOTER_BUDGET`."""
+    footers = store.reads.footers
+    if footers is None:
+        return None
+    out: list[bytes] = []
+    total = 0
+    for path in files:
+        sink = pa.BufferOutputStream()
+        footers[path].write_metadata_file(sink)
+        out.append(sink.getvalue().to_pybytes())
+        total += len(out[-1])
+        if total > FOOTER_BUDGET:
+            return None
+    return out
 
 
 def adopt_plan(store: ParquetStore, data: bytes, *, take_listing: bool = False) -> ParquetStore:
@@ -116,6 +140,11 @@ def adopt_plan(store: ParquetStore, data: bytes, *, take_listing: bool = False) 
                               for relative, counts in zip(columns['path'], columns['row_counts'], strict=True)}
     if _SCHEMA_KEY in metadata:
         store.reads.unified = _unified(metadata, by_relpath)
+    if 'footer' in columns:
+        store.reads.footer_bytes = {by_relpath[relative]: data
+                                    for relative, data in zip(columns['path'], columns['footer'], strict=True)}
+        if store.reads.data_files is not None:
+            store.reads.data_files.known_footers.update(store.reads.footer_bytes)
     return store
 
 
