@@ -153,3 +153,22 @@ def test_the_footers_read_for_a_plan_come_with_it_within_their_budget(server, mo
     with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
         adopted = adopt_plan(reader.dataset, with_footers)
         assert set(adopted.reads.footer_bytes) == set(adopted.files)
+
+
+def test_readers_sharing_a_local_disk_cache_plan_once(server, tmp_path, monkeypatch):
+    from petastorm.reading import job_plan
+
+    url = _store(server, 'cached', files=5)
+    planned = []
+    original = job_plan._plan
+    monkeypatch.setattr(job_plan, '_plan', lambda dataset: planned.append(1) or original(dataset))
+    cache = {'cache_type': 'local-disk', 'cache_location': str(tmp_path / 'cache'), 'cache_size_limit': 1 << 30,
+             'cache_row_size_estimate': 100, 'cache_extra_settings': {'cleanup': False}}
+    for _ in range(2):
+        server.reset_stats()
+        with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options(),
+                               **cache) as reader:
+            requests = dict(server.stats().requests)
+            assert sorted(int(i) for batch in reader for i in batch.id) == list(range(50))
+    assert planned == [1]  # the second reader took the plan from the cache
+    assert requests == {'LIST': 1}
