@@ -8,15 +8,24 @@ planning: it reads a footer only when it reaches the file), Hugging Face ``datas
 that plans as we do (every footer first, 4 threads). The table gives the median seconds to the first batch over
 the rounds and the requests the server answered until then.
 
+With ``--ranks 8`` it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8 rank
+processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one epoch
+between them. The ranks plan once (rank 0 reads the footers and broadcasts the plan): the job's requests are
+those of the one reader plus each rank's listing and own data. The table gives the job's requests against the one
+reader's, the slowest rank's first batch, and whether every row was read once.
+
 Usage:
-    python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2]
+    python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -26,7 +35,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from remote_bench import BUCKET, run_case, serving  # noqa: E402
+from remote_bench import BUCKET, run_case, server_stats, serving  # noqa: E402
+
+RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
 SYSTEMS = ('ours', 'arrow-dataset', 'hf', 'raw-bytes')
 NAMES = {'ours': 'ours', 'arrow-dataset': 'pyarrow.dataset', 'hf': 'HF datasets streaming',
@@ -57,6 +68,7 @@ def main() -> None:
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--systems', default=','.join(SYSTEMS))
     parser.add_argument('--timeout', type=float, default=600)
+    parser.add_argument('--ranks', type=int, default=0, help='also run jobs of this many ranks (0: none)')
     args = parser.parse_args()
     counts = [int(n) for n in args.files.split(',')]
     systems = args.systems.split(',')
@@ -76,6 +88,9 @@ def main() -> None:
                     shown = result.get('error') or f'{result["first_batch"]:.2f} s, {result["requests"]} requests'
                     print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
                           flush=True)
+            jobs = {files: _job_case(f's3://{BUCKET}/{_name(files, False)}', proxies[args.delay_ms], server,
+                                     args.ranks, files * 100, args.timeout)
+                    for files in counts} if args.ranks > 1 else {}
     print(f'\n### Time to the first batch, S3 at {args.delay_ms} ms one way\n')
     print('| files | _metadata | system | first batch s | requests |')
     print('|---:|---|---|---:|---:|')
@@ -89,6 +104,51 @@ def main() -> None:
             print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | '
                   f'{statistics.median(r["first_batch"] for r in runs):.2f} | '
                   f'{statistics.median(r["requests"] for r in runs):,.0f} |')
+    if jobs:
+        print(f'\n### A job of {args.ranks} ranks against one reader, one epoch, no _metadata, {args.delay_ms} ms\n')
+        print('| files | one reader: requests | job: requests | job / reader | slowest first batch s | '
+              'every row once |')
+        print('|---:|---:|---:|---:|---:|---|')
+        for files, job in jobs.items():
+            print(f'| {files:,} | {job["single"]:,} | {job["job"]:,} | {job["job"] / job["single"]:.2f} | '
+                  f'{job["first_batch"]:.2f} | {job["rows_once"]} |')
+
+
+def _job_case(url: str, endpoint: str, server: str, ranks: int, rows: int, timeout: float) -> dict:
+    """One reader's requests for an epoch, then a job's of ``ranks`` processes (see the module docstring)."""
+    server_stats(server, reset=True)
+    single = _run_ranks(url, endpoint, 1, timeout)
+    single_requests = server_stats(server, reset=True)['total_requests']
+    results = _run_ranks(url, endpoint, ranks, timeout)
+    job_requests = server_stats(server, reset=True)['total_requests']
+    print(f'  job of {ranks} on {url}: {job_requests} requests, one reader {single_requests}', flush=True)
+    return {'single': single_requests, 'job': job_requests,
+            'first_batch': max(result['first_batch'] for result in results),
+            'rows_once': sum(result['rows'] for result in results) == rows == single[0]['rows']}
+
+
+def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> list[dict]:
+    """The rank script in ``world`` processes with torchrun's environment; each one's JSON line."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    processes = [subprocess.Popen(
+        [sys.executable, RANK_SCRIPT, url, endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
+                 MASTER_PORT=str(port), OMP_NUM_THREADS='1')) for rank in range(world)]
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=timeout))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    failed = [err for process, (_, err) in zip(processes, outputs, strict=True) if process.returncode]
+    if failed:
+        raise RuntimeError(f'a rank failed: {failed[0][-2000:]}')
+    return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in outputs]
 
 
 def _name(files: int, summary: bool) -> str:

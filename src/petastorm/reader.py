@@ -77,7 +77,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                 table_version: Any = None, table_format: TableFormat = 'auto',
                 table_version_change: TableVersionChange = 'refuse',
-                count_rows: bool = False) -> Reader:
+                count_rows: bool = False, plan_file: str | None = None) -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -145,6 +145,11 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             its own (as the built-in ones do). Only this shard's row groups are counted, and the reader keeps one
             byte per row of those a filter cuts. Not for NGrams or ``make_batch_reader`` transform functions,
             whose output rows only reading tells.
+        plan_file: a local file where the plan of a plain Parquet store (what its footers tell: the rows of every
+            row group, the files' schema) is kept: written by the first reader, read by the next ones instead of
+            every footer, as long as the store's listing (file names, sizes, modification times) is the one it
+            was made from; a changed store is planned again and the file rewritten. See ``docs/storage.md``
+            (planning at scale): the ranks of a ``torch.distributed`` job share one plan without it.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -162,7 +167,7 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
         convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
         table_version=table_version, table_format=table_format, table_version_change=table_version_change,
-        count_rows=count_rows))
+        count_rows=count_rows, plan_file=plan_file))
 
 
 def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any = None,
@@ -181,7 +186,7 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                       table_version: Any = None, table_format: TableFormat = 'auto',
                       table_version_change: TableVersionChange = 'refuse',
-                      count_rows: bool = False) -> Reader:
+                      count_rows: bool = False, plan_file: str | None = None) -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -203,7 +208,7 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
         convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
         table_version=table_version, table_format=table_format, table_version_change=table_version_change,
-        count_rows=count_rows))
+        count_rows=count_rows, plan_file=plan_file))
 
 
 class Reader:

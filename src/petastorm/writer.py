@@ -41,7 +41,7 @@ from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
 from petastorm.fs._files import remove_dir, with_retries
 from petastorm.metadata.write import write_dataset_metadata
-from petastorm.store.listing import DELTA_LOG
+from petastorm.store.listing import DELTA_LOG, SUMMARY_METADATA
 from petastorm.tables.delta_write import DeltaWrite
 from petastorm.unischema import Unischema, arrow_type_of_field, encode_row
 
@@ -217,6 +217,9 @@ class FileRoller:
         self._file_written = 0
         self._token = uuid.uuid4().hex[:12]
         self.row_groups: dict[str, list[int]] = {}
+        #: the footer of each file closed, by name (what a ``_metadata`` summary is made of).
+        self.footers: dict[str, pq.FileMetaData] = {}
+        self._collected: list[pq.FileMetaData] = []
 
     def add(self, table: pa.Table) -> None:
         """Buffer ``table``; write the row groups that are full."""
@@ -244,7 +247,8 @@ class FileRoller:
         if self._writer is None:
             name = f'part-{len(self.row_groups):05d}-{self._token}.parquet'
             self._stream = self._fs.open_output_stream(posixpath.join(self._dir, name))
-            self._writer = pq.ParquetWriter(self._stream, self._schema, compression=self._compression)
+            self._writer = pq.ParquetWriter(self._stream, self._schema, compression=self._compression,
+                                            metadata_collector=self._collected)
             self.row_groups[name] = []
             self._file_written = 0
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
@@ -258,6 +262,9 @@ class FileRoller:
             self._writer.close()
             self._stream.close()
             self._writer = self._stream = None
+            name = list(self.row_groups)[-1]
+            self._collected[-1].set_file_path(name)
+            self.footers[name] = self._collected[-1]
 
     def finish(self) -> None:
         """Write what is buffered as the last row group and close the file."""
@@ -319,13 +326,15 @@ class StagedWrite:
         """A :class:`FileRoller` writing into the staging directory."""
         return FileRoller(self.filesystem, self.staging, arrow_schema, row_group_bytes, file_bytes, compression)
 
-    def commit(self, schema: Unischema, row_groups: Mapping[str, list[int]], *, legacy_metadata: bool) -> None:
+    def commit(self, schema: Unischema, row_groups: Mapping[str, list[int]], *, legacy_metadata: bool,
+               summary: Mapping[str, pq.FileMetaData] | None = None) -> None:
         """Move the staged files into place (replacing the target's contents if asked), then write the metadata.
 
         Args:
             schema: the schema the files follow.
             row_groups: ``{staged file name: [rows of each row group]}`` of every file of the dataset.
             legacy_metadata: also store Petastorm's pickled schema entry (see :func:`write_dataset`).
+            summary: the files' footers by name, to write as the ``_metadata`` summary (None: none).
 
         Raises:
             OSError, pyarrow.ArrowException: the storage failed; call :meth:`roll_back` (or commit inside
@@ -344,6 +353,8 @@ class StagedWrite:
             fs.move(posixpath.join(self.staging, name), posixpath.join(self.root, name))
             self._moved.append(name)
         remove_dir(fs, self.staging)
+        if summary:
+            _write_summary(fs, self.root, summary)
         write_dataset_metadata(fs, self.root, schema, dict(row_groups), legacy_metadata=legacy_metadata)
 
     def roll_back(self) -> None:
@@ -375,12 +386,23 @@ class StagedWrite:
             raise
 
 
+def _write_summary(filesystem: pafs.FileSystem, root: str, footers: Mapping[str, pq.FileMetaData]) -> None:
+    """``root/_metadata``: every file's row groups (each tagged with its file's name) in one footer."""
+    names = sorted(footers)
+    summary = footers[names[0]]
+    for name in names[1:]:
+        summary.append_row_groups(footers[name])
+    with filesystem.open_output_stream(posixpath.join(root, SUMMARY_METADATA)) as out:
+        summary.write_metadata_file(out)
+
+
 def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
                   row_group_size_mb: float = 32, file_size_mb: float = 512,
                   mode: Literal['error', 'overwrite'] = 'error', workers_count: int | None = None,
                   compression: str | None = 'snappy', storage_options: dict | None = None,
                   filesystem: Any = None, legacy_metadata: bool = True,
-                  progress: bool | None = None, table_format: Literal['parquet', 'delta'] | None = None) -> WriteResult:
+                  progress: bool | None = None, table_format: Literal['parquet', 'delta'] | None = None,
+                  write_summary: bool = False) -> WriteResult:
     """Write a Petastorm dataset (Parquet files plus ``_common_metadata``) without Spark.
 
     Args:
@@ -406,6 +428,9 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
             table's properties; a failed write leaves the table at its last version (see ``docs/tables.md``).
             ``'parquet'`` writes a Petastorm dataset. None (default): ``'delta'`` when the target is a Delta table,
             else ``'parquet'``.
+        write_summary: also write a Parquet ``_metadata`` summary (every row group of every file, with its
+            statistics, in one footer), that other tools (``pyarrow.dataset.parquet_dataset``, Spark) plan from,
+            and that our readers prune ``filters`` with without reading each file's footer. Parquet datasets only.
 
     Returns:
         A :class:`WriteResult` with the files written and the rows per row group.
@@ -427,6 +452,9 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
     staged: StagedWrite | DeltaWrite
     # The checks of the target are retried where the client does not, and say which URL the storage refused.
     if with_retries(fs, lambda: _writes_delta(fs, root, table_format, mode), 'looking at the target', root):
+        if write_summary:
+            raise ValueError(f'write_summary=True writes a Parquet _metadata summary; {dataset_url} is written as a '
+                             f'Delta table, whose log describes its files')
         staged = DeltaWrite(dataset_url, fs, root, schema, mode, storage_options)
         with_retries(fs, staged.begin, 'preparing the write to', root)
         roller = FileRoller(fs, root, arrow_schema, int(row_group_size_mb * _MB), int(file_size_mb * _MB),
@@ -452,7 +480,11 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
             raise
         if num_rows == 0:
             raise SchemaError(f'write_dataset got no rows for {dataset_url}; nothing was written')
-        staged.commit(schema, roller.row_groups, legacy_metadata=legacy_metadata)
+        if isinstance(staged, StagedWrite):
+            staged.commit(schema, roller.row_groups, legacy_metadata=legacy_metadata,
+                          summary=roller.footers if write_summary else None)
+        else:
+            staged.commit(schema, roller.row_groups, legacy_metadata=legacy_metadata)
     files = tuple(posixpath.join(root, name) for name in roller.row_groups)
     logger.info('wrote %d rows in %d files to %s', num_rows, len(files), dataset_url)
     return WriteResult(dataset_url, files, num_rows, roller.row_groups)

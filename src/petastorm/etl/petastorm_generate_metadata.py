@@ -1,7 +1,10 @@
 """Add or repair the Petastorm metadata of an existing Parquet store (``petastorm-generate-metadata.py``).
 
 The schema is the one already stored in the dataset (our JSON, or the pickle written by Petastorm) unless a
-Unischema is named explicitly; the row-group map is rebuilt from the file footers. Keys that are still valid
+Unischema is named explicitly; the row-group map is rebuilt from the file footers. A plain Parquet store (no
+stored schema, none named: what Spark, DuckDB, Polars or Hugging Face write) gets a ``_metadata`` summary of every
+file's row groups instead, its schema the files' own, as ``make_batch_reader`` infers it: readers then plan it
+from two requests, whatever its file count, instead of one or two per file. Keys that are still valid
 (row-group indexes, Spark's schema) are kept. Nothing here needs Spark: the footers are read in parallel
 threads, so the command works without a JVM and takes seconds for thousands of files.
 
@@ -10,6 +13,7 @@ Example::
     petastorm-generate-metadata.py hdfs://namenode:8020/path/to/dataset
     petastorm-generate-metadata.py file:///tmp/ds --unischema_class my_project.schemas.MySchema
     petastorm-generate-metadata.py --dataset_url s3://bucket/ds --storage-options @s3-credentials.json
+    petastorm-generate-metadata.py s3://bucket/plain-parquet   # a plain store: writes its _metadata summary
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from petastorm.errors import PetastormMetadataError, PetastormMetadataGeneration
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
 from petastorm.etl.materialize import write_petastorm_metadata
 from petastorm.fs import resolve_url
+from petastorm.store import keys
 from petastorm.store.listing import SUMMARY_METADATA, list_data_files
 from petastorm.store.pieces import partition_keys_of
 from petastorm.unischema import Unischema
@@ -150,20 +155,21 @@ def _write_summary_metadata(filesystem: pafs.FileSystem, root: str,
         except (RuntimeError, pa.ArrowException) as err:
             raise PetastormMetadataGenerationError(
                 f'cannot write a _metadata summary for {root}: {path} has a different Parquet schema than the '
-                f'files before it ({err}). Run without --use-summary-metadata.') from err
+                f'files before it ({err}): a summary describes files of one schema.') from err
     if summary is not None:
         _replace_file(filesystem, posixpath.join(root, SUMMARY_METADATA), summary.write_metadata_file)
 
 
-def _stored_schema(dataset_url: str, storage_options: dict | None, filesystem: Any) -> Unischema:
+def _stored_schema(dataset_url: str, storage_options: dict | None, filesystem: Any) -> Unischema | None:
+    """The schema stored in the dataset, or None for a plain Parquet store (no metadata names a schema)."""
     store = open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem)
+    if keys.SCHEMA_JSON_KEY not in store.metadata_kv and keys.UNISCHEMA_KEY not in store.metadata_kv:
+        return None
     try:
         return get_schema(store)
     except PetastormMetadataError as err:
-        # Without any metadata file the reason is plain; an unreadable or refused schema needs its own words.
-        reason = 'no metadata file' if store.metadata_path is None else str(err)
         raise PetastormMetadataError(
-            f'{dataset_url} has no stored schema to reuse ({reason}). Name the dataset\'s Unischema with '
+            f'{dataset_url} has no stored schema to reuse ({err}). Name the dataset\'s Unischema with '
             f'--unischema_class module.attribute (unischema_class=... in Python).') from err
 
 
@@ -181,8 +187,10 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
         spark: accepted for compatibility and may be None: the footers are read on this machine, with threads.
         dataset_url: the dataset directory.
         unischema_class: dotted path of a Unischema instance to store; when None the schema already stored in
-            the dataset (ours or Petastorm's) is reused.
-        use_summary_metadata: also write a Parquet ``_metadata`` summary of every row group.
+            the dataset (ours or Petastorm's) is reused, and a plain Parquet store without one gets only its
+            ``_metadata`` summary (its files' schema is their own).
+        use_summary_metadata: also write a Parquet ``_metadata`` summary of every row group (a plain store's is
+            always written).
         hdfs_driver: accepted for compatibility; the filesystem is chosen from the URL.
         storage_options: options of the filesystem behind the URL (credentials, endpoint...).
         filesystem: a ready ``pyarrow.fs`` or fsspec filesystem to use instead of resolving the URL.
@@ -192,7 +200,7 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
     Raises:
         ValueError: ``unischema_class`` does not name a Unischema, the URL is malformed, or ``progress`` is not
             None, True or False.
-        PetastormMetadataError: no ``unischema_class`` and no schema stored in the dataset.
+        PetastormMetadataError: no ``unischema_class``, and the schema stored in the dataset is unreadable.
         PetastormMetadataGenerationError: the directory holds no Parquet data files, one is unreadable, or a
             field of the schema is not a column of the files.
         FileNotFoundError: nothing exists at ``dataset_url``.
@@ -206,6 +214,10 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
         raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
     logger.info('reading the footers of %d files of %s', len(paths), dataset_url)
     footers = _read_footers(fs, paths, progress, f'reading the footers of {dataset_url}')
+    if schema is None:
+        logger.info('%s is plain Parquet: writing the _metadata summary of its %d files', dataset_url, len(paths))
+        _write_summary_metadata(fs, root, footers)
+        return
     _check_fields_are_columns(schema, root, footers, dataset_url)
     row_groups = {posixpath.relpath(path, root): [footer.row_group(i).num_rows
                                                   for i in range(footer.num_row_groups)]
@@ -220,7 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description='Add or regenerate the Petastorm metadata (_common_metadata) of an existing Parquet store.\n'
-                    'The schema already stored in the dataset is reused unless --unischema_class names one.\n'
+                    'The schema already stored in the dataset is reused unless --unischema_class names one;\n'
+                    'a plain Parquet store (no stored schema) gets a _metadata summary of its row groups.\n'
                     'No Spark job is needed: file footers are read in parallel threads. Progress goes to stderr.',
         epilog=f'examples:\n  {PROG} file:///tmp/hello_world_dataset\n'
                f'  {PROG} --dataset_url hdfs://namenode:8020/path/to/dataset '

@@ -47,6 +47,15 @@ _TRANSIENT_CODES = {'SlowDown', 'Throttling', 'ThrottlingException', 'ThrottledE
                     'PriorRequestNotComplete', 'BandwidthLimitExceeded', 'EC2ThrottledException',
                     '500', '502', '503', '504'}
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+#: codes and statuses that say the storage asks for fewer requests (a subset of the transient ones).
+_THROTTLING_CODES = {'SlowDown', 'Throttling', 'ThrottlingException', 'ThrottledException', 'RequestThrottled',
+                     'RequestThrottledException', 'TooManyRequestsException', 'RequestLimitExceeded',
+                     'ProvisionedThroughputExceededException', 'ServerBusy', 'EC2ThrottledException',
+                     'ServiceUnavailable', '503', '429'}
+_THROTTLING_STATUS = {429, 503}
+_THROTTLING_TEXT = ('reduce your request rate', 'SlowDown', 'Too Many Requests', 'Throttl', 'SLOW_DOWN',
+                    'THROTTLING', 'Service Unavailable', 'SERVICE_UNAVAILABLE', 'HTTP status 503',
+                    'HTTP status 429')
 _TRANSIENT_CLASSES = {'ClientPayloadError', 'ServerDisconnectedError', 'ClientConnectionError', 'ClientOSError',
                       'ServerTimeoutError', 'ClientConnectorError', 'EndpointConnectionError',
                       'ConnectionClosedError', 'ReadTimeoutError', 'ConnectTimeoutError', 'IncompleteRead',
@@ -209,6 +218,22 @@ def is_transient(err: BaseException) -> bool:
             return True
     text = str(err)
     return any(marker in text for marker in _TRANSIENT_TEXT)
+
+
+def is_throttling(err: BaseException) -> bool:
+    """True when the storage asked for fewer requests: a 503 ``SlowDown``, a 429, a throttling error code.
+
+    Such an error is transient, and the right answer to it is to wait longer and send fewer requests at once
+    (:mod:`petastorm.fs._throttle`), not to give up after the few retries a dropped connection gets.
+    """
+    if not is_transient(err):
+        return False
+    for item in _chain(err):
+        codes, statuses = _codes(item)
+        if codes & _THROTTLING_CODES or statuses & _THROTTLING_STATUS:
+            return True
+    text = ' '.join(str(item) for item in _chain(err))
+    return any(marker in text for marker in _THROTTLING_TEXT)
 
 
 def is_ambiguous_refusal(err: BaseException) -> bool:

@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 from petastorm.fs._errors import classify, translate
 from petastorm.fs._handler import OBJECT_STORE_SCHEMES, StorageHandler
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
+from petastorm.fs._throttle import limit_for
 
 T = TypeVar('T')
 
@@ -67,8 +68,11 @@ def retries_itself(filesystem: pafs.FileSystem) -> bool:
 
 
 def with_retries(filesystem: pafs.FileSystem, func: Callable[[], T], operation: str, path: str,
-                 retry: RetryPolicy = DEFAULT_RETRY) -> T:
+                 retry: RetryPolicy = DEFAULT_RETRY, limited: bool = True) -> T:
     """``func()``, retried whole on transient errors unless the filesystem retries itself (:func:`retries_itself`).
+
+    With ``limited``, each attempt holds a slot of the bucket's :class:`~petastorm.fs._throttle.AdaptiveLimit`
+    (a call that may wait for another thread's request, such as a row group read once for two readers, must not).
 
     Raises:
         StorageError: every attempt failed with a transient error (the message names the URL and the attempts).
@@ -79,7 +83,8 @@ def with_retries(filesystem: pafs.FileSystem, func: Callable[[], T], operation: 
         return func()
     url = file_url(filesystem, path)
     try:
-        return retry.call(func, f'{operation} {url}')
+        limit = limit_for(getattr(filesystem, 'type_name', ''), path) if limited else None
+        return retry.call(func, f'{operation} {url}', limit=limit)
     except RetriesExhausted as exhausted:
         raise translate(exhausted.error, operation, url, attempts=exhausted.attempts) from exhausted.error
     except OSError as err:

@@ -39,6 +39,7 @@ from petastorm.fs._errors import (
     translate,
 )
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
+from petastorm.fs._throttle import limit_for
 
 T = TypeVar('T')
 
@@ -136,8 +137,8 @@ class StorageHandler(pafs.FSSpecHandler):
     def _run(self, operation: str, path: str, func: Callable[[], T], retry: bool = True) -> T:
         """``func()`` with transient errors retried (when ``retry``) and failures translated."""
         try:
-            return self.retry.call(func, f'{operation} {self.url_of(path)}', self._secrets_shown_nowhere()) if retry \
-                else func()
+            return self.retry.call(func, f'{operation} {self.url_of(path)}', self._secrets_shown_nowhere(),
+                                   limit_for(self.scheme, path)) if retry else func()
         except RetriesExhausted as exhausted:
             error, attempts = exhausted.error, exhausted.attempts
         except Exception as err:

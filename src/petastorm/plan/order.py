@@ -6,7 +6,6 @@ seed gives the same sequence of rows for every pool kind, worker count and insta
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -42,12 +41,13 @@ def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
     The *global order* of an epoch is every item in this order, each item's rows in their order; position ``p``
     of it is one row.
     """
-    ordered = []
-    base = 0
-    for scheduled in epoch_schedule(items, epoch, seed, shuffle_row_groups):
-        ordered.append(dataclasses.replace(scheduled, item_base=base))
-        base += scheduled.item.num_rows
-    return ordered
+    rng = epoch_rng(seed, epoch)
+    order = rng.permutation(len(items)) if shuffle_row_groups else np.arange(len(items))
+    shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items)).tolist()  # drawn as epoch_schedule draws them
+    rows = np.fromiter((item.num_rows for item in items), dtype=np.int64, count=len(items))[order]
+    bases = (np.cumsum(rows) - rows).tolist()
+    return [ScheduledItem(items[i], epoch, shuffle_seeds[i], item_base=base)
+            for i, base in zip(order.tolist(), bases, strict=True)]
 
 
 def row_permutation(num_rows: int, shuffle_seed: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,6 +85,7 @@ class ReaderOptions:
     table_format: TableFormat = 'auto'
     table_version_change: TableVersionChange = 'refuse'
     count_rows: bool = False
+    plan_file: str | None = None
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
     shard_source: str | None = field(default=None, metadata=_DERIVED)
 
@@ -141,6 +143,8 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
         raise ValueError(f"hdfs_driver must be 'libhdfs3' or 'libhdfs', got {raw.hdfs_driver!r}")
     if not isinstance(raw.count_rows, bool):
         raise ValueError(f'count_rows must be True or False, got {raw.count_rows!r}')
+    if raw.plan_file is not None and not isinstance(raw.plan_file, (str, os.PathLike)):
+        raise ValueError(f'plan_file must be a path (a str), got {type(raw.plan_file).__name__}')
     if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
         raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
     _check_table_options(raw)
@@ -150,7 +154,7 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
         shuffle_row_groups=bool(raw.shuffle_row_groups),
         shuffle_row_drop_partitions=int(raw.shuffle_row_drop_partitions), cur_shard=cur_shard,
         shard_count=shard_count, cache_type=cache_type, convert_early_to_numpy=bool(raw.convert_early_to_numpy),
-        shard_source=shard_source)
+        shard_source=shard_source, plan_file=None if raw.plan_file is None else os.fspath(raw.plan_file))
 
 
 def _check_table_options(raw: ReaderOptions) -> None:

@@ -1,7 +1,8 @@
 """From checked options to a planned read: everything a reader knows before its workers start.
 
 :func:`set_up_reader` does the steps in order, each a function of this module: open the store, whatever its kind
-(``_open_store``: :func:`petastorm.store.opening.open_any_store`), load its schema and select and check the fields
+(``_open_store``: :func:`petastorm.store.opening.open_any_store`; its plan shared by the ranks of a job, a node's
+processes and later runs, :mod:`petastorm.reading.job_plan`), load its schema and select and check the fields
 (``_select_fields``), list the row groups and ask the store what the filters' statistics say, plan this shard's
 epochs (``_plan``), build the one context every worker receives (``_read_context``), and tell whether the rows of
 an epoch are known before reading them, counting them when asked (:mod:`petastorm.reading.counting`). The Ray
@@ -24,6 +25,7 @@ from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_grou
 from petastorm.reading.column_transform import TransformTarget
 from petastorm.reading.counting import epoch_rows
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
+from petastorm.reading.job_plan import share_plan
 from petastorm.reading.options import ReaderOptions
 from petastorm.reading.worker import ReadContext
 from petastorm.store.filters import columns_of_expression, filter_expression
@@ -117,17 +119,26 @@ class _Fields:
 
 
 def _open_store(options: ReaderOptions, cache: CacheBase) -> ParquetStore:
-    """The store of ``options``, its footers kept in the reader's cache when it has one.
+    """The store of ``options``, its footers kept in the reader's cache when it has one, its plan shared.
 
-    A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store.
+    A Delta or Iceberg table is opened at its version (its log planned the row groups); else a Parquet store, whose
+    plan the ranks of a job, the processes sharing a cache and the runs sharing a plan file make once
+    (:mod:`petastorm.reading.job_plan`).
     """
     dataset = open_any_store(options.dataset_url_or_urls, storage_options=options.storage_options,
                              filesystem=options.filesystem, table_format=options.table_format,
                              table_version=options.table_version)
+    _keep_footers(dataset, cache)
+    shared = share_plan(options, dataset, cache)
+    if shared is not dataset:  # the job's listing, taken from rank 0
+        _keep_footers(shared, cache)
+    return shared
+
+
+def _keep_footers(dataset: ParquetStore, cache: CacheBase) -> None:
     if not isinstance(cache, NullCache):
         # Before anything reads a footer: a later reader of the unchanged store plans without asking for them.
         store_data_files(dataset, FooterCache(cache, str(dataset.url), _listed_stamps(dataset)))
-    return dataset
 
 
 def _select_fields(options: ReaderOptions, dataset: ParquetStore) -> _Fields:

@@ -96,6 +96,9 @@ class DataFiles:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
         self.footers = None if isinstance(filesystem, pafs.LocalFileSystem) else footers
+        #: footers that came with the store's saved plan, as Parquet metadata bytes by path (parsed when a file is
+        #: opened; not shipped to worker processes).
+        self.known_footers: dict[str, bytes] = {}
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
         self._lock = threading.Lock()
@@ -151,6 +154,9 @@ class DataFiles:
                 opened = self._opened.get(path)
             if opened is not None:
                 return opened[1]
+        known = self._known_footer(path)
+        if known is not None:
+            return known
         if self.footers is not None:
             # Kept: the file is opened when a row group of it is read, if one is.
             return self.footers.footer(path, lambda: self._read_footer(path))
@@ -235,7 +241,10 @@ class DataFiles:
         took = time.perf_counter() - started
         self._round_trip = took if self._round_trip is None else min(self._round_trip, took)
         self._check_size(path, handle)
-        if kept_footer and self.footers is not None:
+        known = self._known_footer(path) if kept_footer else None
+        if known is not None:
+            opened = handle, known
+        elif kept_footer and self.footers is not None:
             opened = handle, self.footers.footer(path, lambda: pq.read_metadata(handle))
         else:
             opened = handle, pq.read_metadata(handle)
@@ -245,6 +254,16 @@ class DataFiles:
             while len(self._opened) > _KEPT_FILES:
                 self._opened.popitem(last=False)
         return opened
+
+    def _known_footer(self, path: str) -> pq.FileMetaData | None:
+        """The footer of ``path`` that came with the saved plan, or None (none came, or it is unreadable)."""
+        data = self.known_footers.get(path)
+        if data is None:
+            return None
+        try:
+            return pq.read_metadata(pa.BufferReader(data))
+        except (pa.ArrowException, OSError):
+            return None  # the store still has the footer
 
     def _check_size(self, path: str, handle: pa.NativeFile) -> None:
         """Raise DataFileChangedError if the file opened is not the size it was listed with."""

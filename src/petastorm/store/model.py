@@ -140,6 +140,10 @@ class StoreReads:
         summary: the ``_metadata`` summary, when it describes every data file (see ``summary_read``).
         summary_read: whether the summary was looked for (``summary`` is None also when there is none).
         unified: the data files' Arrow schemas unified (:mod:`petastorm.store.unify`).
+        row_counts: the rows of each row group of each data file, by path, when a saved plan gave them
+            (:mod:`petastorm.store.saved_plan`): no footer is read for them then.
+        footer_bytes: the footers that came with a saved plan, as Parquet metadata bytes by path: the files a
+            reader opens need not be asked for them.
     """
 
     data_files: DataFiles | None = None
@@ -147,6 +151,8 @@ class StoreReads:
     summary: pq.FileMetaData | None = None
     summary_read: bool = False
     unified: UnifiedSchema | None = None
+    row_counts: dict[str, list[int]] | None = None
+    footer_bytes: dict[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,12 @@ class ParquetStore(Store):
 
     def relpath(self, path: str) -> str:
         """``path`` relative to the dataset root (the key of the per-file metadata maps)."""
-        return posixpath.relpath(path, self.root) if self.root else posixpath.basename(path)
+        if not self.root:
+            return posixpath.basename(path)
+        prefix = self.root.rstrip('/') + '/'
+        if path.startswith(prefix) and '/.' not in path and '//' not in path:  # a listed path: no need to normalize
+            return path[len(prefix):]
+        return posixpath.relpath(path, self.root)
 
     def url_of(self, path: str) -> str:
         """The URL of a file of the store (under the dataset URL as the user wrote it), for messages."""

@@ -10,9 +10,11 @@ It is opened by :func:`petastorm.store.opening.open_store`.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+from petastorm._describe import display_url
 from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataError
 from petastorm.store import keys
@@ -21,7 +23,13 @@ from petastorm.store.footers import data_file_schema, metadata_row_counts, store
 from petastorm.store.model import FilterStatistics, ParquetStore, StoreSchema, check_no_missing_files
 from petastorm.store.pieces import RowGroupPiece, partition_keys_of
 
-__all__ = ['PlainStore']
+__all__ = ['SUMMARY_HINT_FILES', 'PlainStore']
+
+logger = logging.getLogger(__name__)
+
+#: data files from which a store planned from its footers is told, once, that a ``_metadata`` summary would help.
+SUMMARY_HINT_FILES = 1000
+_TOLD: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -41,23 +49,26 @@ class PlainStore(ParquetStore):
     def row_groups(self) -> list[RowGroupPiece]:
         """Every row group of the store, in piece order (sorted path, then row-group number).
 
-        Row counts come from our metadata when it lists every file, else from ``_metadata``, else from the file
-        footers, read in parallel. A store whose metadata names files that are gone is refused here, before any row
-        is read, rather than read as a smaller (or empty) dataset.
+        Row counts come from a saved plan adopted by the store (:mod:`petastorm.store.saved_plan`), else from our
+        metadata when it lists every file, else from ``_metadata``, else from the file footers, read in parallel. A
+        store whose metadata names files that are gone is refused here, before any row is read, rather than read
+        as a smaller (or empty) dataset.
 
         Raises:
             MissingDataFilesError: the metadata names data files that are not in the store.
             CorruptFooterError: a footer that had to be read is not readable Parquet.
         """
         check_no_missing_files(self, _metadata_file_names(self), self.metadata_path)
-        counts = metadata_row_counts(self)
+        counts = self.reads.row_counts or metadata_row_counts(self)
         if counts is None:
             _warn_if_deprecated_metadata(self)
+            _tell_a_summary_would_help(self)
             counts = store_footer_row_counts(self)
         pieces: list[RowGroupPiece] = []
         for path in self.files:
-            partition = partition_keys_of(self.relpath(path)) if self.root else ()
-            pieces.extend(RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path]))
+            # (a path without '=' is in no partition directory: 100,000 files are listed without asking each)
+            partition = partition_keys_of(self.relpath(path)) if self.root and '=' in path else ()
+            pieces.extend([RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path])])
         return pieces
 
     def logical_schema(self) -> StoreSchema:
@@ -120,6 +131,18 @@ def _metadata_file_names(store: ParquetStore) -> set[str]:
         if isinstance(files, dict):
             names.update(str(name) for name in files)
     return names
+
+
+def _tell_a_summary_would_help(store: ParquetStore) -> None:
+    """Log once per store URL and process that a large store's footers are read where a summary would do."""
+    url = str(store.url)
+    if len(store.files) < SUMMARY_HINT_FILES or store.root is None or store.subset or url in _TOLD:
+        return
+    _TOLD.add(url)
+    logger.warning('%s has %d data files and no _metadata summary: planning reads every footer (a request or two '
+                   'per file). With a summary it takes two requests: write one with petastorm-generate-metadata.py '
+                   '%s (or write_dataset(..., write_summary=True)), or share one plan between runs with plan_file=',
+                   display_url(url), len(store.files), display_url(url))
 
 
 def _warn_if_deprecated_metadata(store: ParquetStore) -> None:

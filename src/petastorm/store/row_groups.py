@@ -49,7 +49,7 @@ def read_row_group(files: DataFiles, path: str, row_group: int, columns: list[st
     try:
         # A whole row group is retried, so a retry delivers its rows once (our filesystem layer retries each
         # request instead, and local disk not at all: with_retries leaves those alone).
-        return with_retries(filesystem, attempt, f'reading row group {row_group} of', path)
+        return with_retries(filesystem, attempt, f'reading row group {row_group} of', path, limited=False)
     except PetastormError:
         raise  # storage errors already translated by the filesystem layer
     except FileNotFoundError as err:

@@ -15,6 +15,10 @@ Each directory under ``root`` is a bucket and each file under it an object (``ro
 
 Everything else is answered with ``501 NotImplemented``. Authentication headers are accepted and not checked.
 
+Throttling can be turned on (:meth:`S3DirectoryServer.throttle`): past a rate of requests per second (a token
+bucket with a burst), requests are answered ``503 SlowDown`` (or ``429 Too Many Requests``) as a busy object
+store answers them, and counted apart.
+
 Every request is counted (by kind) with the body bytes sent, so a benchmark can say how many requests and bytes
 one epoch took (:meth:`S3DirectoryServer.stats`). Objects carry an ``ETag`` made of the file's modification time and
 size, as static web servers make them, so a file rewritten in place gets another one; a ``PUT`` answers with the
@@ -45,6 +49,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,12 +73,14 @@ class ServerStats:
         bytes_sent: body bytes answered (headers not counted), counted as each answer starts.
         ranged_gets: ``GET`` requests that carried a ``Range`` header.
         objects: ``GET`` and ``HEAD`` requests by object (``'bucket/key'``), found or not.
+        throttled: requests refused by the throttling of :meth:`S3DirectoryServer.throttle` (not in ``requests``).
     """
 
     requests: Counter = field(default_factory=Counter)
     bytes_sent: int = 0
     ranged_gets: int = 0
     objects: Counter = field(default_factory=Counter)
+    throttled: int = 0
 
     @property
     def total_requests(self) -> int:
@@ -83,7 +90,7 @@ class ServerStats:
     def as_dict(self) -> dict[str, Any]:
         """The counters as plain JSON values."""
         return {'requests': dict(self.requests), 'bytes_sent': self.bytes_sent, 'ranged_gets': self.ranged_gets,
-                'total_requests': self.total_requests, 'objects': dict(self.objects)}
+                'total_requests': self.total_requests, 'objects': dict(self.objects), 'throttled': self.throttled}
 
 
 
@@ -183,7 +190,8 @@ class _Connection:
 
 _REASONS = {200: 'OK', 204: 'No Content', 206: 'Partial Content', 304: 'Not Modified', 400: 'Bad Request',
             403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict', 412: 'Precondition Failed',
-            416: 'Range Not Satisfiable', 500: 'Internal Server Error', 501: 'Not Implemented',
+            416: 'Range Not Satisfiable', 429: 'Too Many Requests', 500: 'Internal Server Error',
+            501: 'Not Implemented',
             503: 'Service Unavailable'}
 
 
@@ -208,6 +216,7 @@ class S3DirectoryServer:
         self._requests = S3Requests(self._store, self._count)
         self._counter = 0
         self._requested_port = port
+        self._bucket: _TokenBucket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -286,13 +295,25 @@ class S3DirectoryServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def throttle(self, rate: float | None, burst: int = 10, status: int = 503) -> None:
+        """Refuse requests past ``rate`` per second (after a burst of ``burst``) with ``status``; None: stop.
+
+        Args:
+            rate: requests answered per second at most, on average (None: no throttling).
+            burst: requests answered at once before the rate applies.
+            status: 503 (S3's ``SlowDown``) or 429 (``Too Many Requests``).
+        """
+        if status not in _THROTTLE_ERRORS:
+            raise ValueError(f'status must be one of {sorted(_THROTTLE_ERRORS)}, got {status}')
+        self._bucket = None if rate is None else _TokenBucket(rate, burst, status)
+
     # -- counters -------------------------------------------------------------------------------------------
 
     def stats(self) -> ServerStats:
         """A copy of the counters since the last :meth:`reset_stats`."""
         with self._stats_lock:
             return ServerStats(Counter(self._stats.requests), self._stats.bytes_sent, self._stats.ranged_gets,
-                               Counter(self._stats.objects))
+                               Counter(self._stats.objects), self._stats.throttled)
 
     def reset_stats(self) -> ServerStats:
         """Zero the counters; returns what they held."""
@@ -323,8 +344,38 @@ class S3DirectoryServer:
             snapshot = self.reset_stats() if method == 'POST' else self.stats()
             connection.send(200, {'Content-Type': 'application/json'}, json.dumps(snapshot.as_dict()).encode())
             return
+        bucket = self._bucket
+        if bucket is not None and not bucket.take():
+            with self._stats_lock:
+                self._stats.throttled += 1
+            code, message = _THROTTLE_ERRORS[bucket.status]
+            raise ErrorReply(bucket.status, code, message)
         await self._requests.answer(connection, method, target, path, query, headers, body)
 
+
+
+_THROTTLE_ERRORS = {503: ('SlowDown', 'Please reduce your request rate.'),
+                    429: ('TooManyRequests', 'Too Many Requests: please reduce your request rate.')}
+
+
+class _TokenBucket:
+    """``rate`` tokens a second, up to ``burst`` saved: a request takes one, or is refused (the server's loop only)."""
+
+    def __init__(self, rate: float, burst: int, status: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.status = status
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -333,8 +384,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--root', required=True, help='the directory whose subdirectories are the buckets')
     parser.add_argument('--port', type=int, default=0, help='the port (default: a free one)')
     parser.add_argument('--bucket', action='append', default=[], help='create this bucket (repeatable)')
+    parser.add_argument('--throttle-rate', type=float, default=None,
+                        help='answer 503 SlowDown past this many requests per second (default: never)')
+    parser.add_argument('--throttle-burst', type=int, default=10, help='requests at once before the rate applies')
     args = parser.parse_args(argv)
     server = S3DirectoryServer(args.root, args.port, tuple(args.bucket))
+    if args.throttle_rate is not None:
+        server.throttle(args.throttle_rate, args.throttle_burst)
 
     async def serve() -> None:
         listening = await server._listen()

@@ -295,7 +295,7 @@ def test_counters_count_requests_and_body_bytes_and_the_stats_endpoint_resets_th
     _request(server.port, 'GET', f'/{BUCKET}?list-type=2')
     status, _, body = _request(server.port, 'GET', '/_stats')
     expected = {'requests': {'GET': 2, 'HEAD': 1, 'LIST': 1}, 'bytes_sent': 100 + len(PAYLOAD), 'ranged_gets': 1,
-                'total_requests': 4, 'objects': {f'{BUCKET}/c.bin': 3}}
+                'total_requests': 4, 'objects': {f'{BUCKET}/c.bin': 3}, 'throttled': 0}
     assert (status, json.loads(body)) == (200, expected)
     assert json.loads(_request(server.port, 'POST', '/_stats')[2]) == expected  # read and reset
     assert server.stats().total_requests == 0

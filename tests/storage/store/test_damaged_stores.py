@@ -294,7 +294,10 @@ def test_a_pyarrow_filesystem_without_retries_gets_ours_with_every_row_once(serv
 
 
 @pytest.mark.parametrize('client', CLIENTS)
-def test_a_store_that_keeps_throttling_fails_with_a_storage_error_naming_the_url(server, store, faults, client):
+def test_a_store_that_keeps_throttling_fails_with_a_storage_error_naming_the_url(server, store, faults, client,
+                                                                                  monkeypatch):
+    # Throttling is waited out for minutes; a storage that never stops throttling fails when the patience is over.
+    monkeypatch.setattr('petastorm.fs._retry.THROTTLED_PATIENCE', 0.5)
     options = _client(server, client, faults.endpoint, client_retries=False,
                       config_kwargs={'retries': {'total_max_attempts': 1}})
     reader = make_reader(store.url, reader_pool_type='dummy', **options)

@@ -1,0 +1,174 @@
+"""One plan for a job: ranks of real gloo jobs, processes and later runs share the footers' plan of a plain store.
+
+A store without a ``_metadata`` summary is planned from every file's footer. The ranks of a job share one plan
+(rank 0 reads the footers, the others receive the plan), so the job's requests, counted at the loopback S3 server,
+are about one reader's plus each rank's own data; every row is read once across the ranks; a rank that makes its
+reader late gets the same plan; a plan file spares later runs the footers until the store's listing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm import make_batch_reader
+from petastorm.errors import PetastormMetadataError
+from petastorm.store.saved_plan import PlanMismatch, adopt_plan, encode_plan
+from petastorm.test_util.s3_server import S3DirectoryServer
+
+pytest.importorskip('torch')
+pytest.importorskip('s3fs')
+
+from support.rank_processes import run_ranks  # noqa: E402
+
+BUCKET = 'jobs'
+FILES = 24
+ROWS = 10
+SCRIPT = os.path.join(os.path.dirname(__file__), 'job_plan_rank.py')
+
+
+@pytest.fixture(scope='module')
+def server(tmp_path_factory):
+    with S3DirectoryServer(str(tmp_path_factory.mktemp('objects')), buckets=(BUCKET,)) as running:
+        yield running
+
+
+def _store(server, name: str, files: int = FILES) -> str:
+    directory = os.path.join(server.root, BUCKET, name)
+    os.makedirs(directory)
+    for index in range(files):
+        _write_file(directory, index)
+    return f's3://{BUCKET}/{name}'
+
+
+def _write_file(directory: str, index: int) -> None:
+    pq.write_table(pa.table({'id': np.arange(index * ROWS, (index + 1) * ROWS, dtype=np.int64)}),
+                   os.path.join(directory, f'part-{index:03d}.parquet'))
+
+
+def _results(outputs: list[str]) -> list[dict]:
+    return [json.loads(line.split('RESULT ', 1)[1]) for output in outputs for line in output.splitlines()
+            if line.startswith('RESULT ')]
+
+
+def _one_reader_requests(server, url: str) -> int:
+    """The requests of one reader reading the whole store, planning included."""
+    server.reset_stats()
+    with make_batch_reader(url, reader_pool_type='thread', workers_count=2,
+                           storage_options=server.storage_options()) as reader:
+        ids = sorted(int(i) for batch in reader for i in batch.id)
+    assert len(ids) == len(set(ids))
+    return server.stats().total_requests
+
+
+@pytest.mark.parametrize('world', [2, 4])
+def test_the_ranks_of_a_job_plan_once_and_read_every_row_once(server, world):
+    url = _store(server, f'job{world}')
+    single = _one_reader_requests(server, url)
+    server.reset_stats()
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url], world))
+    job = server.stats().total_requests
+    assert len({r['plan'] for r in results}) == 1
+    assert len(results) == world
+    ids = sorted(i for r in results for i in r['ids'])
+    assert ids == list(range(FILES * ROWS))  # every row once across the ranks
+    # One reader's requests, plus each other rank's listing and the size of each file it reads (its share, and a
+    # file its share begins or ends in): the footers came with the plan. Each rank planning alone would add two
+    # requests per file per rank.
+    assert job - single <= (world - 1) * (3 + FILES // world), (job, single)
+
+
+def test_a_rank_that_makes_its_reader_late_gets_the_same_plan(server):
+    url = _store(server, 'late')
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--late'], 2))
+    assert len({r['plan'] for r in results}) == 1
+    assert sorted(i for r in results for i in r['ids']) == list(range(FILES * ROWS))
+
+
+def _planning_requests(server, url: str, plan_file: str) -> tuple[dict, list[int]]:
+    server.reset_stats()
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options(),
+                           plan_file=plan_file) as reader:
+        requests = dict(server.stats().requests)
+        ids = sorted(int(i) for batch in reader for i in batch.id)
+    return requests, ids
+
+
+def test_a_plan_file_spares_later_readers_the_footers_until_the_listing_changes(server, tmp_path):
+    url = _store(server, 'planned', files=6)
+    plan_file = str(tmp_path / 'plans' / 'planned.arrow')
+    first, ids = _planning_requests(server, url, plan_file)
+    assert first.get('GET', 0) >= 6
+    assert ids == list(range(60))
+    again, ids = _planning_requests(server, url, plan_file)
+    assert again == {'LIST': 1}
+    assert ids == list(range(60))
+    _write_file(os.path.join(server.root, BUCKET, 'planned'), 6)
+    changed, ids = _planning_requests(server, url, plan_file)
+    assert changed.get('GET', 0) >= 7
+    assert ids == list(range(70))
+    assert _planning_requests(server, url, plan_file)[0] == {'LIST': 1}  # and the rewritten plan holds
+
+
+def test_a_plan_made_from_another_listing_is_refused(server, tmp_path):
+    url = _store(server, 'refused', files=3)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        data = encode_plan(reader.dataset)
+        list(reader)
+    _write_file(os.path.join(server.root, BUCKET, 'refused'), 3)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        with pytest.raises(PlanMismatch, match='another listing'):
+            adopt_plan(reader.dataset, data)
+        taken = adopt_plan(reader.dataset, data, take_listing=True)
+        assert len(taken.files) == 3
+        assert len(reader.dataset.files) == 4
+    with pytest.raises(PetastormMetadataError, match='not readable'):
+        adopt_plan(taken, b'not a plan')
+
+
+def test_a_job_with_a_plan_file_reads_a_changed_store_whole(server, tmp_path):
+    url = _store(server, 'job-file', files=8)
+    plan_file = str(tmp_path / 'job.plan')
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--plan-file', plan_file], 2))
+    assert sorted(i for r in results for i in r['ids']) == list(range(80))
+    _write_file(os.path.join(server.root, BUCKET, 'job-file'), 8)
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--plan-file', plan_file], 2))
+    assert len({r['plan'] for r in results}) == 1
+    assert sorted(i for r in results for i in r['ids']) == list(range(90))
+
+
+def test_the_footers_read_for_a_plan_come_with_it_within_their_budget(server, monkeypatch):
+    url = _store(server, 'footers', files=4)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        with_footers = encode_plan(reader.dataset)
+        monkeypatch.setattr('petastorm.store.saved_plan.FOOTER_BUDGET', 100)
+        without = encode_plan(reader.dataset)
+        list(reader)
+    assert len(with_footers) > len(without)
+    with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options()) as reader:
+        adopted = adopt_plan(reader.dataset, with_footers)
+        assert set(adopted.reads.footer_bytes) == set(adopted.files)
+
+
+def test_readers_sharing_a_local_disk_cache_plan_once(server, tmp_path, monkeypatch):
+    from petastorm.reading import job_plan
+
+    url = _store(server, 'cached', files=5)
+    planned = []
+    original = job_plan._plan
+    monkeypatch.setattr(job_plan, '_plan', lambda dataset: planned.append(1) or original(dataset))
+    cache = {'cache_type': 'local-disk', 'cache_location': str(tmp_path / 'cache'), 'cache_size_limit': 1 << 30,
+             'cache_row_size_estimate': 100, 'cache_extra_settings': {'cleanup': False}}
+    for _ in range(2):
+        server.reset_stats()
+        with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options(),
+                               **cache) as reader:
+            requests = dict(server.stats().requests)
+            assert sorted(int(i) for batch in reader for i in batch.id) == list(range(50))
+    assert planned == [1]  # the second reader took the plan from the cache
+    assert requests == {'LIST': 1}
