@@ -208,3 +208,36 @@ def test_positions_saved_every_step_restore_exactly_and_elsewhere(url, case):
     gathered = {'format': 'petastorm.tokens', 'version': 1, 'ranks': [state for _, state in ranks]}
     total = ranks[0][0] + ranks[1][0] + _rest(url, 3, gathered, num_epochs=1, **case)
     assert total == expected_tokens(LENGTHS)
+
+
+@pytest.mark.parametrize('case', [dict(packing='concat'), dict(packing='first_fit', shuffle_buffer=5, pack_window=4),
+                                  dict(packing='none', max_tokens=60, shuffle_buffer=3),
+                                  dict(packing='concat', shuffle_buffer=7)],
+                         ids=['concat', 'first_fit-shuffled', 'none-budget', 'concat-shuffled'])
+def test_a_position_read_long_after_it_was_taken_is_the_one_of_its_step(url, case, monkeypatch):
+    """state_dict() keeps what the loader held (shared, not copied) and makes its lists only when read: read at the
+    end of the pass, every step's position is the one read at its step, and it restores that step exactly."""
+    from petastorm.tokens._queue import PieceQueue
+
+    made = collections.Counter()
+    partial = PieceQueue.partial
+
+    def counted(self, into):
+        made['lists'] += 1
+        return partial(self, into)
+
+    monkeypatch.setattr(PieceQueue, 'partial', counted)
+    whole, _ = _run(url, num_epochs=1, **case)
+    at_once, later = [], []
+    with _loader(url, num_epochs=1, **case) as loader:
+        for _batch in loader:
+            before = made['lists']
+            later.append(loader.state_dict())
+            assert made['lists'] == before, 'taking a position makes none of its lists'
+            at_once.append(json.loads(json.dumps(loader.state_dict())))
+            assert made['lists'] == before + at_once[-1]['in_progress'], 'reading one makes them (in a pass)'
+    assert len(later) > 6
+    assert [json.loads(json.dumps(state)) for state in later] == at_once
+    stop = len(later) // 2
+    tail, _ = _run(url, state=later[stop - 1], num_epochs=1, **case)
+    assert _same(whole[:stop] + tail, whole)
