@@ -58,6 +58,13 @@ def in_runs(ids: np.ndarray, runs: np.ndarray) -> np.ndarray:
     return (index >= 0) & (ids < runs[clipped, 1])
 
 
+def _union(queue: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """The sorted unique documents of both (the queue's alone when they are in order already, as read in order)."""
+    if not len(others) and (len(queue) < 2 or bool((queue[1:] > queue[:-1]).all())):
+        return queue
+    return np.union1d(queue, others)
+
+
 @dataclass(frozen=True)
 class Held:
     """A reader's position made while it held ``queue`` (the packer's queue, in order) and ``others``."""
@@ -116,7 +123,8 @@ class HeldPosition:
             state_holding: the reader's ``state_holding``.
         """
         if reads != self._reads or waiting > len(self._held.queue):
-            held_queue, held_others = queue(), np.unique(others())
-            self._held = Held(state_holding(np.union1d(held_queue, held_others)), held_queue, held_others)
+            held_queue, held_others = queue(), others()
+            held_others = np.unique(held_others) if len(held_others) else held_others
+            self._held = Held(state_holding(_union(held_queue, held_others)), held_queue, held_others)
             self._reads = reads
         return self._held
