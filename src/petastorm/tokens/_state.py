@@ -9,8 +9,8 @@ A position is a dict of plain ints and lists (it fits JSON, ``torch.save`` and G
 
 In a ``torch.distributed`` run a loader saves ``{'format', 'version', 'ranks': [every rank's position]}``.
 
-Taking a position is cheap enough to do every step: a :class:`Position` holds its numbers at once and its lists
-(``'rows'``, ``'sources'``) as a function of what the loader held then (arrays and lists that the loader replaces
+Taking a position is cheap enough to do every step: a :class:`Position` holds its ``'format'`` at once and the
+rest as a function of what the loader held then (arrays and lists that the loader replaces
 rather than changes), made the first time they are read: by indexing, iteration, ``json``, ``pickle``,
 ``torch.save``, ``copy``, comparison. It is a ``dict``; pickled, it is a plain ``OrderedDict`` (which
 ``torch.load(weights_only=True)`` takes).
@@ -47,7 +47,7 @@ class Position(dict):  # type: ignore[type-arg]
     """A position whose lists are made when first read (see the module's documentation).
 
     Args:
-        numbers: the keys known at once.
+        numbers: the keys known at once (at least one: ``json`` writes an empty dict without reading it).
         rest: makes the other keys (called once).
     """
 

@@ -371,16 +371,20 @@ class TokenStream:
             return np.array([doc for _, row in buffer if row[0] == index for doc in row[1::3]], dtype=np.int64)
 
         sources = [feed.snapshot(functools.partial(buffered, index), between) for index, feed in enumerate(self.feeds)]
-        pack = self.pack
-        numbers = {'format': FORMAT, 'version': VERSION, 'seq_len': pack.seq_len, 'packing': pack.packing,
-                   'bos_id': pack.bos_id, 'eos_id': pack.eos_id, 'shard': self.shard,
-                   'shard_count': self.shard_count,
-                   'passes_done': counts.passes_done + (1 if between and not self._restart else 0),
-                   'in_progress': not between, 'steps': 0 if between else counts.steps,
-                   'total_steps': counts.total_steps, 'draws': 0 if between else counts.draws,
-                   'picks': 0 if between else counts.picks, 'generation': counts.generation,
-                   'tokens': list(counts.tokens), 'padding': counts.padding}
-        position = Position(numbers, lambda: {'rows': rows(), 'sources': [source() for source in sources]})
+        numbers = (counts.passes_done + (1 if between and not self._restart else 0), counts.steps, counts.total_steps,
+                   counts.draws, counts.picks, counts.generation, counts.tokens, counts.padding)  # the list is replaced
+
+        def rest() -> dict[str, Any]:
+            passes_done, steps, total_steps, draws, picks, generation, tokens, padding = numbers
+            pack = self.pack
+            return {'version': VERSION, 'seq_len': pack.seq_len, 'packing': pack.packing, 'bos_id': pack.bos_id,
+                    'eos_id': pack.eos_id, 'shard': self.shard, 'shard_count': self.shard_count,
+                    'passes_done': passes_done, 'in_progress': not between, 'steps': 0 if between else steps,
+                    'total_steps': total_steps, 'draws': 0 if between else draws, 'picks': 0 if between else picks,
+                    'generation': generation, 'tokens': list(tokens), 'padding': padding, 'rows': rows(),
+                    'sources': [source() for source in sources]}
+
+        position = Position({'format': FORMAT}, rest)  # a key at once: json's encoder skips an empty dict unread
         if saved is not None or any(feed.restoring for feed in self.feeds):
             position._made()  # a restore still reads documents again: what it holds changes in place
         return position
