@@ -123,8 +123,8 @@ class FirstFitPacker:
     def snapshot(self) -> FirstFitView:
         """The rows held now (closed and open), as a position keeps them; the lists are shared (a row's list is
         replaced, never changed, when a document is placed in it)."""
-        return FirstFitView(self.queue.frozen(), [flat for _, flat in self._ready],
-                            [(slot, self._flats[slot]) for slot in np.flatnonzero(self._open).tolist()])
+        return FirstFitView(self.queue.frozen(), [flat for _, flat in self._ready], self._flats.copy(),
+                            self._open.copy())
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Rebuild the rows of :meth:`listed` (on a packer just :meth:`reset`)."""
@@ -142,10 +142,15 @@ class FirstFitView:
     """What a :class:`FirstFitPacker` held when a position was taken (a
     :class:`~petastorm.tokens._packers.PackerView`)."""
 
-    def __init__(self, queue: PieceQueue, ready: list[list[int]], open_rows: list[tuple[int, list[int]]]) -> None:
+    def __init__(self, queue: PieceQueue, ready: list[list[int]], flats: list[list[int]], is_open: np.ndarray) -> None:
         self.queue = queue
         self._ready = ready
-        self._open = open_rows
+        self._flats = flats
+        self._is_open = is_open
+
+    @property
+    def _open(self) -> list[tuple[int, list[int]]]:
+        return [(slot, self._flats[slot]) for slot in np.flatnonzero(self._is_open).tolist()]
 
     def packed_rows(self) -> np.ndarray:
         """Documents in open rows and in closed rows not pulled."""
