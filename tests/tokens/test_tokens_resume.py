@@ -241,3 +241,28 @@ def test_a_position_read_long_after_it_was_taken_is_the_one_of_its_step(url, cas
     stop = len(later) // 2
     tail, _ = _run(url, state=later[stop - 1], num_epochs=1, **case)
     assert _same(whole[:stop] + tail, whole)
+
+
+def test_a_position_goes_through_torch_save_pickle_and_copies_as_plain_data(url, tmp_path):
+    """What checkpoints do with a position (torch.save loaded with weights_only, pickle, deepcopy, dict()) gives the
+    same plain data as JSON, and restores the same stream."""
+    import copy
+    import pickle
+
+    whole, _ = _run(url, num_epochs=1, packing='first_fit', shuffle_buffer=5)
+    with _loader(url, num_epochs=1, packing='first_fit', shuffle_buffer=5) as loader:
+        batches = iter(loader)
+        for _ in range(4):
+            next(batches)
+        state = loader.state_dict()
+        for _ in range(3):
+            next(batches)  # the loader moves on before the position is read
+    torch.save({'data': state}, tmp_path / 'ckpt.pt')
+    loaded = torch.load(tmp_path / 'ckpt.pt', weights_only=True)['data']
+    expected = json.loads(json.dumps(state))
+    for other in (loaded, pickle.loads(pickle.dumps(state)), copy.deepcopy(state), dict(state), {**state}):
+        assert json.loads(json.dumps(other)) == expected
+    assert state == loaded
+    assert loaded == state
+    tail, _ = _run(url, state=loaded, num_epochs=1, packing='first_fit', shuffle_buffer=5)
+    assert _same(whole[:4] + tail, whole)
