@@ -11,7 +11,9 @@ what saving the position every step costs.
    group of texts per call, on the same 2 threads (its Rayon pool).
 3. ``packing='first_fit'`` padding on the log-normal corpus of (1): padding tokens / all tokens of the batches.
 4. ``state_dict()`` after every step: the main thread's CPU time spent in it as a share of the wall time of the
-   rest of the step (its clock time is shown too: it also waits for the GIL while the reader threads hold it).
+   rest of the step (its clock time is shown too: it also waits for the GIL while the reader threads hold it). A
+   position's lists are made when it is first read (``docs/tokens.md``): the time ``json.dumps`` takes on it, what
+   a checkpoint pays, is shown beside it and left out of the step.
 
 The limits run interleaved with ours, ``--repeats`` times each; the table gives medians of the same-run ratios
 (rates on a machine shared with other work are noisy). Goals: (1) >= 0.8x the raw limit, >= 5x ``datasets``;
@@ -146,12 +148,13 @@ def encode_limit(tokenizer, texts: list[str]) -> float:
 
 # -- (4) state_dict() every step ---------------------------------------------------------------------------------------
 
-def state_cost(url: str, steps: int, **kwargs) -> tuple[float, float, float, int]:
+def state_cost(url: str, steps: int, **kwargs) -> tuple[float, float, float, int, float]:
     """``state_dict()`` after every step: (its CPU time, its clock time, as shares of the wall time of the rest of
-    the step; its CPU microseconds per call; the largest state as JSON bytes)."""
+    the step; its CPU microseconds per call; the largest state as JSON bytes; the CPU microseconds of ``json.dumps``
+    of it, which makes its lists, as a checkpoint does, left out of the step's time)."""
     from petastorm.tokens import make_token_loader
 
-    in_state = cpu_in_state = 0.0
+    in_state = cpu_in_state = in_json = cpu_in_json = 0.0
     largest = calls = 0
     with make_token_loader(url, seq_len=SEQ_LEN, batch_size=ROWS, workers_count=2, **kwargs) as loader:
         batches = iter(loader)
@@ -164,11 +167,15 @@ def state_cost(url: str, steps: int, **kwargs) -> tuple[float, float, float, int
             state = loader.state_dict()
             in_state += time.perf_counter() - before
             cpu_in_state += time.thread_time() - cpu_before
-            largest = max(largest, len(json.dumps(state)))
+            before, cpu_before = time.perf_counter(), time.thread_time()
+            largest = max(largest, len(json.dumps(state)))  # what a checkpoint of it costs: its lists made
+            del state  # and let go (a checkpoint's cost too, not the next state_dict()'s)
+            in_json += time.perf_counter() - before
+            cpu_in_json += time.thread_time() - cpu_before
             calls += 1
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start - in_json
     return (cpu_in_state / (seconds - in_state), in_state / (seconds - in_state), cpu_in_state / calls * 1e6,
-            largest)
+            largest, cpu_in_json / calls * 1e6)
 
 
 def _interleaved(repeats: int, ours_run: Callable[[], float], limit_run: Callable[[], float]) -> tuple:
@@ -229,9 +236,10 @@ def main() -> None:
     for name, kwargs in (('concat', {}), ('first_fit', {'packing': 'first_fit'}),
                          ('concat, shuffle_buffer=64', {'shuffle_buffer': 64})):
         runs = [state_cost(url, steps, **kwargs) for _ in range(repeats)]
-        cpu, clock, micros, size = (statistics.median(column) for column in zip(*runs, strict=True))
+        cpu, clock, micros, size, encode = (statistics.median(column) for column in zip(*runs, strict=True))
         print(f'| 4 | state_dict() every step, {name} | {cpu:.2%} (CPU, {micros:.0f} us a call) | clock | '
-              f'{clock:.2%} | share of a loader step | {size:,.0f} bytes of JSON | < 2% |')
+              f'{clock:.2%} | share of a loader step | {size:,.0f} bytes of JSON, {encode:.0f} us to encode '
+              f'(a checkpoint) | < 2% |')
 
 
 if __name__ == '__main__':

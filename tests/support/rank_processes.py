@@ -15,12 +15,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(script: str, args: list[str], world: int, timeout: float = 240) -> list[str]:
+#: What a rank prints when the rendezvous port it was given was taken by another process in the meantime (the
+#: port is found free, then bound by the ranks: on a busy machine something else may bind it in between).
+_PORT_TAKEN = ('Address already in use', 'EADDRINUSE', 'address already in use')
+
+
+def run_ranks(script: str, args: list[str], world: int, timeout: float = 240, tries: int = 3) -> list[str]:
     """Run ``script`` in ``world`` processes with torchrun's environment; their outputs, or a failure naming them.
+
+    A run whose rendezvous port was taken before the ranks bound it is run again on another port (``tries`` runs
+    at most); any other failure is reported at once.
 
     Raises:
         AssertionError: a process failed (its output's end is in the message).
     """
+    for _ in range(tries - 1):
+        codes, outputs = _run_once(script, args, world, timeout)
+        if codes == [0] * world or not any(text in output for output in outputs for text in _PORT_TAKEN):
+            break
+    else:
+        codes, outputs = _run_once(script, args, world, timeout)
+    assert codes == [0] * world, '\n'.join(o[-3000:] for o in outputs)
+    return outputs
+
+
+def _run_once(script: str, args: list[str], world: int, timeout: float) -> tuple[list[int | None], list[str]]:
     port = free_port()
     processes = []
     for rank in range(world):
@@ -38,5 +57,4 @@ def run_ranks(script: str, args: list[str], world: int, timeout: float = 240) ->
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    assert [p.returncode for p in processes] == [0] * world, '\n'.join(o[-3000:] for o in outputs)
-    return outputs
+    return [p.returncode for p in processes], outputs

@@ -208,3 +208,61 @@ def test_positions_saved_every_step_restore_exactly_and_elsewhere(url, case):
     gathered = {'format': 'petastorm.tokens', 'version': 1, 'ranks': [state for _, state in ranks]}
     total = ranks[0][0] + ranks[1][0] + _rest(url, 3, gathered, num_epochs=1, **case)
     assert total == expected_tokens(LENGTHS)
+
+
+@pytest.mark.parametrize('case', [dict(packing='concat'), dict(packing='first_fit', shuffle_buffer=5, pack_window=4),
+                                  dict(packing='none', max_tokens=60, shuffle_buffer=3),
+                                  dict(packing='concat', shuffle_buffer=7)],
+                         ids=['concat', 'first_fit-shuffled', 'none-budget', 'concat-shuffled'])
+def test_a_position_read_long_after_it_was_taken_is_the_one_of_its_step(url, case, monkeypatch):
+    """state_dict() keeps what the loader held (shared, not copied) and makes its lists only when read: read at the
+    end of the pass, every step's position is the one read at its step, and it restores that step exactly."""
+    from petastorm.tokens._queue import PieceQueue
+
+    made = collections.Counter()
+    partial = PieceQueue.partial
+
+    def counted(self, into):
+        made['lists'] += 1
+        return partial(self, into)
+
+    monkeypatch.setattr(PieceQueue, 'partial', counted)
+    whole, _ = _run(url, num_epochs=1, **case)
+    at_once, later = [], []
+    with _loader(url, num_epochs=1, **case) as loader:
+        for _batch in loader:
+            before = made['lists']
+            later.append(loader.state_dict())
+            assert made['lists'] == before, 'taking a position makes none of its lists'
+            at_once.append(json.loads(json.dumps(loader.state_dict())))
+            assert made['lists'] == before + at_once[-1]['in_progress'], 'reading one makes them (in a pass)'
+    assert len(later) > 6
+    assert [json.loads(json.dumps(state)) for state in later] == at_once
+    stop = len(later) // 2
+    tail, _ = _run(url, state=later[stop - 1], num_epochs=1, **case)
+    assert _same(whole[:stop] + tail, whole)
+
+
+def test_a_position_goes_through_torch_save_pickle_and_copies_as_plain_data(url, tmp_path):
+    """What checkpoints do with a position (torch.save loaded with weights_only, pickle, deepcopy, dict()) gives the
+    same plain data as JSON, and restores the same stream."""
+    import copy
+    import pickle
+
+    whole, _ = _run(url, num_epochs=1, packing='first_fit', shuffle_buffer=5)
+    with _loader(url, num_epochs=1, packing='first_fit', shuffle_buffer=5) as loader:
+        batches = iter(loader)
+        for _ in range(4):
+            next(batches)
+        state = loader.state_dict()
+        for _ in range(3):
+            next(batches)  # the loader moves on before the position is read
+    torch.save({'data': state}, tmp_path / 'ckpt.pt')
+    loaded = torch.load(tmp_path / 'ckpt.pt', weights_only=True)['data']
+    expected = json.loads(json.dumps(state))
+    for other in (loaded, pickle.loads(pickle.dumps(state)), copy.deepcopy(state), dict(state), {**state}):
+        assert json.loads(json.dumps(other)) == expected
+    assert state == loaded
+    assert loaded == state
+    tail, _ = _run(url, state=loaded, num_epochs=1, packing='first_fit', shuffle_buffer=5)
+    assert _same(whole[:4] + tail, whole)

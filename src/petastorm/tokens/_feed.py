@@ -21,7 +21,7 @@ what its reader gives it, cutting the documents named to those ranges.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -179,8 +179,10 @@ class Feed:
                     docs.rows, np.fromiter(self._carried, np.int64, len(self._carried)))
                 docs = docs.take(np.flatnonzero(queued))
         if self._carried and len(docs):
-            mine = {doc: self._carried.pop(doc) for doc in docs.rows.tolist() if doc in self._carried}
-            docs = cut_pieces(docs, mine)
+            mine = {doc: spans for doc in docs.rows.tolist() if (spans := self._carried.get(doc)) is not None}
+            if mine:  # a new dict, not a changed one: a position taken before may hold the old
+                self._carried = {doc: spans for doc, spans in self._carried.items() if doc not in mine}
+                docs = cut_pieces(docs, mine)
         return docs
 
     # -- positions -----------------------------------------------------------------------------------------------
@@ -190,28 +192,41 @@ class Feed:
         """A restore still waits for documents to be read again."""
         return self._saved_rows is not None
 
-    def state(self, buffered: np.ndarray, between: bool = False) -> dict[str, Any]:
-        """This source's part of a saved position (see the module's documentation).
+    def snapshot(self, buffered: Callable[[], np.ndarray], between: bool = False) -> Callable[[], dict[str, Any]]:
+        """This source's part of a position taken now (see the module's documentation), made when called.
+
+        Taking it costs a few attribute reads while the reader delivered no new batch: the packer's view shares its
+        arrays, and everything it names is replaced, not changed, by later reads and packing.
 
         Args:
-            buffered: documents of this source in rows the loader holds (its shuffling buffer).
+            buffered: the documents of this source in rows the loader holds now (its shuffling buffer).
             between: the pass ended: a restore starts the next one, so nothing held is kept.
         """
         if between:
-            return {'reader': self.positions.state_holding(np.empty(0, dtype=np.int64)), 'remaining': [],
-                    'delivered': [], 'packer': {}}
-        packer = self.packer
-        parts = [packer.packed_rows(), np.asarray(buffered, dtype=np.int64)]
-        if self._arrived:
-            parts.append(np.fromiter(self._arrived, np.int64, len(self._arrived)))
-        others = np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
-        reader, gone = self._position.position(self._reads, packer.queue.held_rows, packer.queue.pieces, others,
-                                               self.positions.state_holding)
-        remaining = {doc: list(spans) for doc, spans in self._carried.items()}
-        self.packer.partial(remaining)
-        packed = self._saved_rows if self._saved_rows is not None else self.packer.listed()
-        return {'reader': reader, 'remaining': _entries(remaining),
-                'delivered': merged_runs(self._delivered, gone).tolist(), 'packer': packed}
+            reader = self.positions.state_holding(np.empty(0, dtype=np.int64))
+            return lambda: {'reader': reader, 'remaining': [], 'delivered': [], 'packer': {}}
+        view = self.packer.snapshot()
+        arrived = np.fromiter(self._arrived, np.int64, len(self._arrived)) if self._arrived else None
+
+        def others() -> np.ndarray:
+            parts = [view.packed_rows(), np.asarray(buffered(), dtype=np.int64)]
+            if arrived is not None:
+                parts.append(arrived)
+            return np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
+
+        queue = view.queue
+        held = self._position.current(self._reads, queue.pieces, queue.held_rows, others, self.positions.state_holding)
+        carried, delivered, saved_rows = self._carried, self._delivered, self._saved_rows
+
+        def state() -> dict[str, Any]:
+            remaining = {doc: list(spans) for doc, spans in carried.items()}
+            view.partial(remaining)
+            gone = held.delivered_since(queue.pieces, others())
+            return {'reader': held.reader, 'remaining': _entries(remaining),
+                    'delivered': merged_runs(delivered, gone).tolist(),
+                    'packer': saved_rows if saved_rows is not None else view.listed()}
+
+        return state
 
     def restore(self, state: dict[str, Any], buffered_docs: set[int], in_progress: bool) -> None:
         """Continue from this source's saved part, on the same rank: the rows it names are rebuilt exactly.

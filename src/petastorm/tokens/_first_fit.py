@@ -25,7 +25,7 @@ from petastorm.tokens._options import PackSpec
 from petastorm.tokens._queue import PieceQueue, Ranges
 from petastorm.tokens._rows import RowBlock, Segment, block_of_rows
 
-__all__ = ['FirstFitPacker']
+__all__ = ['FirstFitPacker', 'FirstFitView']
 
 
 class FirstFitPacker:
@@ -94,7 +94,7 @@ class FirstFitPacker:
             self._close(slot)
             self._open[slot] = True
         self._rows[slot].append((doc, start, values))
-        self._flats[slot] += (doc, start, size)
+        self._flats[slot] = [*self._flats[slot], doc, start, size]  # a new list: a snapshot may hold the old
         self._free[slot] -= size
         if not self._free[slot]:
             self._close(slot)
@@ -120,19 +120,11 @@ class FirstFitPacker:
 
     # -- what a saved position keeps -----------------------------------------------------------------------------
 
-    def packed_rows(self) -> np.ndarray:
-        """Documents in open rows and in closed rows not pulled."""
-        flats = [flat for _, flat in self._ready] + [self._flats[slot] for slot in np.flatnonzero(self._open).tolist()]
-        return np.array([doc for flat in flats for doc in flat[::3]], dtype=np.int64)
-
-    def partial(self, into: Ranges) -> None:
-        """Ranges of documents waiting in the queue that are not whole (placed ones are :meth:`listed`)."""
-        self.queue.partial(into)
-
-    def listed(self) -> dict[str, Any]:
-        """``{'rows': closed rows not pulled, 'open': [slot, segments...] per open row}``, segments flat."""
-        return {'rows': [list(flat) for _, flat in self._ready],
-                'open': [[slot, *self._flats[slot]] for slot in np.flatnonzero(self._open).tolist()]}
+    def snapshot(self) -> FirstFitView:
+        """The rows held now (closed and open), as a position keeps them; the lists are shared (a row's list is
+        replaced, never changed, when a document is placed in it)."""
+        return FirstFitView(self.queue.frozen(), [flat for _, flat in self._ready], self._flats.copy(),
+                            self._open.copy())
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Rebuild the rows of :meth:`listed` (on a packer just :meth:`reset`)."""
@@ -144,6 +136,34 @@ class FirstFitPacker:
             self._flats[slot] = [int(number) for number in entry[1:]]
             self._open[slot] = True
             self._free[slot] = self.pack.seq_len - sum(len(values) for _, _, values in segments)
+
+
+class FirstFitView:
+    """What a :class:`FirstFitPacker` held when a position was taken (a
+    :class:`~petastorm.tokens._packers.PackerView`)."""
+
+    def __init__(self, queue: PieceQueue, ready: list[list[int]], flats: list[list[int]], is_open: np.ndarray) -> None:
+        self.queue = queue
+        self._ready = ready
+        self._flats = flats
+        self._is_open = is_open
+
+    @property
+    def _open(self) -> list[tuple[int, list[int]]]:
+        return [(slot, self._flats[slot]) for slot in np.flatnonzero(self._is_open).tolist()]
+
+    def packed_rows(self) -> np.ndarray:
+        """Documents in open rows and in closed rows not pulled."""
+        flats = self._ready + [flat for _, flat in self._open]
+        return np.array([doc for flat in flats for doc in flat[::3]], dtype=np.int64)
+
+    def partial(self, into: Ranges) -> None:
+        """Ranges of documents waiting in the queue that are not whole (placed ones are :meth:`listed`)."""
+        self.queue.partial(into)
+
+    def listed(self) -> dict[str, Any]:
+        """``{'rows': closed rows not pulled, 'open': [slot, segments...] per open row}``, segments flat."""
+        return {'rows': [list(flat) for flat in self._ready], 'open': [[slot, *flat] for slot, flat in self._open]}
 
 
 def _segments(flat: list[int], tokens: Callable[[int], np.ndarray]) -> list[Segment]:

@@ -2,20 +2,22 @@
 
 A reader's position changes only when it delivers a batch of documents; between two such batches (tens of
 training steps) the documents the loader holds only shrink, as rows are handed out. :class:`HeldPosition` keeps
-the reader's position with every document held when it was made (``state_holding``), and at each later step says
-which of those documents were delivered since (a slice of the packer's queue as it was, and a few numpy calls): a
-restored loader reads them again with the others and drops them. Documents are named by runs ``[first, stop)`` of
-consecutive numbers, as the readers number consecutive rows, so the saved list stays short.
+the reader's position with every document held when it was made (``state_holding``) as a :class:`Held`, which
+says at each later step which of those documents were delivered since (a slice of the packer's queue as it was,
+and a few numpy calls): a restored loader reads them again with the others and drops them. Documents are named by
+runs ``[first, stop)`` of consecutive numbers, as the readers number consecutive rows, so the saved list stays
+short.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ['HeldPosition', 'id_runs', 'in_runs', 'merged_runs']
+__all__ = ['Held', 'HeldPosition', 'id_runs', 'in_runs', 'merged_runs']
 
 
 def id_runs(ids: np.ndarray) -> np.ndarray:
@@ -56,52 +58,73 @@ def in_runs(ids: np.ndarray, runs: np.ndarray) -> np.ndarray:
     return (index >= 0) & (ids < runs[clipped, 1])
 
 
-class HeldPosition:
-    """A reader's position holding a set of documents, and what was delivered of them since it was made.
+def _union(queue: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """The sorted unique documents of both (the queue's alone when they are in order already, as read in order)."""
+    if not len(others) and (len(queue) < 2 or bool((queue[1:] > queue[:-1]).all())):
+        return queue
+    return np.union1d(queue, others)
 
-    The documents held are those of the packer's queue (many, in the order read; between two reads the queue
-    only gives up its first pieces) and a few others (packed rows not handed out). What was delivered since is
-    then the queue's first pieces then, minus what is still held elsewhere: a slice, not a search.
-    """
 
-    def __init__(self) -> None:
-        self._reads = -1
-        self._queue = np.empty(0, dtype=np.int64)
-        self._others = np.empty(0, dtype=np.int64)
-        self._state: Any = None
+@dataclass(frozen=True)
+class Held:
+    """A reader's position made while it held ``queue`` (the packer's queue, in order) and ``others``."""
 
-    def reset(self) -> None:
-        """Forget the position (the reader moved in another way: a restore, a new pass)."""
-        self._reads = -1
+    reader: Any
+    queue: np.ndarray
+    others: np.ndarray
 
-    def position(self, reads: int, queue: Callable[[], np.ndarray], waiting: int, others: np.ndarray,
-                 state_holding: Callable[[np.ndarray], Any]) -> tuple[Any, np.ndarray]:
-        """``(the reader's position, runs of documents delivered since it was made)``.
+    def delivered_since(self, waiting: int, others: np.ndarray) -> np.ndarray:
+        """Runs of the documents held then that were delivered since: the queue's first pieces then, less what
+        is still held.
 
         Args:
-            reads: how many batches the reader delivered so far (the position is made again when it changed).
-            queue: the documents of the queue's pieces, in order (called when the position is made).
             waiting: the queue's pieces now.
             others: the other documents held now (repeats allowed).
-            state_holding: the reader's ``state_holding``.
         """
-        if reads == self._reads and waiting <= len(self._queue):
-            return self._state, self._delivered_since(waiting, others)
-        self._queue = queue()
-        self._others = np.unique(others)
-        self._state = state_holding(np.union1d(self._queue, self._others))
-        self._reads = reads
-        return self._state, np.empty((0, 2), dtype=np.int64)
-
-    def _delivered_since(self, waiting: int, others: np.ndarray) -> np.ndarray:
-        queue = self._queue
+        queue = self.queue
         gone = queue[:len(queue) - waiting]
         if waiting and len(gone) and gone[-1] == queue[len(queue) - waiting]:
             gone = gone[:-1]  # the first piece waiting is of the same document (its pieces are together)
-        if len(self._others):
-            gone = np.concatenate((gone, self._others))
+        if len(self.others):
+            gone = np.concatenate((gone, self.others))
         if len(gone) > 1 and not (int(gone[-1]) - int(gone[0]) == len(gone) - 1 or (gone[1:] > gone[:-1]).all()):
             gone = np.unique(gone)
         if len(others) and len(gone):
             gone = gone[~np.isin(gone, others)]
         return id_runs(gone)
+
+
+class HeldPosition:
+    """The reader's position of the latest batch of documents read, made again only when another was read.
+
+    The documents held are those of the packer's queue (many, in the order read; between two reads the queue
+    only gives up its first pieces) and a few others (packed rows not handed out). What was delivered since is
+    then the queue's first pieces then, minus what is still held elsewhere (:meth:`Held.delivered_since`): a slice,
+    not a search.
+    """
+
+    def __init__(self) -> None:
+        self._reads = -1
+        self._held = Held(None, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+    def reset(self) -> None:
+        """Forget the position (the reader moved in another way: a restore, a new pass)."""
+        self._reads = -1
+
+    def current(self, reads: int, waiting: int, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray],
+                state_holding: Callable[[np.ndarray], Any]) -> Held:
+        """The position for now: the one kept while the reader delivered nothing more, else made again.
+
+        Args:
+            reads: how many batches the reader delivered so far.
+            waiting: the queue's pieces now.
+            queue: the documents of the queue's pieces, in order (called when the position is made).
+            others: the other documents held now (called when the position is made).
+            state_holding: the reader's ``state_holding``.
+        """
+        if reads != self._reads or waiting > len(self._held.queue):
+            held_queue, held_others = queue(), others()
+            held_others = np.unique(held_others) if len(held_others) else held_others
+            self._held = Held(state_holding(_union(held_queue, held_others)), held_queue, held_others)
+            self._reads = reads
+        return self._held

@@ -1,9 +1,10 @@
 """Packers: documents in, rows of ``seq_len`` tokens out, with what a saved position needs to know of them.
 
 Every packer takes the documents of one source as the reader delivers them (:meth:`push`), packs them only as far
-as rows are asked for (:meth:`fill`, :meth:`pull`), and says what it holds: the documents not wholly delivered
-(:meth:`held_rows`), the ranges left of those partly delivered (:meth:`partial`), and the rows it has packed or
-begun but not handed out (:meth:`listed`), exactly enough to rebuild them (:meth:`restore`).
+as rows are asked for (:meth:`fill`, :meth:`pull`), and says what it holds in a view taken in constant time
+(:meth:`snapshot`, a :class:`PackerView` sharing the arrays, which later packing leaves as they are): the documents
+not wholly delivered, the ranges left of those partly delivered (:meth:`PackerView.partial`), and the rows it has
+packed or begun but not handed out (:meth:`PackerView.listed`), exactly enough to rebuild them (:meth:`restore`).
 
 * :class:`ConcatPacker` (``'concat'``): the documents' tokens one after the other, cut every ``seq_len`` tokens;
   no padding but in the last row of a pass. A row is a copy of whole runs of tokens, however many documents they
@@ -26,7 +27,7 @@ from petastorm.tokens._options import PackSpec
 from petastorm.tokens._queue import PieceQueue, Ranges
 from petastorm.tokens._rows import ArrayPool, RowBlock, slice_rows
 
-__all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'SinglePacker']
+__all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'PackerView', 'QueueView', 'SinglePacker']
 
 #: Tokens of rows :class:`ConcatPacker` cuts ahead at once (their batch arrays are made together).
 CUT_AHEAD_TOKENS = 1 << 18
@@ -57,6 +58,24 @@ class Packer(Protocol):
         """Something was pushed and not pulled yet."""
         ...
 
+    def snapshot(self) -> PackerView:
+        """What it holds now, as a position needs it (later packing leaves the view as it is)."""
+        ...
+
+    def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
+        """Rebuild :meth:`listed` rows, with each document's tokens from ``tokens``."""
+        ...
+
+    def reset(self) -> None:
+        """Drop everything (a new pass)."""
+        ...
+
+
+class PackerView(Protocol):
+    """What a packer held when a position was taken (:meth:`Packer.snapshot`)."""
+
+    queue: PieceQueue  # frozen
+
     def packed_rows(self) -> np.ndarray:
         """The documents of rows packed or begun and not handed out (beside the queue's; repeats allowed)."""
         ...
@@ -69,13 +88,21 @@ class Packer(Protocol):
         """The rows packed or begun and not handed out, as plain lists (a saved position keeps them)."""
         ...
 
-    def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
-        """Rebuild :meth:`listed` rows, with each document's tokens from ``tokens``."""
-        ...
 
-    def reset(self) -> None:
-        """Drop everything (a new pass)."""
-        ...
+class QueueView:
+    """The view of a packer that holds nothing but its queue."""
+
+    def __init__(self, queue: PieceQueue) -> None:
+        self.queue = queue
+
+    def packed_rows(self) -> np.ndarray:
+        return np.empty(0, dtype=np.int64)
+
+    def partial(self, into: Ranges) -> None:
+        self.queue.partial(into)
+
+    def listed(self) -> dict[str, Any]:
+        return {}
 
 
 class _QueuePacker:
@@ -96,14 +123,8 @@ class _QueuePacker:
     def pending(self) -> bool:
         return self.queue.tokens > 0
 
-    def packed_rows(self) -> np.ndarray:
-        return np.empty(0, dtype=np.int64)
-
-    def partial(self, into: Ranges) -> None:
-        self.queue.partial(into)
-
-    def listed(self) -> dict[str, Any]:
-        return {}
+    def snapshot(self) -> PackerView:
+        return QueueView(self.queue.frozen())
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Nothing to rebuild: the queue's partial documents come back as pieces of the saved ranges."""

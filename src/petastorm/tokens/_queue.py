@@ -5,7 +5,7 @@ and a position in the first of them: the piece being read and how many of its to
 tokens from its front (:meth:`PieceQueue.take`, a copy of whole runs of tokens, however many documents they span)
 or whole pieces (:meth:`PieceQueue.pop_piece`). What it holds is also what a saved position must say about it: the
 documents it holds (:meth:`PieceQueue.held_rows`) and, of those not whole, the ranges left
-(:meth:`PieceQueue.partial`).
+(:meth:`PieceQueue.partial`), asked of a :meth:`PieceQueue.frozen` copy when a position is taken.
 """
 
 from __future__ import annotations
@@ -57,6 +57,14 @@ class PieceQueue:
                 self._partial_chunks.add(id(docs))
             self.tokens += int(docs.bounds[-1])
             self.pieces += len(docs)
+
+    def frozen(self) -> PieceQueue:
+        """A copy that later takes and pushes leave as it is (the documents' arrays are shared, not copied)."""
+        copy = PieceQueue.__new__(PieceQueue)
+        copy.__dict__.update(self.__dict__)
+        copy._chunks = self._chunks.copy()
+        copy._partial_chunks = self._partial_chunks.copy()
+        return copy
 
     def clear(self) -> None:
         """Drop everything."""

@@ -9,6 +9,12 @@ A position is a dict of plain ints and lists (it fits JSON, ``torch.save`` and G
 
 In a ``torch.distributed`` run a loader saves ``{'format', 'version', 'ranks': [every rank's position]}``.
 
+Taking a position is cheap enough to do every step: a :class:`Position` holds its ``'format'`` at once and the
+rest as a function of what the loader held then (arrays and lists that the loader replaces
+rather than changes), made the first time they are read: by indexing, iteration, ``json``, ``pickle``,
+``torch.save``, ``copy``, comparison. It is a ``dict``; pickled, it is a plain ``OrderedDict`` (which
+``torch.load(weights_only=True)`` takes).
+
 :func:`own_state` finds the one a rank continues exactly (same world size). Otherwise every rank continues from all
 of them (:func:`merged_ranges`): the readers split the documents no rank delivered again, and what is left of
 each partly delivered document is known by its ranges. A document is named by every rank that holds part of it
@@ -19,7 +25,8 @@ document a rank lists as ``'delivered'`` (held by its reader's position, all of 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import collections
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,11 +36,73 @@ from petastorm.tokens._held import merged_runs
 from petastorm.tokens._options import TokenOptions
 from petastorm.tokens._queue import Ranges
 
-__all__ = ['FORMAT', 'VERSION', 'check_states', 'intersect', 'merged_delivered', 'merged_ranges', 'own_state',
-           'rank_states']
+__all__ = ['FORMAT', 'VERSION', 'Position', 'check_states', 'intersect', 'merged_delivered', 'merged_ranges',
+           'own_state', 'rank_states']
 
 FORMAT = 'petastorm.tokens'
 VERSION = 1
+
+
+class Position(dict):  # type: ignore[type-arg]
+    """A position whose lists are made when first read (see the module's documentation).
+
+    Args:
+        numbers: the keys known at once (at least one: ``json`` writes an empty dict without reading it).
+        rest: makes the other keys (called once).
+    """
+
+    __slots__ = ('_rest',)
+
+    def __init__(self, numbers: dict[str, Any], rest: Callable[[], dict[str, Any]]) -> None:
+        super().__init__(numbers)
+        self._rest: Callable[[], dict[str, Any]] | None = rest
+
+    def _made(self) -> Position:
+        rest = self._rest
+        if rest is not None:
+            self._rest = None
+            dict.update(self, rest())
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Position):
+            other._made()
+        return dict.__eq__(self._made(), other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return collections.OrderedDict, (), None, None, iter(self.items())
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self.items())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(dict(self.items()), memo)
+
+
+def _made_first(name: str) -> Any:
+    method = getattr(dict, name)
+
+    def call(self: Position, *args: Any, **kwargs: Any) -> Any:
+        return method(self._made(), *args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+# Every other way to read or change a dict makes the lists first (C code that reads a dict's memory directly
+# calls these for a subclass: json's encoder its items(), dict() and ** its keys() and __getitem__).
+for _name in ('__getitem__', '__contains__', '__iter__', '__reversed__', '__len__', '__repr__', '__or__', '__ror__',
+              '__ior__', '__setitem__', '__delitem__', 'get', 'keys', 'values', 'items', 'copy', 'pop', 'popitem',
+              'setdefault', 'update', 'clear'):
+    setattr(Position, _name, _made_first(_name))
 
 
 def rank_states(state: Any) -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ from petastorm.tokens._rows import (
 from petastorm.tokens._state import (
     FORMAT,
     VERSION,
+    Position,
     check_states,
     merged_delivered,
     merged_ranges,
@@ -281,7 +282,7 @@ class TokenStream:
             block = self._draw(min(capacity - len(self._buffer), max(extra, 1)))
             if block is None or not len(block):
                 return
-            self._buffer.extend(_single_rows(block))
+            self._buffer = self._buffer + _single_rows(block)  # a new list: a position taken may hold the old
 
     def _shuffled(self, count: int) -> list[RowBlock | None]:
         """``count`` rows drawn at random from the buffer (refilled first)."""
@@ -302,7 +303,8 @@ class TokenStream:
             rows = self._shuffled(1)
             return rows[0] if rows else None
         if self._buffer:
-            return self._buffer.pop(0)[0]
+            first, self._buffer = self._buffer[0], self._buffer[1:]
+            return first[0]
         return self._draw(1)
 
     def _budget_block(self) -> RowBlock | None:
@@ -317,7 +319,7 @@ class TokenStream:
                 break
             wider = max(width, int(row.lengths[0]))
             if rows and (len(rows) + 1) * wider > budget:
-                self._buffer.insert(0, _single_rows(row)[0])  # it opens the next batch
+                self._buffer = [*_single_rows(row), *self._buffer]  # it opens the next batch
                 break
             rows.append(row)
             width = wider
@@ -352,25 +354,40 @@ class TokenStream:
     # -- positions -----------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """This rank's position (see :mod:`petastorm.tokens._state`)."""
+        """This rank's position (see :mod:`petastorm.tokens._state`), taken in constant time while no restore is
+        under way: its lists are made when first read, from what the stream held now."""
         current = self._pass
         between = self._restart or (current is not None and current.complete)
         counts = self._counts
-        rows = [] if between else (self._saved_rows if self._saved_rows is not None else
-                                   [flat for _, flat in self._buffer])
-        buffered = [np.array([d for row in rows if row[0] == index for d in row[1::3]], dtype=np.int64)
-                    for index in range(len(self.feeds))]
-        if self._saved_rows is not None:
-            buffered = [np.empty(0, dtype=np.int64)] * len(self.feeds)  # their documents are not read again yet
-        sources = [feed.state(buffered[index], between) for index, feed in enumerate(self.feeds)]
-        pack = self.pack
-        return {'format': FORMAT, 'version': VERSION, 'seq_len': pack.seq_len, 'packing': pack.packing,
-                'bos_id': pack.bos_id, 'eos_id': pack.eos_id, 'shard': self.shard, 'shard_count': self.shard_count,
-                'passes_done': counts.passes_done + (1 if between and not self._restart else 0),
-                'in_progress': not between, 'steps': 0 if between else counts.steps,
-                'total_steps': counts.total_steps, 'draws': 0 if between else counts.draws,
-                'picks': 0 if between else counts.picks, 'generation': counts.generation,
-                'tokens': list(counts.tokens), 'padding': counts.padding, 'rows': rows, 'sources': sources}
+        saved = None if between else self._saved_rows
+        buffer = [] if between else self._buffer  # replaced, never changed, as rows come and go
+
+        def rows() -> list[list[int]]:
+            return saved if saved is not None else [flat for _, flat in buffer]
+
+        def buffered(index: int) -> np.ndarray:
+            if saved is not None or not buffer:  # a restore's saved rows: their documents are not read again yet
+                return np.empty(0, dtype=np.int64)
+            return np.array([doc for _, row in buffer if row[0] == index for doc in row[1::3]], dtype=np.int64)
+
+        sources = [feed.snapshot(functools.partial(buffered, index), between) for index, feed in enumerate(self.feeds)]
+        numbers = (counts.passes_done + (1 if between and not self._restart else 0), counts.steps, counts.total_steps,
+                   counts.draws, counts.picks, counts.generation, counts.tokens, counts.padding)  # the list is replaced
+
+        def rest() -> dict[str, Any]:
+            passes_done, steps, total_steps, draws, picks, generation, tokens, padding = numbers
+            pack = self.pack
+            return {'version': VERSION, 'seq_len': pack.seq_len, 'packing': pack.packing, 'bos_id': pack.bos_id,
+                    'eos_id': pack.eos_id, 'shard': self.shard, 'shard_count': self.shard_count,
+                    'passes_done': passes_done, 'in_progress': not between, 'steps': 0 if between else steps,
+                    'total_steps': total_steps, 'draws': 0 if between else draws, 'picks': 0 if between else picks,
+                    'generation': generation, 'tokens': list(tokens), 'padding': padding, 'rows': rows(),
+                    'sources': [source() for source in sources]}
+
+        position = Position({'format': FORMAT}, rest)  # a key at once: json's encoder skips an empty dict unread
+        if saved is not None or any(feed.restoring for feed in self.feeds):
+            position._made()  # a restore still reads documents again: what it holds changes in place
+        return position
 
     def load_state_dict(self, state: Any) -> None:
         """Continue from a position: this rank's own (the same world size), else every rank's (another one).

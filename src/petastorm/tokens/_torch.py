@@ -69,6 +69,7 @@ class TokenLoader(_TorchDataLoader):
         self._equal_steps = equal_steps
         self._agreement: StepAgreement | None = None
         self._agreement_checked = False
+        self._world: int | None = None
 
     @property
     def readers(self) -> list[Reader]:
@@ -76,7 +77,8 @@ class TokenLoader(_TorchDataLoader):
         return list(self._readers)
 
     def _sharded_over_world(self) -> bool:
-        world = distributed_world()
+        world = self._world or distributed_world()  # a world once initialized is kept (state_dict() asks every step)
+        self._world = world
         return world is not None and world > 1 and self._stream.shard_count == world
 
     def _steps_agreement(self) -> StepAgreement | None:
