@@ -124,7 +124,7 @@ def test_azure_options_for_the_table_libraries():
     delta = delta_storage_options(AZ, {'connection_string': AZURITE})
     assert delta == {'azure_storage_account_name': DEVELOPMENT_ACCOUNT, 'azure_storage_account_key': DEVELOPMENT_KEY,
                      'azure_storage_endpoint': f'http://127.0.0.1:10000/{DEVELOPMENT_ACCOUNT}',
-                     'azure_storage_allow_http': 'true'}
+                     'allow_http': 'true'}
     iceberg = iceberg_io_properties(AZ, {'account_name': 'acc', 'sas_token': 'sv=1', 'adls.timeout': '5'})
     assert iceberg == {'adls.account-name': 'acc', 'adls.sas-token': 'sv=1', 'adls.timeout': '5'}
 

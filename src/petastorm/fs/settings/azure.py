@@ -274,7 +274,7 @@ def azure_delta_options(settings: AzureSettings, environ: Mapping[str, str]) -> 
     if endpoint:
         options['azure_storage_endpoint'] = endpoint
         if endpoint.startswith('http://'):
-            options['azure_storage_allow_http'] = 'true'
+            options['allow_http'] = 'true'  # delta-rs's client setting, for every cloud
     return {**options, **settings.delta_options}
 
 
