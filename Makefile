@@ -71,3 +71,19 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so
+
+# Azurite, the Azure Blob Storage emulator the Azure tests start (tests/support/cloud_emulators.py), from the npm
+# registry into .tools/ (3.35.0: later releases need a newer Node than ours). Without npm this says so and the Azure
+# tests skip, saying why.
+AZURITE_VERSION := 3.35.0
+AZURITE := .tools/azurite/node_modules/.bin/azurite-blob
+
+.PHONY: azurite
+azurite: $(AZURITE)
+
+$(AZURITE):
+	@if command -v npm >/dev/null; then \
+		npm install --silent --no-audit --no-fund --prefix .tools/azurite azurite@$(AZURITE_VERSION); \
+	else echo 'azurite: npm not found: the Azure tests will be skipped (install Node.js and npm to run them)'; fi
+
+test: azurite

@@ -17,6 +17,7 @@ _EXTRA_FOR_MODULE = {
     'pyspark': 'spark',
     's3fs': 's3',
     'gcsfs': 'gcs',
+    'adlfs': 'azure',
     'ray': 'ray',
     'deltalake': 'delta',
     'pyiceberg': 'iceberg',

@@ -39,7 +39,7 @@ from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec, AudioCodec, VideoCodec
 from petastorm.errors import DatasetWriteError, SchemaError
 from petastorm.fs import resolve_url
-from petastorm.fs._files import remove_dir, with_retries
+from petastorm.fs._files import move_file, remove_dir, with_retries
 from petastorm.metadata.write import write_dataset_metadata
 from petastorm.store.listing import DELTA_LOG, SUMMARY_METADATA
 from petastorm.tables.delta_write import DeltaWrite
@@ -350,7 +350,7 @@ class StagedWrite:
                 else:
                     fs.delete_file(info.path)
         for name in row_groups:
-            fs.move(posixpath.join(self.staging, name), posixpath.join(self.root, name))
+            move_file(fs, posixpath.join(self.staging, name), posixpath.join(self.root, name))
             self._moved.append(name)
         remove_dir(fs, self.staging)
         if summary:

@@ -28,10 +28,15 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
-MARKERS = {'spark', 's3'}
+MARKERS = {'spark', 's3', 'gcs', 'azure'}
 #: the S3 endpoint and bucket the pages marked ``s3`` use.
 S3_ENDPOINT = 'http://127.0.0.1:9000'
 S3_BUCKET = 'bucket'
+#: the emulators' endpoints and bucket (container) the pages marked ``gcs`` and ``azure`` use.
+GCS_ENDPOINT = 'http://127.0.0.1:4443'
+GCS_BUCKET = 'gcs-bucket'
+AZURE_ENDPOINT = 'http://127.0.0.1:10000'
+AZURE_CONTAINER = 'container'
 PAGE_TIMEOUT_SECONDS = 240
 
 _MARKER = re.compile(r'^<!--\s*docs-test:\s*([\w\s,-]+?)\s*-->\s*$')
@@ -175,6 +180,7 @@ def test_page_runs_as_pasted(page, tmp_path, request):
         request.addfinalizer(server.stop)
         s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True).mkdir(S3_BUCKET)
         replacements[S3_ENDPOINT] = server.endpoint
+    replacements.update(_cloud_emulators(markers, request))
     output = run_page(page, tmp_path, replacements)
     if page.name == 'README.md':
         # The first block trains: its last loss is well below the 1.39 of guessing among four classes.
@@ -182,6 +188,35 @@ def test_page_runs_as_pasted(page, tmp_path, request):
         assert loss < 1.0, output
         # A user runs the README again, or after `make demo`: nothing it wrote may be in the way of the next run.
         run_page(page, tmp_path, replacements)
+
+
+def _cloud_emulators(markers: set[str], request) -> dict[str, str]:
+    """Start the emulators the page's ``gcs`` and ``azure`` blocks use; the endpoints the pages name -> theirs."""
+    import pyarrow.fs as pafs
+
+    from support.cloud_emulators import Azurite, FakeGcs, azurite_missing, fake_gcs_binary
+
+    replacements = {}
+    if 'gcs' in markers:
+        if fake_gcs_binary() is None:
+            pytest.skip('fake-gcs-server is not installed (the test extra)')
+        gcs = FakeGcs()
+        request.addfinalizer(gcs.stop)
+        pafs.GcsFileSystem(anonymous=True, scheme='http', endpoint_override=f'127.0.0.1:{gcs.port}',
+                           project_id='docs').create_dir(GCS_BUCKET)
+        replacements[GCS_ENDPOINT] = gcs.endpoint
+    if 'azure' in markers:
+        reason = azurite_missing()
+        if reason:
+            pytest.skip(reason)
+        azurite = Azurite()
+        request.addfinalizer(azurite.stop)
+        pafs.AzureFileSystem(account_name='devstoreaccount1', account_key=azurite.connection_string().split(
+            'AccountKey=')[1].split(';')[0], blob_storage_authority=f'127.0.0.1:{azurite.port}',
+            blob_storage_scheme='http', dfs_storage_authority=f'127.0.0.1:{azurite.port}',
+            dfs_storage_scheme='http').create_dir(AZURE_CONTAINER)
+        replacements[AZURE_ENDPOINT] = azurite.endpoint
+    return replacements
 
 
 def test_pages_write_nothing_where_the_demo_writes():

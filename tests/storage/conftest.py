@@ -4,7 +4,8 @@
 clients), ``store/`` :mod:`petastorm.store` (opening any store, data files, remote planning, schema unification,
 damaged stores), ``metadata/`` :mod:`petastorm.metadata` (dataset metadata, row-group indexes), ``tables/``
 :mod:`petastorm.tables`, ``cache/`` :mod:`petastorm.cache` (the local disk cache, the decoded cache, footers kept in
-a cache) and ``write/`` the writers. Every subfolder inherits these fixtures:
+a cache), ``write/`` the writers and ``clouds/`` GCS and Azure against their emulators (its own conftest starts
+them). Every subfolder inherits these fixtures:
 
 * The filesystem tests (``fs/test_fs_*.py``): an in-memory dataset, a ``$HADOOP_HOME`` and a stand-in HDFS
   connector (:mod:`support.fake_storage`).

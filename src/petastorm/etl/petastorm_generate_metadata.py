@@ -38,6 +38,7 @@ from petastorm.errors import PetastormMetadataError, PetastormMetadataGeneration
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
 from petastorm.etl.materialize import write_petastorm_metadata
 from petastorm.fs import resolve_url
+from petastorm.fs._files import move_file
 from petastorm.store import keys
 from petastorm.store.listing import SUMMARY_METADATA, list_data_files
 from petastorm.store.pieces import partition_keys_of
@@ -131,7 +132,7 @@ def _replace_file(filesystem: pafs.FileSystem, target: str, write: Any) -> None:
     try:
         with filesystem.open_output_stream(temporary) as out:
             write(out)
-        filesystem.move(temporary, target)
+        move_file(filesystem, temporary, target)
     finally:
         if filesystem.get_file_info(temporary).type == pafs.FileType.File:
             filesystem.delete_file(temporary)

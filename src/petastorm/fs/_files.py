@@ -62,6 +62,19 @@ def remove_dir(filesystem: pafs.FileSystem, path: str) -> None:
             raise
 
 
+def move_file(filesystem: pafs.FileSystem, source: str, target: str) -> None:
+    """Move a file; where the store has no move (pyarrow's Azure client without the hierarchical namespace), copy
+    it and delete the source, as S3's and GCS's clients do themselves.
+    """
+    try:
+        filesystem.move(source, target)
+    except NotImplementedError:
+        if not is_object_store(filesystem):
+            raise
+        filesystem.copy_file(source, target)
+        filesystem.delete_file(source)
+
+
 def retries_itself(filesystem: pafs.FileSystem) -> bool:
     """True when ``filesystem`` retries transient errors request by request (ours), or has none (local disk)."""
     return _storage_handler(filesystem) is not None or isinstance(filesystem, pafs.LocalFileSystem)

@@ -9,8 +9,12 @@ scheme                                    filesystem
 ``s3://``, ``s3a://``                     ``pyarrow.fs.S3FileSystem`` when every ``storage_option`` means the
                                           same to it (:mod:`petastorm.fs.settings.s3_pyarrow`), else s3fs
                                           (``pip install 'neo-petastorm[s3]'``)
-``gs://``, ``gcs://``                     gcsfs (``pip install 'neo-petastorm[gcs]'``)
-``abfs://``, ``abfss://``, ``az://``      adlfs (``pip install adlfs``)
+``gs://``, ``gcs://``                     ``pyarrow.fs.GcsFileSystem`` when every ``storage_option`` means the
+                                          same to it (:mod:`petastorm.fs.settings.gcs`), else gcsfs
+                                          (``pip install 'neo-petastorm[gcs]'``)
+``abfs://``, ``abfss://``, ``az://``      ``pyarrow.fs.AzureFileSystem`` when every ``storage_option`` means the
+                                          same to it (:mod:`petastorm.fs.settings.azure`), else adlfs
+                                          (``pip install 'neo-petastorm[azure]'``)
 ``memory://``                             fsspec's in-memory filesystem (one per process; for tests)
 anything else                             the fsspec implementation registered for the scheme
 ========================================  ==================================================================
@@ -19,6 +23,7 @@ fsspec filesystems are wrapped as ``PyFileSystem(StorageHandler(fs))`` (:mod:`pe
 name the URL, transient failures are retried, and reads are exact ranged requests. ``storage_options`` are the
 keyword arguments of the fsspec filesystem (credentials, ``endpoint_url``, ``client_kwargs``...), checked and
 translated for each client by :mod:`petastorm.fs.settings` (which refuses an unknown key before any request); for
+GCS and Azure a store whose credentials are nowhere to be found is refused first, saying where we looked; for
 S3 we add botocore's standard retry mode (``config_kwargs={'retries': {'max_attempts': 5, 'mode': 'standard'}}``)
 unless the options set retries themselves, and 64 pooled connections (``max_pool_connections``, botocore's default
 is 10) unless they set that. A ``filesystem=`` given by the caller (a ``pyarrow.fs.FileSystem`` or an fsspec
@@ -41,9 +46,23 @@ from petastorm._optional import import_optional
 from petastorm.errors import MissingDependencyError, StorageError
 from petastorm.fs._errors import describe, safe_cause, secrets_of
 from petastorm.fs._handler import StorageHandler
+from petastorm.fs._native_clouds import (
+    azure_endpoint,
+    check_cloud_credentials,
+    gcs_endpoint_of,
+    native_azure_filesystem,
+    native_gcs_filesystem,
+)
 from petastorm.fs._native_s3 import native_s3_filesystem
 from petastorm.fs.hadoop import check_hdfs_driver, hdfs_filesystem
-from petastorm.fs.settings import HDFS_SCHEMES, S3_SCHEMES, check_storage_options, fsspec_options
+from petastorm.fs.settings import (
+    AZURE_SCHEMES,
+    GCS_SCHEMES,
+    HDFS_SCHEMES,
+    S3_SCHEMES,
+    check_storage_options,
+    fsspec_options,
+)
 from petastorm.fs.settings.s3 import S3Settings, read_s3_settings, s3_endpoint, with_client_defaults
 from petastorm.fs.settings.s3_pyarrow import pyarrow_s3_arguments
 
@@ -120,7 +139,7 @@ def fsspec_class(scheme: str, url: str) -> Any:
 
 def fsspec_filesystem(scheme: str, url: str, storage_options: dict | None = None) -> Any:
     """The fsspec filesystem (unwrapped) for a URL: options parsed from the URL, updated with ``storage_options``."""
-    cls = fsspec_class(scheme, url)
+    cls = _emulator_ready(fsspec_class(scheme, url), scheme, url, storage_options)
     options = dict(cls._get_kwargs_from_urls(url))
     options.update(fsspec_options(scheme, url, storage_options))
     try:
@@ -129,9 +148,32 @@ def fsspec_filesystem(scheme: str, url: str, storage_options: dict | None = None
         secrets = secrets_of(storage_options)
         raise StorageError(f'cannot create the {scheme}:// filesystem for {display_url(url)} with the given '
                            f'storage_options: {describe(err, secrets)}') from safe_cause(err, secrets)
+    _check_endpoint(scheme, url, storage_options)
+    return fs
+
+
+def _emulator_ready(cls: Any, scheme: str, url: str, storage_options: dict | None) -> Any:
+    """gcsfs's core class against an endpoint of the user's (an emulator), else ``cls``.
+
+    gcsfs's default class since 2025 (chosen when gcsfs is imported, unless GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false)
+    first asks the bucket's type over gRPC, which no emulator serves, and waits out a minute's timeouts for it. The
+    core class reads the same objects over the JSON API without asking; choosing it changes no environment.
+    """
+    if scheme not in GCS_SCHEMES or not gcs_endpoint_of(url, storage_options):
+        return cls
+    from gcsfs.core import GCSFileSystem
+
+    return GCSFileSystem if issubclass(cls, GCSFileSystem) else cls
+
+
+def _check_endpoint(scheme: str, url: str, storage_options: dict | None) -> None:
+    """Refuse an S3, GCS or Azure endpoint nothing listens at (see :func:`check_endpoint_listens`)."""
     if scheme in S3_SCHEMES:
         _check_s3_endpoint(read_s3_settings(storage_options, url), url)
-    return fs
+    elif scheme in GCS_SCHEMES:
+        check_endpoint_listens(gcs_endpoint_of(url, storage_options), url, 'GCS', 'endpoint_url')
+    elif scheme in AZURE_SCHEMES:
+        check_endpoint_listens(azure_endpoint(url, storage_options), url, 'Azure Blob', 'connection_string')
 
 
 def _check_s3_endpoint(settings: S3Settings, url: str) -> None:
@@ -140,7 +182,8 @@ def _check_s3_endpoint(settings: S3Settings, url: str) -> None:
         check_endpoint_listens(s3_endpoint(settings, os.environ), url)
 
 
-def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0) -> None:
+def check_endpoint_listens(endpoint: str | None, url: str, what: str = 'S3', option: str = 'endpoint_url',
+                           timeout: float = 2.0) -> None:
     """Refuse at once an endpoint that refuses connections, instead of letting the client retry it for a minute.
 
     One TCP connection is opened and closed (for an ``https`` endpoint, after a TLS handshake). Only a refused
@@ -167,8 +210,8 @@ def check_endpoint_listens(endpoint: str | None, url: str, timeout: float = 2.0)
     try:
         connection = socket.create_connection((parsed.hostname, port), timeout=timeout)
     except ConnectionRefusedError as err:
-        raise StorageError(f'cannot reach {display_url(url)}: the S3 endpoint {display_url(endpoint)} refused the '
-                           f'connection (nothing listens at {parsed.hostname}:{port}). Check endpoint_url in '
+        raise StorageError(f'cannot reach {display_url(url)}: the {what} endpoint {display_url(endpoint)} refused '
+                           f'the connection (nothing listens at {parsed.hostname}:{port}). Check {option} in '
                            f'storage_options and that the server is running.') from err
     except OSError:
         return
@@ -225,8 +268,9 @@ def path_in(url: str, filesystem: Any = None) -> str:
         return _local_path(parsed, url)
     if scheme in HDFS_SCHEMES:
         return parsed.path or '/'
-    if scheme in S3_SCHEMES and filesystem is None:
-        return (parsed.netloc + parsed.path).rstrip('/')  # bucket/key, without importing s3fs
+    if scheme in S3_SCHEMES + GCS_SCHEMES + AZURE_SCHEMES and filesystem is None:
+        # bucket/key (container/key), without importing the fsspec client: abfs://container@account.../key too
+        return (parsed.netloc.partition('@')[0] + parsed.path).rstrip('/')
     from fsspec import AbstractFileSystem
     from fsspec.implementations.arrow import ArrowFSWrapper
 
@@ -267,12 +311,30 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
         return pafs.LocalFileSystem(), path_in(url)
     if scheme in HDFS_SCHEMES:
         return hdfs_filesystem(url, storage_options, hdfs_driver, hadoop_configuration), path_in(url)
-    if scheme in S3_SCHEMES:
-        native = s3_filesystem(url, storage_options)
-        if native is not None:
-            return native, path_in(url)
+    native = _native_filesystem(scheme, url, storage_options)
+    if native is not None:
+        return native, path_in(url)
     fs = fsspec_filesystem(scheme, url, storage_options)
     return pafs.PyFileSystem(StorageHandler(fs, scheme)), fs._strip_protocol(url)
+
+
+def _native_filesystem(scheme: str, url: str, storage_options: dict | None) -> pafs.FileSystem | None:
+    """pyarrow's own client for an S3, GCS or Azure URL when the options mean the same to it (None: fsspec's).
+
+    Raises:
+        StorageCredentialsError: a GCS or Azure store whose credentials are nowhere to be found.
+        StorageError: nothing listens at the endpoint the options name.
+    """
+    if scheme in S3_SCHEMES:
+        return s3_filesystem(url, storage_options)
+    if scheme not in GCS_SCHEMES + AZURE_SCHEMES:
+        return None
+    gcs = scheme in GCS_SCHEMES
+    check_cloud_credentials(scheme, url, storage_options, gcs=gcs)
+    native = native_gcs_filesystem(url, storage_options) if gcs else native_azure_filesystem(url, storage_options)
+    if native is not None:
+        _check_endpoint(scheme, url, storage_options)
+    return native
 
 
 def s3_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | None:

@@ -18,6 +18,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataGenerationError
+from petastorm.fs._files import move_file
 from petastorm.metadata.legacy_write import LegacySchemaError, unischema_to_legacy_pickle
 from petastorm.metadata.schema_json import unischema_to_json
 from petastorm.store import keys
@@ -66,7 +67,7 @@ def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: Mapp
     try:
         with filesystem.open_output_stream(temporary) as out:
             pq.write_metadata(schema, out)
-        filesystem.move(temporary, target)
+        move_file(filesystem, temporary, target)
     finally:
         if filesystem.get_file_info(temporary).type == pafs.FileType.File:
             filesystem.delete_file(temporary)

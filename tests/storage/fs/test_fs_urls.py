@@ -67,13 +67,17 @@ def test_unknown_scheme_is_a_value_error_naming_the_url():
     ('s3a://bucket/data', 's3fs', 'neo-petastorm[s3]'),
     ('gs://bucket/data', 'gcsfs', 'neo-petastorm[gcs]'),
     ('gcs://bucket/data', 'gcsfs', 'neo-petastorm[gcs]'),
+    ('abfs://container/data', 'adlfs', 'neo-petastorm[azure]'),
 ])
 def test_missing_optional_package_names_the_pip_extra(monkeypatch, url, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
-    for protocol in ('s3', 's3a', 'gs', 'gcs'):  # forget classes imported before
+    for protocol in ('s3', 's3a', 'gs', 'gcs', 'abfs'):  # forget classes imported before
         monkeypatch.delitem(sys.modules['fsspec.registry']._registry, protocol, raising=False)
+    # Options only the fsspec client takes: pyarrow's own GCS and Azure clients need no package.
+    options = {'gs': {'token': 'anon', 'requester_pays': True}, 'gcs': {'token': 'anon', 'requester_pays': True},
+               'abfs': {'account_name': 'acc', 'location_mode': 'secondary'}}.get(url.split(':')[0])
     with pytest.raises(MissingDependencyError, match=re.escape(f"pip install '{extra}'")) as raised:
-        resolve_url(url)
+        resolve_url(url, options)
     assert url in str(raised.value)
     assert isinstance(raised.value, ImportError)
 

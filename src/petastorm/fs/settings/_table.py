@@ -17,12 +17,13 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from petastorm._describe import display_url
 from petastorm.errors import StorageOptionsError
 
-__all__ = ['Cloud', 'ReadOptions', 'Setting', 'canonical_options', 'is_library_form', 'library_form',
-           'library_options', 'parameter_names', 'read_options', 'refuse_unknown']
+__all__ = ['Cloud', 'ReadOptions', 'Setting', 'canonical_options', 'endpoint_parts', 'is_library_form',
+           'library_form', 'library_options', 'parameter_names', 'read_options', 'refuse_unknown']
 
 Library = Literal['delta', 'iceberg']
 #: the prefixes of delta-rs's own lower-case option names (its upper-case ones are recognised by their case).
@@ -261,3 +262,15 @@ def library_options(settings: Sequence[Setting], values: Mapping[str, Any], libr
         if name is not None and value:
             options[name] = 'true' if value is True else str(value)
     return options
+
+
+def endpoint_parts(endpoint: str) -> tuple[str, str] | None:
+    """An endpoint URL as pyarrow's clients take it: its scheme and ``host:port``; None when it has a path or query.
+
+    pyarrow's S3, GCS and Azure clients take the scheme and the authority apart and nothing else, so an endpoint with
+    a path (a proxy's prefix) stays with the fsspec client, which takes the whole URL.
+    """
+    parsed = urlparse(endpoint)
+    if parsed.scheme not in ('http', 'https') or not parsed.netloc or parsed.path not in ('', '/') or parsed.query:
+        return None
+    return parsed.scheme, parsed.netloc

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlparse
 
+from petastorm.fs.settings._table import endpoint_parts
 from petastorm.fs.settings.s3 import S3Settings, full_endpoint, s3_endpoint
 
 __all__ = ['pyarrow_s3_arguments']
@@ -82,10 +82,8 @@ def _credentials(settings: S3Settings) -> dict[str, Any] | None:
 def _endpoint(endpoint: str | None, use_ssl: Any) -> dict[str, Any] | None:
     if not endpoint:
         return {'scheme': 'http'} if use_ssl is False else {}
-    parsed = urlparse(full_endpoint(endpoint, use_ssl))
-    if parsed.scheme not in ('http', 'https') or not parsed.netloc or parsed.path not in ('', '/') or parsed.query:
-        return None
-    return {'scheme': parsed.scheme, 'endpoint_override': parsed.netloc}
+    parts = endpoint_parts(full_endpoint(endpoint, use_ssl))
+    return None if parts is None else {'scheme': parts[0], 'endpoint_override': parts[1]}
 
 
 def _region(region: str | None, endpoint: str | None, environ: Mapping[str, str]) -> dict[str, Any] | None:

