@@ -28,7 +28,7 @@ FLOOR_NO_PYTHON := test-floors: no Python 3.10 found (set FLOOR_PYTHON to one): 
 FLOOR_VERSIONS := import sys, numpy, pyarrow, pandas, torch, pyspark; print('test-floors: Python', \
 	sys.version.split()[0], *(f'{m.__name__} {m.__version__}' for m in (numpy, pyarrow, pandas, torch, pyspark)))
 
-.PHONY: demo test test-floors lint bench clean
+.PHONY: demo test test-floors lint bench clean azurite
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,13 +42,26 @@ $(STAMP): pyproject.toml setup.py src/petastorm/shuffle/_kernel.c src/petastorm/
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: lint
+test: lint azurite
 	$(BIN)/python -m pytest -q
 
 # ruff (style, imports, docstrings of the public modules) and mypy (types of the whole package).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy src/petastorm
+
+# Azurite, the Azure Blob Storage emulator the Azure tests start (tests/support/cloud_emulators.py), from the npm
+# registry into .tools/ (3.35.0: later releases need a newer Node than ours). Without npm this says so and the Azure
+# tests skip, saying why.
+AZURITE_VERSION := 3.35.0
+AZURITE := .tools/azurite/node_modules/.bin/azurite-blob
+
+azurite: $(AZURITE)
+
+$(AZURITE):
+	@if command -v npm >/dev/null; then \
+		npm install --silent --no-audit --no-fund --prefix .tools/azurite azurite@$(AZURITE_VERSION); \
+	else echo 'azurite: npm not found: the Azure tests will be skipped (install Node.js and npm to run them)'; fi
 
 $(FLOOR_BIN)/python:
 	@$(FLOOR_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' || echo "$(FLOOR_NO_PYTHON)"
@@ -70,20 +83,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so
-
-# Azurite, the Azure Blob Storage emulator the Azure tests start (tests/support/cloud_emulators.py), from the npm
-# registry into .tools/ (3.35.0: later releases need a newer Node than ours). Without npm this says so and the Azure
-# tests skip, saying why.
-AZURITE_VERSION := 3.35.0
-AZURITE := .tools/azurite/node_modules/.bin/azurite-blob
-
-.PHONY: azurite
-azurite: $(AZURITE)
-
-$(AZURITE):
-	@if command -v npm >/dev/null; then \
-		npm install --silent --no-audit --no-fund --prefix .tools/azurite azurite@$(AZURITE_VERSION); \
-	else echo 'azurite: npm not found: the Azure tests will be skipped (install Node.js and npm to run them)'; fi
-
-test: azurite
+	rm -rf $(VENV) $(FLOOR_VENV) .tools build src/*.egg-info .pytest_cache .ruff_cache src/petastorm/*.so src/petastorm/shuffle/*.so src/petastorm/codecs/*.so
