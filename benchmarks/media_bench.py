@@ -32,7 +32,15 @@ row groups of 8 clips (a worker decodes a row group's clips into one array), 8 o
   its last frame, convert the 8 frames (the same frames, the same work, one thread, no loader);
 * ``PyAV from start, 1 thread``: a plain loop decoding from the first frame to the clip's last one;
 * ``torchcodec`` when it loads; ``datasets`` ``Video`` as for audio (``Video(decode=False)`` rows and the
-  seeking decoder per row in ``with_transform``, where torchcodec does not load).
+  seeking decoder per row in ``with_transform``, where torchcodec does not load);
+* ``datasets 3.x Video`` (optional, ``--datasets-python``): ``datasets``' own ``Video`` feature as released before
+  torchcodec: ``with_format('torch')`` hands each row over as a torchvision ``VideoReader`` (torchvision 0.16 to
+  0.21 have it; their PyAV backend), seeked to the clip's start and read until its 8 frames are taken. Its side
+  venv needs a torch of that age::
+
+      python3.11 -m venv /tmp/dsvvenv
+      /tmp/dsvvenv/bin/pip install 'torch==2.1.0' 'torchvision==0.16.0' 'numpy<2' 'pyarrow<20' 'datasets>=3,<4' av
+      python benchmarks/media_bench.py --only video --datasets-python /tmp/dsvvenv/bin/python
 
 With ``--one-worker``, ``ours, 1 worker`` runs too, so the speed-up of the workers is measured in the same run.
 
@@ -165,24 +173,26 @@ def side_datasets_version(python: str) -> str:
                           capture_output=True, text=True, timeout=120).stdout.strip()
 
 
-def side_datasets_audio(python: str, path: str) -> tuple[int, float]:
-    """``(clips, seconds)`` of one timed pass of ``datasets``' Audio feature, run by the side venv's ``python``."""
-    done = subprocess.run([python, os.path.abspath(__file__), '--side-audio', path], check=True, capture_output=True,
+def side_datasets(python: str, kind: str, path: str) -> tuple[int, float]:
+    """``(clips, seconds)`` of one timed pass of ``datasets``' ``kind`` feature, run by the side venv's ``python``."""
+    done = subprocess.run([python, os.path.abspath(__file__), '--side', kind, path], check=True, capture_output=True,
                           text=True, timeout=600)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return int(result['clips']), float(result['seconds'])
 
 
-def side_audio_main(path: str) -> None:
-    """In the side venv: one warm-up pass and one timed pass of ``datasets``' Audio feature, printed as JSON."""
+def side_main(kind: str, path: str) -> None:
+    """In the side venv: one warm-up pass and one timed pass of ``datasets``' feature, printed as JSON."""
     import datasets
 
     datasets.disable_progress_bars()
-    cache = os.path.join(os.path.dirname(path), 'side_datasets_cache')
+    cache = os.path.join(os.path.dirname(path), f'side_datasets_cache_{kind}')
     dataset = datasets.Dataset.from_parquet(path, cache_dir=cache).with_format('torch')
 
     def run() -> int:
-        return sum(1 for row in dataset if row['audio']['array'].shape[-1] > 0)
+        if kind == 'audio':
+            return sum(1 for row in dataset if row['audio']['array'].shape[-1] > 0)
+        return sum(1 for key, row in enumerate(dataset) if len(torchvision_clip(row['video'], clip_indices(key))))
 
     run()
     start = time.perf_counter()
@@ -244,6 +254,20 @@ def loop_video(path: str, decode: Callable[[bytes, np.ndarray], np.ndarray]) -> 
             decode(cell, clip_indices(count))
             count += 1
     return count
+
+
+def torchvision_clip(reader: object, indices: np.ndarray, fps: int = 30) -> list:
+    """A clip through a torchvision ``VideoReader`` (what ``datasets`` 3's ``Video`` gives): seek, then read frames."""
+    times = (indices / fps).tolist()
+    reader.seek(times[0])  # type: ignore[attr-defined]
+    frames: list = []
+    for frame in reader:  # type: ignore[attr-defined]
+        if frame['pts'] >= times[len(frames)] - 0.5 / fps:
+            frames.append(frame['data'])
+            if len(frames) == len(times):
+                break
+    assert len(frames) == len(times)
+    return frames
 
 
 def torchcodec_clip(payload: bytes, indices: np.ndarray) -> np.ndarray:
@@ -363,12 +387,12 @@ def main() -> None:
                         help="also read with reader_pool_type='process' (each round starts its worker processes)")
     parser.add_argument('--one-worker', action='store_true', help="also read with 1 worker ('ours, 1 worker')")
     parser.add_argument('--datasets-python', default=os.environ.get('MEDIA_BENCH_DATASETS_PYTHON'),
-                        help="the Python of a side venv with datasets 3.x: adds its Audio feature's clips/s "
+                        help="the Python of a side venv with datasets 3.x: adds its Audio and Video features' clips/s "
                              "(default: $MEDIA_BENCH_DATASETS_PYTHON)")
-    parser.add_argument('--side-audio', help=argparse.SUPPRESS)  # the child run by the side venv's Python
+    parser.add_argument('--side', nargs=2, help=argparse.SUPPRESS)  # the child run by the side venv's Python
     args = parser.parse_args()
-    if args.side_audio:
-        side_audio_main(args.side_audio)
+    if args.side:
+        side_main(*args.side)
         return
     if args.quick:
         args.repeats, args.audio_clips, args.video_clips = 1, 64, 16
@@ -391,7 +415,7 @@ def main() -> None:
                 cases['ours, 1 worker'] = lambda: ours_audio(path, 1)
             if args.datasets_python:
                 side = f'datasets {side_datasets_version(args.datasets_python)} Audio, with_format(torch) {SELF_TIMED}'
-                cases[side] = lambda: side_datasets_audio(args.datasets_python, path)
+                cases[side] = lambda: side_datasets(args.datasets_python, 'audio', path)
             print(table(f'Audio: {args.audio_clips} FLAC clips of 3 s at 16 kHz', rounds(cases, args.repeats),
                         'ours'), f'\n\nfree cores after: {free_cores():.2f}\n', flush=True)
         if args.only != 'audio':
@@ -407,6 +431,9 @@ def main() -> None:
                 cases['ours, 1 worker'] = lambda: ours_video(path, 1)
             if _torchcodec_loads():
                 cases['torchcodec, 1 thread'] = lambda: loop_video(path, torchcodec_clip)
+            if args.datasets_python:
+                side = f'datasets {side_datasets_version(args.datasets_python)} Video, with_format(torch) {SELF_TIMED}'
+                cases[side] = lambda: side_datasets(args.datasets_python, 'video', path)
             print(table(f'Video: {args.video_clips} H.264 clips of 4 s, 320x240, GOP 30; 8 of 120 frames each',
                         rounds(cases, args.repeats), 'ours'), f'\n\nfree cores after: {free_cores():.2f}', flush=True)
 
