@@ -15,7 +15,6 @@ T = pytest.importorskip('pyspark.sql.types')
 
 from petastorm import make_reader, write_dataset  # noqa: E402
 from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec  # noqa: E402
-from petastorm.errors import PetastormMetadataError  # noqa: E402
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url, load_row_groups  # noqa: E402
 from petastorm.etl.petastorm_generate_metadata import generate_petastorm_metadata  # noqa: E402
 from petastorm.etl.rowgroup_indexers import FieldNotNullIndexer, SingleFieldIndexer  # noqa: E402
@@ -215,8 +214,6 @@ def test_regenerated_legacy_metadata_reads_back_identically(name, tmp_path):
 def test_regenerate_with_a_named_schema_and_summary_file(animals_url, tmp_path):
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
-    with pytest.raises(PetastormMetadataError, match='unischema_class'):
-        generate_petastorm_metadata(None, animals_url)
     generate_petastorm_metadata(None, animals_url, f'{__name__}.Animals', use_summary_metadata=True)
     assert get_schema_from_dataset_url(animals_url) == Animals
     summary = pq.read_metadata(root / '_metadata')
@@ -231,8 +228,6 @@ def test_generate_metadata_main_in_process(animals_url, tmp_path):
 
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
-    with pytest.raises(PetastormMetadataError, match='unischema_class'):
-        tool._main(['--dataset_url', animals_url])
     tool._main(['--dataset_url', animals_url, '--unischema_class', f'{__name__}.Animals', '--use-summary-metadata'])
     assert get_schema_from_dataset_url(animals_url) == Animals
     assert (root / '_metadata').exists()

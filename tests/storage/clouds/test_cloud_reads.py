@@ -149,7 +149,7 @@ def test_reads_survive_throttling_and_dropped_connections_every_row_once(cloud, 
         pytest.skip("pyarrow's GCS client through the fault proxy stalls to the test's timeout (not yet understood)")
     url = cloud.url()
     _upload(cloud, small_store, url)
-    cloud.proxy.reset(FaultPlan(every=4, kinds=('503', 'drop')))
+    cloud.proxy.reset(FaultPlan(every=2, kinds=('503', 'drop')))
     options = _options(cloud, client, through_proxy=True)
     with make_reader(url, storage_options=options, reader_pool_type='thread', workers_count=2) as reader:
         ids = [int(row.id) for row in reader]

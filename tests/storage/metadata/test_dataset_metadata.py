@@ -242,13 +242,21 @@ def test_load_row_groups_of_plain_store_with_partitions_and_hidden_files(tmp_pat
     assert open_dataset(path_to_url(str(root))).partition_names == ['k']
 
 
-def test_non_parquet_file_is_named(tmp_path):
+def test_non_parquet_file_among_unsuffixed_data_files_is_named(tmp_path):
+    root = tmp_path / 'mixed'
+    root.mkdir()
+    pq.write_table(pa.table({'a': [1]}), str(root / 'part-00000'))
+    (root / 'notes.txt').write_text('hello')
+    with pytest.raises(PetastormMetadataError, match='notes.txt'):
+        load_row_groups(path_to_url(str(root)))
+
+
+def test_files_beside_parquet_files_are_not_data(tmp_path):
     root = tmp_path / 'mixed'
     root.mkdir()
     pq.write_table(pa.table({'a': [1]}), str(root / 'a.parquet'))
     (root / 'notes.txt').write_text('hello')
-    with pytest.raises(PetastormMetadataError, match='notes.txt'):
-        load_row_groups(path_to_url(str(root)))
+    assert [os.path.basename(piece.path) for piece in load_row_groups(path_to_url(str(root)))] == ['a.parquet']
 
 
 def test_list_of_file_urls(dataset):

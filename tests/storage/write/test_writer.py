@@ -298,8 +298,14 @@ def test_bad_inputs(tmp_path):
         write_dataset(url, {'id': np.int32}, [_row(0)])
     with pytest.raises(SchemaError, match='iterable of row dicts'):
         write_dataset(url, Schema, _row(0))
-    with pytest.raises(ValueError, match='scheme'):
-        write_dataset(str(tmp_path / 'ds'), Schema, [_row(0)])
+    with pytest.raises(ValueError, match='relative path'):
+        write_dataset('relative/ds', Schema, [_row(0)])
+    assert not os.path.exists('relative')
+
+
+def test_an_absolute_path_is_a_local_url(tmp_path):
+    write_dataset(str(tmp_path / 'ds'), Schema, [_row(0)])
+    _assert_rows_equal(_read_back(tmp_path / 'ds'), [_row(0)])
 
 
 def test_workers_count_does_not_change_the_order(tmp_path):
