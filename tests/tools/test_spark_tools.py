@@ -215,8 +215,9 @@ def test_regenerated_legacy_metadata_reads_back_identically(name, tmp_path):
 def test_regenerate_with_a_named_schema_and_summary_file(animals_url, tmp_path):
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
-    with pytest.raises(PetastormMetadataError, match='unischema_class'):
-        generate_petastorm_metadata(None, animals_url)
+    generate_petastorm_metadata(None, animals_url)  # now a plain store: its summary, no schema asked for
+    assert (root / '_metadata').exists()
+    assert not (root / '_common_metadata').exists()
     generate_petastorm_metadata(None, animals_url, f'{__name__}.Animals', use_summary_metadata=True)
     assert get_schema_from_dataset_url(animals_url) == Animals
     summary = pq.read_metadata(root / '_metadata')
