@@ -15,7 +15,6 @@ T = pytest.importorskip('pyspark.sql.types')
 
 from petastorm import make_reader, write_dataset  # noqa: E402
 from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec  # noqa: E402
-from petastorm.errors import PetastormMetadataError  # noqa: E402
 from petastorm.etl.dataset_metadata import get_schema_from_dataset_url, load_row_groups  # noqa: E402
 from petastorm.etl.petastorm_generate_metadata import generate_petastorm_metadata  # noqa: E402
 from petastorm.etl.rowgroup_indexers import FieldNotNullIndexer, SingleFieldIndexer  # noqa: E402
@@ -232,8 +231,8 @@ def test_generate_metadata_main_in_process(animals_url, tmp_path):
 
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
-    with pytest.raises(PetastormMetadataError, match='unischema_class'):
-        tool._main(['--dataset_url', animals_url])
+    tool._main(['--dataset_url', animals_url])  # now a plain store: its summary, no schema asked for
+    assert not (root / '_common_metadata').exists()
     tool._main(['--dataset_url', animals_url, '--unischema_class', f'{__name__}.Animals', '--use-summary-metadata'])
     assert get_schema_from_dataset_url(animals_url) == Animals
     assert (root / '_metadata').exists()

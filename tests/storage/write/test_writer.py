@@ -299,7 +299,7 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(SchemaError, match='iterable of row dicts'):
         write_dataset(url, Schema, _row(0))
     with pytest.raises(ValueError, match='scheme'):
-        write_dataset(str(tmp_path / 'ds'), Schema, [_row(0)])
+        write_dataset('relative/ds', Schema, [_row(0)])  # an absolute path is its file:// URL; a relative one is not
 
 
 def test_workers_count_does_not_change_the_order(tmp_path):
