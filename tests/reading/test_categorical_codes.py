@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from petastorm import make_batch_reader, make_reader
+from petastorm import TransformSpec, make_batch_reader, make_reader
 from petastorm.codecs import CategoryCodec, ClassLabelCodec, codec_from_json
 from petastorm.errors import CodecError, DecodeFieldError
+from petastorm.predicates import in_set
 from petastorm.unischema import UnischemaField
 
 
@@ -120,6 +121,17 @@ def test_plain_string_column_by_name_and_rows_of_make_reader(tmp_path):
 def test_predicates_and_filters_see_values_transforms_see_codes(pandas_store):
     columns, _ = _read_all(pandas_store, categorical_codes=True, filters=[('color', '=', 'red')])
     assert columns['color'].tolist() == [2, 2, 2]
+    columns, _ = _read_all(pandas_store, categorical_codes=True, predicate=in_set({'yellow'}, 'color'))
+    assert columns['color'].tolist() == [4, 4]
+    seen = []
+
+    def spy(frame):
+        seen.append(frame['color'].dtype)
+        return frame
+
+    _read_all(pandas_store, categorical_codes=True, transform_spec=TransformSpec(spy))
+    assert seen
+    assert all(dtype == np.int64 for dtype in seen)
 
 
 def test_batched_data_loader_gives_an_int64_tensor(pandas_store):
