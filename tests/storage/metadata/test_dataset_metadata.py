@@ -245,10 +245,12 @@ def test_load_row_groups_of_plain_store_with_partitions_and_hidden_files(tmp_pat
 def test_non_parquet_file_is_named(tmp_path):
     root = tmp_path / 'mixed'
     root.mkdir()
-    pq.write_table(pa.table({'a': [1]}), str(root / 'a.parquet'))
+    pq.write_table(pa.table({'a': [1]}), str(root / 'part-00000'))  # data files without a .parquet suffix
     (root / 'notes.txt').write_text('hello')
     with pytest.raises(PetastormMetadataError, match='notes.txt'):
         load_row_groups(path_to_url(str(root)))
+    (root / 'part-00000').rename(root / 'a.parquet')  # beside *.parquet files, other files are not data
+    assert [piece.path.rsplit('/', 1)[-1] for piece in load_row_groups(path_to_url(str(root)))] == ['a.parquet']
 
 
 def test_list_of_file_urls(dataset):
