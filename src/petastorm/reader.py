@@ -77,7 +77,8 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
                 shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                 table_version: Any = None, table_format: TableFormat = 'auto',
                 table_version_change: TableVersionChange = 'refuse',
-                count_rows: bool = False, plan_file: str | None = None) -> Reader:
+                count_rows: bool = False, plan_file: str | None = None, categorical_codes: Any = False,
+                split: str | None = None) -> Reader:
     """A reader that yields one namedtuple per row of a Petastorm dataset, every field decoded.
 
     Args:
@@ -150,6 +151,24 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
             every footer, as long as the store's listing (file names, sizes, modification times) is the one it
             was made from; a changed store is planned again and the file rewritten. See ``docs/storage.md``
             (planning at scale): the ranks of a ``torch.distributed`` job share one plan without it.
+        categorical_codes: deliver categorical columns as int64 codes (for an embedding layer or a loss) instead
+            of their values (the default, False, as Petastorm). ``True``: every categorical column (pandas or
+            Polars ``Categorical``, Polars ``Enum``, Arrow dictionaries); a list of field names: those fields (also
+            plain string or integer columns); a dict ``{field: categories}``: those fields with the categories
+            given (a list, whose order is the codes'; ``None``: from the data). Each such field becomes an int64
+            field whose :class:`~petastorm.codecs.CategoryCodec` holds the categories
+            (``reader.schema.fields['color'].codec.categories``, as a Hugging Face ``ClassLabel`` holds its names),
+            one list for the whole store whatever each file's dictionary. Categories not given are read from the
+            column of every row group when the reader is made: the stored dictionary when every row group has the
+            same one (pandas' and Polars ``Enum``'s categories, in their order), else the distinct values sorted.
+            A value that is not a category is an error; nulls stay nulls. See ``docs/types.md``.
+        split: of a directory holding several splits (a Hugging Face dataset repository, downloaded or on any
+            store), read only this one: ``'train'``, ``'validation'``, ``'test'`` (or any split name of the Hub's
+            ``<split>-00000-of-00002.parquet`` files), found in file and directory names as ``datasets`` finds
+            them (``data/train-00000-of-00002.parquet``, ``train/...``; ``val``, ``dev`` name the validation split,
+            ``eval`` the test split). None (default): every Parquet file under the directory, as Petastorm reads a
+            directory, with a warning naming the splits when the file names say there are several. A split no
+            file is of is an error naming the splits there are. See ``docs/storage.md``.
 
     Returns:
         A :class:`Reader`: an iterator and context manager.
@@ -167,7 +186,8 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
         convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
         table_version=table_version, table_format=table_format, table_version_change=table_version_change,
-        count_rows=count_rows, plan_file=plan_file))
+        count_rows=count_rows, plan_file=plan_file, categorical_codes=categorical_codes,
+        split=split))
 
 
 def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any = None,
@@ -186,7 +206,8 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
                       shard_mode: ShardMode = 'row_groups', shard_remainder: Remainder = 'pad',
                       table_version: Any = None, table_format: TableFormat = 'auto',
                       table_version_change: TableVersionChange = 'refuse',
-                      count_rows: bool = False, plan_file: str | None = None) -> Reader:
+                      count_rows: bool = False, plan_file: str | None = None, categorical_codes: Any = False,
+                split: str | None = None) -> Reader:
     """A reader that yields one namedtuple of numpy column arrays per row group (or drop partition).
 
     Reads any Parquet store: with Petastorm metadata (codec columns are decoded) or without (the schema is
@@ -208,7 +229,8 @@ def make_batch_reader(dataset_url_or_urls: str | list[str], schema_fields: Any =
         filters=filters, storage_options=storage_options, zmq_copy_buffers=zmq_copy_buffers, filesystem=filesystem,
         convert_early_to_numpy=convert_early_to_numpy, shard_mode=shard_mode, shard_remainder=shard_remainder,
         table_version=table_version, table_format=table_format, table_version_change=table_version_change,
-        count_rows=count_rows, plan_file=plan_file))
+        count_rows=count_rows, plan_file=plan_file, categorical_codes=categorical_codes,
+        split=split))
 
 
 class Reader:

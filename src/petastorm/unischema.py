@@ -86,7 +86,23 @@ class UnischemaField(NamedTuple):
 @functools.cache
 def _namedtuple_class(type_name: str, field_names: tuple[str, ...]) -> type:
     # Equal views must yield the identical class (tf.data and pickling compare the type itself).
-    return namedtuple(type_name, field_names)
+    cls = namedtuple(type_name, field_names)  # type: ignore[misc]
+    cls.__repr__ = _row_repr  # type: ignore[method-assign,assignment]
+    return cls
+
+
+def _row_repr(row: tuple) -> str:
+    """A row as its values read: ``view(cam='cam0', speed=1.5)``, not numpy 2's ``np.str_('cam0')``."""
+    fields = getattr(row, '_fields', ())
+    return f'{type(row).__name__}({", ".join(f"{n}={_value_repr(v)}" for n, v in zip(fields, row, strict=True))})'
+
+
+def _value_repr(value: Any) -> str:
+    if isinstance(value, (np.str_, np.bytes_)):
+        return repr(value.item())
+    if isinstance(value, (np.number, np.bool_)):
+        return str(value)  # a float32 with its own shortest digits
+    return repr(value)
 
 
 def _view_name(name: str) -> str:

@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm._compat import refuse_unreadable_null_lists
+from petastorm._describe import counted
 from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.codecs import ArrowTensorCodec, AudioCodec, VideoCodec
 from petastorm.errors import DatasetWriteError, SchemaError
@@ -486,7 +487,7 @@ def write_dataset(dataset_url: str, schema: Unischema, rows: Any, *,
         else:
             staged.commit(schema, roller.row_groups, legacy_metadata=legacy_metadata)
     files = tuple(posixpath.join(root, name) for name in roller.row_groups)
-    logger.info('wrote %d rows in %d files to %s', num_rows, len(files), dataset_url)
+    logger.info('wrote %s in %s to %s', counted(num_rows, 'row'), counted(len(files), 'file'), dataset_url)
     return WriteResult(dataset_url, files, num_rows, roller.row_groups)
 
 

@@ -11,7 +11,8 @@ The convention the pages follow (README.md, "About the code blocks"):
 * Pages write under ``/tmp/``. The test runs each page with ``/tmp/`` in its code replaced by a temporary
   directory (also the working directory), so that runs neither meet each other nor what a user left in /tmp.
   Nothing else of the code is changed, and the interpreter gets no ``PYSPARK_PYTHON``: a page that starts Spark
-  must set it, as a user's script must.
+  must set it, as a user's script must. Its path holds the ``petastorm`` this run imports (a worktree's ``src``
+  given on ``PYTHONPATH`` is what the pages run against, not the installed package).
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ def _page_id(page: pathlib.Path) -> str:
     return str(page.relative_to(ROOT))
 
 
+def _package_root() -> pathlib.Path:
+    """The directory holding the ``petastorm`` package this run imports."""
+    import petastorm
+
+    return pathlib.Path(petastorm.__file__).resolve().parents[1]
+
+
 def _java_available() -> bool:
     import shutil
 
@@ -106,6 +114,9 @@ def _java_available() -> bool:
 def _environment() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ('PYSPARK_PYTHON', 'PYSPARK_DRIVER_PYTHON', 'PYTHONPATH')}
+    # The pages run against the package under test (a source tree on this run's path, or the installed one), not
+    # whatever the interpreter would find first with the rest of this run's path.
+    env['PYTHONPATH'] = str(_package_root())
     env.setdefault('SPARK_LOCAL_IP', '127.0.0.1')
     # The quick JIT tier and the serial collector start the JVM in about half the time; no effect on the code.
     env.setdefault('PYSPARK_SUBMIT_ARGS',

@@ -87,3 +87,26 @@ def test_torch_loader_reprs_show_batching_shuffling_and_the_reader(readings_url,
     text = repr(loader)
     assert text.startswith(f'<InMemBatchedDataLoader batch_size=100, rows_in_memory={ROWS}, fields=[id], '
                            f'num_epochs=3, shuffle=True, seed=5, batches=9')
+
+
+def test_a_row_prints_its_values_as_they_read(tmp_path):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({'cam': ['cam0'], 'speed': [1.5], 'gain': pa.array([0.1], pa.float32()),
+                             'ok': [True], 'xy': [[1, 2]]}), tmp_path / 'a.parquet')
+    with make_reader(tmp_path.as_uri(), reader_pool_type='dummy') as reader:
+        row = next(iter(reader))
+    assert repr(row) == "inferred_schema_view(cam='cam0', speed=1.5, gain=0.1, ok=True, xy=array([1, 2]))"
+    assert isinstance(row.cam, np.str_)  # the values are numpy's, as in Petastorm: only their display changed
+
+
+def test_struct_and_map_values_of_a_row_are_python_scalars(tmp_path):
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({'geo': [{'lat': 1.5, 'lon': 2.5}],
+                             'tags': pa.array([[('a', 1)]], pa.map_(pa.string(), pa.int64()))}), tmp_path / 'a.parquet')
+    with make_reader(tmp_path.as_uri(), reader_pool_type='dummy') as reader:
+        row = next(iter(reader))
+    assert str((row.geo, row.tags)) == "({'lat': 1.5, 'lon': 2.5}, [('a', 1)])"
+    assert type(row.geo['lat']) is float

@@ -214,6 +214,9 @@ def test_regenerated_legacy_metadata_reads_back_identically(name, tmp_path):
 def test_regenerate_with_a_named_schema_and_summary_file(animals_url, tmp_path):
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
+    generate_petastorm_metadata(None, animals_url)  # now a plain store: its summary, no schema asked for
+    assert (root / '_metadata').exists()
+    assert not (root / '_common_metadata').exists()
     generate_petastorm_metadata(None, animals_url, f'{__name__}.Animals', use_summary_metadata=True)
     assert get_schema_from_dataset_url(animals_url) == Animals
     summary = pq.read_metadata(root / '_metadata')
@@ -228,6 +231,8 @@ def test_generate_metadata_main_in_process(animals_url, tmp_path):
 
     root = pathlib.Path(animals_url[len('file://'):])
     (root / '_common_metadata').unlink()
+    tool._main(['--dataset_url', animals_url])  # now a plain store: its summary, no schema asked for
+    assert not (root / '_common_metadata').exists()
     tool._main(['--dataset_url', animals_url, '--unischema_class', f'{__name__}.Animals', '--use-summary-metadata'])
     assert get_schema_from_dataset_url(animals_url) == Animals
     assert (root / '_metadata').exists()

@@ -10,6 +10,8 @@ Byte formats are the standard ones Petastorm uses, so datasets move between the 
   (not Petastorm's format: Arrow tools read them as tensors, Petastorm 0.13.1 cannot);
 * :class:`HFImageCodec` and :class:`ClassLabelCodec`: Hugging Face ``datasets`` ``Image`` and ``ClassLabel``
   columns (the structs of image file bytes and paths, and class integers with their names);
+* :class:`CategoryCodec`: values (categorical, dictionary-encoded or plain) read as int64 codes into a list of
+  categories (what readers give the fields of ``categorical_codes=``);
 * :class:`AudioCodec` and :class:`VideoCodec`: audio and video files (a binary column, or Hugging Face's ``Audio``
   and ``Video`` structs) decoded to float32 samples and to sampled uint8 RGB frames (docs/media.md).
 
@@ -27,6 +29,7 @@ import pyarrow as pa
 
 from petastorm.codecs._audio import AudioCodec
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _shape_matches, check_array, stack_or_objects
+from petastorm.codecs._category import CategoryCodec
 from petastorm.codecs._hf import ClassLabelCodec, HFImageCodec
 from petastorm.codecs._image import CompressedImageCodec
 from petastorm.codecs._media import decode_stored_column
@@ -37,7 +40,7 @@ from petastorm.codecs._video import VideoCodec
 from petastorm.errors import SchemaError
 from petastorm.typemaps.scalars import native_arrow_type, to_arrow_scalar, to_arrow_value
 
-__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'AudioCodec', 'ClassLabelCodec', 'ColumnBuilder',
+__all__ = ['CODECS_BY_NAME', 'ArrowTensorCodec', 'AudioCodec', 'CategoryCodec', 'ClassLabelCodec', 'ColumnBuilder',
            'CompressedImageCodec', 'CompressedNdarrayCodec', 'DataframeColumnCodec', 'HFImageCodec', 'NdarrayCodec',
            'ScalarCodec', 'VideoCodec', 'check_array', 'codec_from_json', 'decode_stored_column', 'encode_value',
            'stack_or_objects']
@@ -57,13 +60,14 @@ def __getattr__(name: str) -> Any:
 # The classes live in private modules but are named ``petastorm.codecs.<Class>``, so pickles, reprs and
 # Petastorm's own references keep the one public path.
 for _cls in (DataframeColumnCodec, NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-             ArrowTensorCodec, HFImageCodec, ClassLabelCodec, AudioCodec, VideoCodec):
+             ArrowTensorCodec, HFImageCodec, ClassLabelCodec, CategoryCodec, AudioCodec, VideoCodec):
     _cls.__module__ = __name__
 del _cls
 
 CODECS_BY_NAME: dict[str, type[DataframeColumnCodec]] = {
     cls.codec_name: cls for cls in (NdarrayCodec, CompressedNdarrayCodec, CompressedImageCodec, ScalarCodec,
-                                    ArrowTensorCodec, HFImageCodec, ClassLabelCodec, AudioCodec, VideoCodec)}
+                                    ArrowTensorCodec, HFImageCodec, ClassLabelCodec, CategoryCodec, AudioCodec,
+                                    VideoCodec)}
 
 
 def codec_from_json(description: dict[str, Any], where: str = '') -> DataframeColumnCodec:

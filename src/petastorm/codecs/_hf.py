@@ -17,11 +17,10 @@ import numpy as np
 import pyarrow as pa
 
 from petastorm.codecs._base import ColumnBuilder, DataframeColumnCodec, _field_name
+from petastorm.codecs._category import LabelNames
 from petastorm.codecs._image import _backends, _iter_buffers
 from petastorm.codecs._image_formats import plain_layout
-from petastorm.codecs._scalar import ScalarCodec
 from petastorm.errors import CodecError, MissingDependencyError, SchemaError
-from petastorm.typemaps.scalars import arrow_type_from_json, arrow_type_to_json
 
 #: The stored type of a ``datasets`` ``Image`` feature.
 HF_IMAGE_TYPE = pa.struct([pa.field('bytes', pa.binary()), pa.field('path', pa.string())])
@@ -207,7 +206,7 @@ def _path_only_error(field: Any, path: str | None, row: int | None = None) -> Co
                       f'after ds = ds.cast_column(name, Image()) on loaded files, or embed_external_files=True)')
 
 
-class ClassLabelCodec(ScalarCodec):
+class ClassLabelCodec(LabelNames):
     """A ``datasets`` ``ClassLabel`` column: integers stored natively, with the names of the classes.
 
     Args:
@@ -225,35 +224,6 @@ class ClassLabelCodec(ScalarCodec):
     def __init__(self, names: list[str], arrow_type: pa.DataType | None = None) -> None:
         super().__init__(pa.int64() if arrow_type is None else arrow_type)
         self.names = [str(name) for name in names]
-
-    def int2str(self, label: int) -> str:
-        """The name of class ``label``."""
-        return self.names[int(label)]
-
-    def str2int(self, name: str) -> int:
-        """The label of the class called ``name``.
-
-        Raises:
-            ValueError: no class has that name.
-        """
-        try:
-            return self.names.index(name)
-        except ValueError:
-            raise ValueError(f'{name!r} is not a class name; classes: {self.names}') from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {'codec': self.codec_name, 'names': self.names, **arrow_type_to_json(self.arrow_type())}
-
-    @classmethod
-    def from_json(cls, description: dict[str, Any]) -> ClassLabelCodec:
-        return cls(list(description.get('names', [])), arrow_type_from_json(description))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClassLabelCodec) and self.names == other.names and \
-            self.arrow_type() == other.arrow_type()
-
-    def __hash__(self) -> int:
-        return hash((tuple(self.names), str(self.arrow_type())))
 
     def __str__(self) -> str:
         return f'ClassLabelCodec({len(self.names)} names, {self.arrow_type()})'

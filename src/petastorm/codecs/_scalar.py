@@ -65,7 +65,8 @@ class ScalarCodec(DataframeColumnCodec):
 
     def __getstate__(self) -> dict:
         # Arrow types pickle everywhere; a Spark type is kept only for spark_dtype() on machines with pyspark.
-        return {'_arrow_type': self._arrow_type, '_spark_type': self._spark_type}
+        # Subclasses' attributes (a ClassLabelCodec's names) travel too.
+        return dict(self.__dict__)
 
     def encode(self, unischema_field: Any, value: Any) -> Any:
         name = _field_name(unischema_field)

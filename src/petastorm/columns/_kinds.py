@@ -318,11 +318,15 @@ def leaf_validity(column: Column) -> np.ndarray | None:
 
 
 def row_value(column: Column, i: int) -> Any:
-    """The value of row ``i`` as a row reader gives it: a numpy scalar or array, a list, a dict or None."""
+    """The value of row ``i`` as a row reader gives it: a numpy scalar or array, a list, a dict or None.
+
+    The scalars inside a struct's dict and a map's ``(key, value)`` pairs are Python's (``1.5``, ``'a'``), as
+    pyarrow's ``to_pylist()`` gives them, so that a printed row reads as its values.
+    """
     if isinstance(column, StructColumn):
         if column.valid is not None and not column.valid[i]:
             return None
-        return {name: row_value(child, i) for name, child in column.items()}
+        return {name: _native(row_value(child, i)) for name, child in column.items()}
     if isinstance(column, ListColumn):
         if column.valid is not None and not column.valid[i]:
             return None
@@ -330,13 +334,18 @@ def row_value(column: Column, i: int) -> Any:
         values = column.values
         if isinstance(column, MapColumn):
             keys, items = values['key'], values['value']  # type: ignore[index]
-            return [(row_value(keys, j), row_value(items, j)) for j in range(start, stop)]
+            return [(_native(row_value(keys, j)), _native(row_value(items, j))) for j in range(start, stop)]
         if isinstance(values, np.ndarray):
             return values[start:stop]
         return [row_value(values, j) for j in range(start, stop)]
     if isinstance(column, MaskedColumn):
         return column.values[i] if column.valid[i] else None
     return column[i]
+
+
+def _native(value: Any) -> Any:
+    """A numpy scalar as Python's (inside dicts and pairs); anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def row_values(column: Column) -> Iterator[Any]:

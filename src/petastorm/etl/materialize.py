@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._describe import counted
 from petastorm._warnings import warn_user
 from petastorm.errors import PetastormMetadataGenerationError
 from petastorm.fs import resolve_url
@@ -163,8 +164,8 @@ def write_petastorm_metadata(filesystem: pafs.FileSystem, root: str, schema: Uni
     if row_groups is None:
         row_groups = row_groups_from_summary(filesystem, root, data_files)
     written = write_dataset_metadata(filesystem, root, schema, row_groups, legacy_metadata=legacy_metadata)
-    logger.info('wrote Petastorm metadata for %d files (%d row groups) to %s', len(written),
-                sum(len(v) for v in written.values()), dataset_url)
+    logger.info('wrote Petastorm metadata for %s (%s) to %s', counted(len(written), 'file'),
+                counted(sum(len(v) for v in written.values()), 'row group'), dataset_url)
     return written
 
 

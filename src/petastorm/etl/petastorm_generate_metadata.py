@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from petastorm._describe import counted
 from petastorm._progress import ProgressMeter, check_progress_argument
 from petastorm.errors import PetastormMetadataError, PetastormMetadataGenerationError
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
@@ -213,10 +214,11 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
     paths = list_data_files(fs, root, dataset_url)
     if not paths:
         raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
-    logger.info('reading the footers of %d files of %s', len(paths), dataset_url)
+    logger.info('reading the footers of %s of %s', counted(len(paths), 'file'), dataset_url)
     footers = _read_footers(fs, paths, progress, f'reading the footers of {dataset_url}')
     if schema is None:
-        logger.info('%s is plain Parquet: writing the _metadata summary of its %d files', dataset_url, len(paths))
+        logger.info('%s is plain Parquet: writing the _metadata summary of its %s', dataset_url,
+                    counted(len(paths), 'file'))
         _write_summary_metadata(fs, root, footers)
         return
     _check_fields_are_columns(schema, root, footers, dataset_url)
@@ -224,7 +226,7 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
                                                   for i in range(footer.num_row_groups)]
                   for path, footer in sorted(footers.items())}
     if use_summary_metadata:
-        logger.info('writing the _metadata summary of %d files', len(paths))
+        logger.info('writing the _metadata summary of %s', counted(len(paths), 'file'))
         _write_summary_metadata(fs, root, footers)
     write_petastorm_metadata(fs, root, schema, dataset_url, row_groups)
 

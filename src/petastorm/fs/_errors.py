@@ -264,6 +264,22 @@ def _no_credentials(err: BaseException) -> bool:
                for item in _chain(err))
 
 
+_PREPOSITIONS = frozenset({'of', 'at', 'to', 'on', 'in', 'from', 'into'})
+
+
+def operation_on(operation: str, shown: str) -> str:
+    """``'listing on s3://b/d'``, ``'reading row group 3 of s3://b/f'``: an operation (ending with its preposition
+    or not) and the URL it acted on, as one phrase."""
+    words = operation.split()
+    return f'{operation} {shown}' if words and words[-1] in _PREPOSITIONS else f'{operation} on {shown}'
+
+
+def _bare(operation: str) -> str:
+    """The operation without a trailing preposition (``'opening the dataset at'`` -> ``'opening the dataset'``)."""
+    words = operation.split()
+    return ' '.join(words[:-1]) if len(words) > 1 and words[-1] in _PREPOSITIONS else operation
+
+
 def translate(err: BaseException, operation: str, url: str, secrets: Iterable[str] = (),
               attempts: int = 1) -> BaseException:
     """The petastorm error to raise (chained ``from err``) for ``err`` raised by ``operation`` on ``url``.
@@ -277,28 +293,29 @@ def translate(err: BaseException, operation: str, url: str, secrets: Iterable[st
         return err
     secrets = list(secrets)
     shown = display_url(url)
+    acted, bare = operation_on(operation, shown), _bare(operation)
     detail = describe(err, secrets)
     kind = classify(err)
     if kind == 'not_found':
-        return StorageNotFoundError(f'{shown} does not exist ({operation}: {detail})')
+        return StorageNotFoundError(f'{shown} does not exist ({bare}: {detail})')
     if kind == 'credentials' and _no_credentials(err):
         return StorageCredentialsError(
-            f'no credentials were found for {shown} ({operation}: {detail}). Pass them in storage_options (for S3: '
+            f'no credentials were found for {shown} ({bare}: {detail}). Pass them in storage_options (for S3: '
             f"key/secret/token or profile, or {{'anon': True}} for a public bucket) or set them in the environment.")
     if kind == 'credentials':
         return StorageCredentialsError(
-            f'the storage refused the credentials used for {shown} ({operation}: {detail}). Check the '
+            f'the storage refused the credentials used for {shown} ({bare}: {detail}). Check the '
             f'credentials passed in storage_options (for S3: key/secret/token or profile) or found in the '
             f'environment, and that they have not expired.')
     if kind == 'permission':
         return StoragePermissionError(
-            f'permission denied: {operation} on {shown} ({detail}). The credentials in use (from storage_options '
+            f'permission denied: {acted} ({detail}). The credentials in use (from storage_options '
             f'or the environment) were refused or are not allowed to do this.')
     if kind == 'refused':
-        return StorageError(f'{operation} on {shown} failed: the storage endpoint refused the connection ({detail}). '
+        return StorageError(f'{acted} failed: the storage endpoint refused the connection ({detail}). '
                             f'Nothing listens at that address: check the endpoint (for S3, endpoint_url in '
                             f'storage_options) and that the server is running.')
     if kind == 'transient' and attempts > 1:
-        return StorageError(f'{operation} on {shown} still failed after {attempts} attempts with transient errors '
+        return StorageError(f'{acted} still failed after {attempts} attempts with transient errors '
                             f'({detail}); the storage is unreachable, overloaded or throttling. Try again later.')
-    return StorageError(f'{operation} on {shown} failed: {detail}')
+    return StorageError(f'{acted} failed: {detail}')

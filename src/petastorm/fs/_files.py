@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pyarrow.fs as pafs
 
-from petastorm.fs._errors import classify, translate
+from petastorm.fs._errors import classify, operation_on, translate
 from petastorm.fs._handler import OBJECT_STORE_SCHEMES, StorageHandler
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
 from petastorm.fs._throttle import limit_for
@@ -97,7 +97,7 @@ def with_retries(filesystem: pafs.FileSystem, func: Callable[[], T], operation: 
     url = file_url(filesystem, path)
     try:
         limit = limit_for(getattr(filesystem, 'type_name', ''), path) if limited else None
-        return retry.call(func, f'{operation} {url}', limit=limit)
+        return retry.call(func, operation_on(operation, url), limit=limit)
     except RetriesExhausted as exhausted:
         raise translate(exhausted.error, operation, url, attempts=exhausted.attempts) from exhausted.error
     except OSError as err:

@@ -99,12 +99,14 @@ def check_tensor_fields(loader: str, source: ColumnSource) -> None:
         dtype = field.numpy_dtype
         if dtype in (np.str_, np.bytes_, str, bytes, decimal.Decimal, object) or (
                 isinstance(dtype, type) and issubclass(dtype, (np.str_, np.bytes_, decimal.Decimal))):
-            bad.append(f'{name} ({getattr(dtype, "__name__", dtype)})')
+            bad.append((name, getattr(dtype, '__name__', dtype)))
     if bad:
+        listed = ', '.join(f'{name} ({kind})' for name, kind in bad)
         raise TorchTypeError(f'{loader} makes tensors of every field and does not support string or Decimal fields: '
-                             f'{", ".join(bad)}. Leave them out (schema_fields=... or TransformSpec('
-                             f'removed_fields=...)) or use petastorm.pytorch.DataLoader, which collates them as '
-                             f'lists.')
+                             f'{listed}. Leave them out (schema_fields=... or TransformSpec(removed_fields=...)), read '
+                             f'categories as integer codes (make_batch_reader(..., categorical_codes='
+                             f'{[name for name, _ in bad]})), or use petastorm.pytorch.DataLoader, which collates '
+                             f'them as lists.')
 
 
 def batch_columns(loader: str, columns: dict[str, Any], transform_fn: Callable | None,

@@ -17,6 +17,7 @@ from typing import Any
 from ray.data.block import Block, BlockAccessor
 from ray.data.datasource import Datasink, WriteResult
 
+from petastorm._describe import counted
 from petastorm.errors import SchemaError
 from petastorm.fs import resolve_url
 from petastorm.unischema import Unischema
@@ -131,7 +132,8 @@ class PetastormDatasink(Datasink[dict]):
             if not row_groups:
                 raise SchemaError(f'write_petastorm got no rows for {self._url}; nothing was written')
             self._staged.commit(self._schema, row_groups, legacy_metadata=self._legacy_metadata)
-        logger.info('wrote %d rows in %d files to %s', write_result.num_rows, len(row_groups), self._url)
+        logger.info('wrote %s in %s to %s', counted(write_result.num_rows, 'row'), counted(len(row_groups), 'file'),
+                    self._url)
 
     def on_write_failed(self, error: Exception) -> None:
         """Remove the staging directory (and a target directory the write created) after a failed task."""

@@ -11,8 +11,9 @@ function (it may drop rows) never know their rows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from petastorm.plan import RowMatches, ShardLayout
 from petastorm.reading.options import ReaderOptions
@@ -20,7 +21,9 @@ from petastorm.reading.worker import ReadContext, row_group_matches
 from petastorm.store.model import FilterStatistics
 from petastorm.store.pieces import RowGroupPiece
 
-__all__ = ['epoch_rows']
+__all__ = ['epoch_rows', 'in_threads']
+
+T = TypeVar('T')
 
 _MAX_COUNTING_THREADS = 16
 
@@ -56,10 +59,18 @@ def epoch_rows(options: ReaderOptions, context: ReadContext, layout: ShardLayout
 def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count: int) -> RowMatches:
     """The rows each row group keeps (``count_rows``): filter and predicate columns only, read in threads."""
     counting = dataclasses.replace(context, cache=None)  # the cache holds whole row groups, as the workers read them
+    masks = in_threads(lambda index: row_group_matches(counting, index), piece_indexes, workers_count)
+    return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
+
+
+def in_threads(function: Callable[[int], T], piece_indexes: Sequence[int], workers_count: int) -> list[T]:
+    """``function`` of each row group (by piece index), run in up to ``workers_count`` threads, in order.
+
+    What a reader reads of row groups when it is made (counting rows, finding categories) runs so.
+    """
     with ThreadPoolExecutor(max_workers=max(1, min(workers_count, _MAX_COUNTING_THREADS, len(piece_indexes))),
-                            thread_name_prefix='petastorm-count') as pool:
-        masks = pool.map(lambda index: row_group_matches(counting, index), piece_indexes)
-        return {index: mask for index, mask in zip(piece_indexes, masks, strict=True) if not mask.all()}
+                            thread_name_prefix='petastorm-setup') as pool:
+        return list(pool.map(function, piece_indexes))
 
 
 def _batch_function(options: ReaderOptions) -> bool:

@@ -21,6 +21,7 @@ from petastorm.cache import LOCAL_DISK_CACHE, LOCAL_DISK_DECODED_CACHE, NULL_CAC
 from petastorm.plan import REMAINDER_POLICIES, SHARD_MODES, Remainder, ShardMode, ShardSpec, resolve_shard
 from petastorm.pools import POOL_KINDS
 from petastorm.predicates import PredicateBase
+from petastorm.reading.categories import check_categorical_codes
 from petastorm.selectors import RowGroupSelectorBase
 from petastorm.store.formats import TABLE_FORMATS, TableFormat
 from petastorm.transform import TransformSpec
@@ -86,6 +87,8 @@ class ReaderOptions:
     table_version_change: TableVersionChange = 'refuse'
     count_rows: bool = False
     plan_file: str | None = None
+    categorical_codes: Any = False
+    split: str | None = None
     #: where ``cur_shard='auto'`` found the rank (``'torch.distributed'``, an environment variable) or None.
     shard_source: str | None = field(default=None, metadata=_DERIVED)
 
@@ -145,11 +148,15 @@ def _validated(raw: ReaderOptions) -> ReaderOptions:
         raise ValueError(f'count_rows must be True or False, got {raw.count_rows!r}')
     if raw.plan_file is not None and not isinstance(raw.plan_file, (str, os.PathLike)):
         raise ValueError(f'plan_file must be a path (a str), got {type(raw.plan_file).__name__}')
+    if raw.split is not None and (not isinstance(raw.split, str) or not raw.split):
+        raise ValueError(f"split must be a split's name ('train', 'validation', 'test', ...) or None, got "
+                         f'{raw.split!r}')
     if raw.storage_options is not None and not isinstance(raw.storage_options, dict):
         raise ValueError(f'storage_options must be a dict, got {type(raw.storage_options).__name__}')
     _check_table_options(raw)
     return dataclasses.replace(
-        raw, dataset_url_or_urls=urls, workers_count=workers_count, results_queue_size=results_queue_size,
+        raw, categorical_codes=check_categorical_codes(raw.categorical_codes),
+        dataset_url_or_urls=urls, workers_count=workers_count, results_queue_size=results_queue_size,
         seed=None if raw.seed is None else int(raw.seed), shuffle_rows=bool(raw.shuffle_rows),
         shuffle_row_groups=bool(raw.shuffle_row_groups),
         shuffle_row_drop_partitions=int(raw.shuffle_row_drop_partitions), cur_shard=cur_shard,

@@ -11,10 +11,12 @@ datasource plans its read tasks with it too, without a reader.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from petastorm._warnings import warn_user
 from petastorm.cache import CacheBase, FileStamp, FooterCache, NullCache, make_cache, make_row_group_cache
@@ -22,12 +24,13 @@ from petastorm.metadata.row_group_indexes import load_row_group_indexes
 from petastorm.metadata.schemas import stored_or_inferred_schema
 from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
+from petastorm.reading.categories import coded_view
 from petastorm.reading.column_transform import TransformTarget
-from petastorm.reading.counting import epoch_rows
+from petastorm.reading.counting import epoch_rows, in_threads
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
 from petastorm.reading.job_plan import share_plan
-from petastorm.reading.options import ReaderOptions
-from petastorm.reading.worker import ReadContext
+from petastorm.reading.options import NULL_CACHE, ReaderOptions
+from petastorm.reading.worker import ReadContext, read_whole_row_group
 from petastorm.store.filters import columns_of_expression, filter_expression
 from petastorm.store.footers import store_data_files
 from petastorm.store.model import FilterStatistics, ParquetStore
@@ -87,6 +90,7 @@ def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> Reade
     fields = _select_fields(options, dataset)
     expression = filter_expression(options.filters)
     pieces = dataset.row_groups()
+    fields = _with_category_codes(options, dataset, pieces, fields)
     statistics = dataset.filter_statistics(expression) if expression is not None else None
     layout = _plan(options, dataset, pieces, fields, statistics)
     context = _read_context(options, dataset, pieces, fields, expression, ngram, cache, time_stages)
@@ -127,7 +131,7 @@ def _open_store(options: ReaderOptions, cache: CacheBase) -> ParquetStore:
     """
     dataset = open_any_store(options.dataset_url_or_urls, storage_options=options.storage_options,
                              filesystem=options.filesystem, table_format=options.table_format,
-                             table_version=options.table_version)
+                             table_version=options.table_version, split=options.split)
     _keep_footers(dataset, cache)
     shared = share_plan(options, dataset, cache)
     if shared is not dataset:  # the job's listing, taken from rank 0
@@ -155,6 +159,29 @@ def _select_fields(options: ReaderOptions, dataset: ParquetStore) -> _Fields:
         if field.codec is not None:
             field.codec.check_available('decode')
     return fields
+
+
+def _with_category_codes(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece],
+                         fields: _Fields) -> _Fields:
+    """``fields`` with those ``categorical_codes`` asks for delivered as codes (:mod:`petastorm.reading.categories`).
+
+    Categories not given are read from every row group of the store (not only this shard's: every shard must
+    give a value the same code).
+    """
+    if options.categorical_codes is False:
+        return fields
+    arrow_schema = dataset.logical_schema().arrow if options.categorical_codes is True else pa.schema([])
+    probe = _read_context(dataclasses.replace(options, cache_type=NULL_CACHE, transform_spec=None), dataset, pieces,
+                          fields, None, None, NullCache(), False)
+
+    def read_columns(names: list[str]) -> list[pa.Table]:
+        return in_threads(lambda index: read_whole_row_group(probe, index, names), range(len(pieces)),
+                          options.workers_count)
+
+    view = coded_view(fields.view, options.categorical_codes, arrow_schema, read_columns)
+    if view is fields.view:
+        return fields
+    return dataclasses.replace(fields, view=view, schema=transform_schema(view, options.transform_spec))
 
 
 def _plan(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,

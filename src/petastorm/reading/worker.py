@@ -46,7 +46,7 @@ from petastorm.unischema import UnischemaField
 
 __all__ = [
     'ReadContext', 'append_partition_columns', 'decode_columns', 'gather_rows', 'prefetch_item', 'read_item',
-    'resolve_image_paths', 'row_group_matches',
+    'read_whole_row_group', 'resolve_image_paths', 'row_group_matches',
 ]
 
 logger = logging.getLogger(__name__)
@@ -269,6 +269,16 @@ def _expression_mask(table: pa.Table, expression: Any) -> np.ndarray:
 
     mask = ds.dataset(table).to_table(columns={'mask': expression}).column('mask')
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+def read_whole_row_group(ctx: ReadContext, piece_index: int, names: list[str]) -> pa.Table:
+    """Columns ``names`` of every delivered row of a row group, as stored (not decoded), partition columns included.
+
+    What a reader reads once of every row group when it is made (``categorical_codes`` whose categories it takes
+    from the data).
+    """
+    piece = ctx.pieces[piece_index]
+    return _read_columns(ctx, piece, names, 0, piece.num_rows)
 
 
 def row_group_matches(ctx: ReadContext, piece_index: int) -> np.ndarray:

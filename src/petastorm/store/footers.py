@@ -52,7 +52,7 @@ REMOTE_FOOTER_THREADS = 64
 
 def read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
     """The Parquet footer of ``path`` (retried on transient errors where the filesystem does not retry)."""
-    return with_retries(files.filesystem, lambda: files.footer(path), 'reading the Parquet footer', path)
+    return with_retries(files.filesystem, lambda: files.footer(path), 'reading the Parquet footer of', path)
 
 
 def store_data_files(store: ParquetStore, footers: FooterStore | None = None) -> DataFiles:

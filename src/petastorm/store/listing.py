@@ -22,12 +22,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from petastorm._describe import counted
 from petastorm._warnings import warn_user
 from petastorm.errors import StorageNotFoundError
 
 __all__ = [
     'COMMON_METADATA',
     'DELTA_LOG',
+    'SPLIT_WORDS',
     'SUMMARY_METADATA',
     'StoreListing',
     'glob_files',
@@ -37,6 +39,8 @@ __all__ = [
     'look_at',
     'mtimes_of',
     'sizes_of',
+    'split_name',
+    'split_of',
 ]
 
 logger = logging.getLogger(__name__)
@@ -112,14 +116,17 @@ def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> 
     return [info.path for info in listed_data_files(filesystem, look_at(filesystem, root), url)]
 
 
-def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: Any = None) -> list[pafs.FileInfo]:
+def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: Any = None,
+                      split: str | None = None) -> list[pafs.FileInfo]:
     """What :func:`list_data_files` lists, with each file's size (no request per file).
 
     A directory without subdirectories is listed already; one with subdirectories is listed once more, recursively
-    (one request per thousand objects on an object store).
+    (one request per thousand objects on an object store). ``split``: only the files of that split (see
+    :func:`split_of`); without it, every file, with a warning when the files are of several splits.
 
     Raises:
-        StorageNotFoundError: the listed path does not exist (the message names ``url``, else the path).
+        StorageNotFoundError: the listed path does not exist (the message names ``url``, else the path), or no file
+            is of ``split``.
     """
     root = listing.root
     if listing.info.type == pafs.FileType.NotFound:
@@ -132,7 +139,10 @@ def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: A
     files = [i for i in entries
              if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
     files = _parquet_files_only(files, url or root)
-    _note_splits(files, root, url or root)
+    if split is not None:
+        files = _one_split(files, root, split, url or root)
+    else:
+        _note_splits(files, root, url or root)
     return sorted(files, key=lambda i: i.path)
 
 
@@ -151,26 +161,77 @@ def _parquet_files_only(files: list[pafs.FileInfo], shown: Any) -> list[pafs.Fil
     return parquet
 
 
-# A split named as Hugging Face datasets finds one: a file-name prefix or a directory (train-00000-of-00002.parquet,
-# data/validation/...).
-_SPLIT = re.compile(r'(?:^|/)(train|training|validation|valid|val|dev|test|testing|eval)(?=[-_./])')
+#: The splits Hugging Face ``datasets`` knows, and the words of file and directory names that name each.
+SPLIT_WORDS: dict[str, tuple[str, ...]] = {
+    'train': ('train', 'training'),
+    'validation': ('validation', 'valid', 'val', 'dev'),
+    'test': ('test', 'testing', 'evaluation', 'eval'),
+}
+_WORD_SPLIT = {word: split for split, words in SPLIT_WORDS.items() for word in words}
+# A split named as datasets finds one: a word of SPLIT_WORDS starting a file or directory name (train-00000-of-00002
+# .parquet, data/validation/...), else any name before the shard numbers of the Hub's files (data/extra-00000-of-
+# 00001.parquet).
+_SPLIT_WORD = re.compile(r'(?:^|/)(' + '|'.join(sorted(_WORD_SPLIT, key=len, reverse=True)) + r')(?=[-_./])')
+_SHARD_SPLIT = re.compile(r'(?:^|/)(\w+?)-\d{5}-of-\d{5}(?=[-_.])[^/]*$')
+
+
+def split_of(relative: str) -> tuple[str, str] | None:
+    """``(split, glob of its files)`` that a data file's path under the store names, or None (no split named).
+
+    The split is ``datasets``' name for it (``'validation'`` for ``val/``, ``'test'`` for ``eval-...``).
+    """
+    found = _SPLIT_WORD.search(relative)
+    if found is not None:
+        in_directory = relative[found.end()] == '/'  # train/part-0.parquet, else train-00000-of-00002.parquet
+        return _WORD_SPLIT[found.group(1)], relative[:found.end()] + ('' if in_directory else '*.parquet')
+    shard = _SHARD_SPLIT.search(relative)
+    if shard is not None:
+        return shard.group(1), relative[:shard.end(1)] + '-*.parquet'
+    return None
+
+
+def split_name(split: str) -> str:
+    """``datasets``' name of a split a user named (``'val'`` -> ``'validation'``; other names as they are)."""
+    return _WORD_SPLIT.get(split.lower(), split)
 
 
 def _note_splits(files: list[pafs.FileInfo], root: str, shown: Any) -> None:
     """Warn when the files are of several splits (train, validation, test), which a store read as one mixes."""
     splits: dict[str, str] = {}
     for info in files:
-        relative = posixpath.relpath(info.path, root)
-        found = _SPLIT.search(relative)
+        found = split_of(posixpath.relpath(info.path, root))
         if found is None:
             return  # not a layout of splits
-        in_directory = relative[found.end()] == '/'  # train/part-0.parquet, else train-00000-of-00002.parquet
-        splits.setdefault(found.group(1), relative[:found.end()] + ('' if in_directory else '*.parquet'))
+        splits.setdefault(*found)
     if len(splits) > 1:
         urls = ', '.join(f'{name}: {str(shown).rstrip("/")}/{glob}' for name, glob in sorted(splits.items()))
+        first = 'train' if 'train' in splits else sorted(splits)[0]
         warn_user(f'{shown} holds the splits {", ".join(sorted(splits))} (named in its file names, as Hugging Face '
-                  f'datasets reads them), and reading it reads them all together. To read one split, name its '
-                  f'files: {urls}')
+                  f'datasets reads them), and reading it reads them all together. To read one split, pass '
+                  f'split={first!r} to the reader, or name its files: {urls}')
+
+
+def _one_split(files: list[pafs.FileInfo], root: str, split: str, shown: Any) -> list[pafs.FileInfo]:
+    """The files of ``split`` (named as :func:`split_of` reads file names).
+
+    Raises:
+        StorageNotFoundError: no file is of that split (the message names the splits there are).
+    """
+    wanted = split_name(split)
+    counts: dict[str, int] = {}
+    kept = []
+    for info in files:
+        found = split_of(posixpath.relpath(info.path, root))
+        name = found[0] if found is not None else '(none named)'
+        counts[name] = counts.get(name, 0) + 1
+        if name == wanted:
+            kept.append(info)
+    if not kept:
+        there = ', '.join(f'{name} ({counted(count, "file")})' for name, count in sorted(counts.items()))
+        raise StorageNotFoundError(f'{shown} has no file of the split {wanted!r}: splits are read from file and '
+                                   f'directory names as Hugging Face datasets reads them (train-00000-of-00002'
+                                   f'.parquet, validation/...); its files are of: {there or "no file"}')
+    return kept
 
 
 def sizes_of(infos: Iterable[pafs.FileInfo]) -> dict[str, int]:

@@ -47,7 +47,7 @@ __all__ = ['open_any_store', 'open_store']
 
 
 def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None = None, filesystem: Any = None,
-                   table_format: str = 'auto', table_version: Any = None) -> ParquetStore:
+                   table_format: str = 'auto', table_version: Any = None, split: str | None = None) -> ParquetStore:
     """The store a reader reads: one version of a table, or a plain Parquet store.
 
     Args:
@@ -59,6 +59,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         table_format: ``'auto'`` (recognise tables), a format of the registry (``'delta'``, ``'iceberg'``) or
             ``'parquet'`` (read the directory's files as plain Parquet, a table's too).
         table_version: None (the latest), or the version to read (see :func:`petastorm.reader.make_reader`).
+        split: of a plain Parquet directory, only the files of this split (Hugging Face ``datasets``' naming:
+            :func:`petastorm.store.listing.split_of`); None: every file.
 
     Raises:
         ValueError: ``table_version`` given for plain Parquet, or a table object of another format than
@@ -67,6 +69,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         TableVersionError, UnsupportedTableFeatureError: see the format modules.
     """
     of_object = _format_of_object(url_or_table, table_format)
+    if split is not None and of_object is not None:
+        raise ValueError(f'split={split!r} chooses the files of a Parquet directory; a table object has none')
     if of_object is not None:
         return of_object.opener(of_object=True)(url_or_table, version=table_version,
                                                 storage_options=storage_options, filesystem=filesystem)
@@ -75,15 +79,18 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         if table_version is not None:
             raise ValueError(f'table_version={table_version!r} needs a table ({_any_table()}); '
                              f'{display_url(str(url_or_table))} is read as plain Parquet')
-        return open_store(location, plain=True)
+        return open_store(location, plain=True, split=split)
     found, listing = _recognise(location, table_format)
+    if found is not None and split is not None:
+        raise ValueError(f'split={split!r} chooses the files of a Parquet directory, but '
+                         f'{display_url(str(location.url))} is {_a(found.title)} table: read its version')
     if found is not None:
         return found.opener()(location, version=table_version, storage_options=storage_options,
                               filesystem=filesystem)
     if table_version is not None:
         raise ValueError(f'table_version={table_version!r} needs a table, but {display_url(str(location.url))} '
                          f'is not {_a(_any_table())} table')
-    return open_store(location, plain=True, listing=listing)
+    return open_store(location, plain=True, listing=listing, split=split)
 
 
 def _format_of_object(value: Any, table_format: str) -> TableFormatEntry | None:
@@ -144,7 +151,8 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
     return dict(metadata.metadata or {})
 
 
-def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None) -> PlainStore:
+def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None,
+               split: str | None = None) -> PlainStore:
     """The plain Parquet store at ``location``: its files listed, its ``_common_metadata`` (or ``_metadata``) read.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
@@ -155,6 +163,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
         plain: read a directory that is a Delta or Iceberg table as plain Parquet files anyway (every file in
             it, those its log removed included); by default such a directory is refused.
         listing: :func:`look_at` of the location's path, when the caller looked already.
+        split: only the files of this split of a directory (see :func:`open_any_store`).
 
     Raises:
         StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
@@ -164,11 +173,15 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
     # Listing and reading the metadata is idempotent: through a filesystem without retries of ours (pyarrow's
     # own S3 client given as filesystem=), a transient failure that its client gave up on repeats it whole.
     where = location.path[0] if isinstance(location.path, list) else location.path
-    return with_retries(location.filesystem, lambda: _open_store(location, plain, listing), 'opening the dataset at',
-                        where)
+    if split is not None and (location.is_file_list or is_glob_pattern(str(location.path))):
+        raise ValueError(f'split={split!r} chooses among the files of a directory, but {location.url} names its '
+                         f'files already: pass the directory (or leave split out)')
+    return with_retries(location.filesystem, lambda: _open_store(location, plain, listing, split),
+                        'opening the dataset at', where)
 
 
-def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None) -> PlainStore:
+def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None, split: str | None
+                ) -> PlainStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in glob_files(fs, path, location.url)))
@@ -186,7 +199,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     listing = listing if listing is not None and listing.root == root else look_at(fs, root)
     if listing.info.type == pafs.FileType.NotFound and is_glob_pattern(root):
         return _store_of_files(fs, location.url, tuple(glob_files(fs, root, location.url)), list_given=True)
-    listed = listed_data_files(fs, listing, location.url)
+    listed = listed_data_files(fs, listing, location.url, split)
     files = tuple(item.path for item in listed)
     if not listing.is_directory:
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=sizes_of(listed))

@@ -83,12 +83,22 @@ def _timestamp(value: VersionSpec) -> dt.datetime | None:
     return None
 
 
+# What delta-rs says when it found no credentials at all (rather than having some refused): without any in the
+# options or the environment it asks the cloud's instance metadata endpoint, whose refusal is not the storage's.
+_NO_CREDENTIALS = ('unable to locate credentials', 'no credentials', 'missing credentials',
+                   'failed to load credentials', 'credentials not found', '169.254.169.254', '169.254.170.2')
+
+
 def _translate_error(err: Exception, url: str, what: str) -> Exception:
     deltalake = import_optional('deltalake', 'reading a Delta table')
     text = str(err)
     lowered = text.lower()
     if isinstance(err, deltalake.exceptions.TableNotFoundError):
         return StorageNotFoundError(f'{display_url(url)} is not a Delta table: {what} ({text.splitlines()[0]})')
+    if any(marker in lowered for marker in _NO_CREDENTIALS):
+        return StorageCredentialsError(f'no credentials were found for the Delta table {display_url(url)} ({what}): '
+                                       f'{text.splitlines()[0]}. Pass them in storage_options (for S3: key/secret '
+                                       f'or profile) or set them in the environment')
     if any(marker in lowered for marker in ('403', 'forbidden', 'invalidaccesskeyid', 'signaturedoesnotmatch',
                                              'access denied', 'accessdenied', 'credential')):
         return StorageCredentialsError(f'the storage refused the credentials for the Delta table '

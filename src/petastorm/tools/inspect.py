@@ -250,9 +250,9 @@ def format_description(description: dict[str, Any], files: bool = False) -> str:
         lines += ['', 'files:']
         for file in description['files']:
             deleted = f" ({file['deleted_rows']} deleted)" if file.get('deleted_rows') else ''
-            lines.append(f"  {file['path']}: {file['bytes']} bytes, {file['rows']} rows{deleted}, "
+            lines.append(f"  {file['path']}: {file['bytes']} bytes, {counted(file['rows'], 'row')}{deleted}, "
                          f"{counted(len(file['row_groups']), 'row group')}")
-            lines += [f"    row group {g['index']}: {g['rows']} rows, {g['bytes']} bytes "
+            lines += [f"    row group {g['index']}: {counted(g['rows'], 'row')}, {g['bytes']} bytes "
                       f"({g['compressed_bytes']} compressed)" for g in file['row_groups']]
     else:
         shown = [f['path'] for f in description['files'][:3]]
@@ -261,7 +261,7 @@ def format_description(description: dict[str, Any], files: bool = False) -> str:
     head = description.get('head')
     if head is not None:
         names = [f['name'] for f in description['fields']]
-        lines += ['', f'first {len(head)} rows:']
+        lines += ['', f"first {counted(len(head), 'row')}:"]
         lines += _table([tuple(names)] + [tuple(row.get(name, '') for name in names) for row in head]) if head \
             else ['  (no rows)']
     indexes = description['rowgroup_indexes']

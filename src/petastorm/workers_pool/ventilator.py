@@ -64,7 +64,7 @@ class ConcurrentVentilator(Ventilator):
         super().__init__(ventilate_fn)
         if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
                                        or iterations < 1):
-            raise ValueError('iterations must be positive integer or None')
+            raise ValueError(f'iterations must be positive integer or None, got {iterations!r}')
         if not isinstance(items_to_ventilate, list) or not all(isinstance(i, dict) for i in items_to_ventilate):
             raise ValueError('items_to_ventilate must be a list of dicts')
         self._items = list(items_to_ventilate)

@@ -164,3 +164,18 @@ def test_resolving_an_s3_url_refuses_an_endpoint_that_refuses_connections():
     with pytest.raises(StorageError, match=rf'cannot reach s3://bucket/data: the S3 endpoint http://127.0.0.1:{port} '
                                            rf'refused the connection \(nothing listens at 127.0.0.1:{port}\)'):
         resolve_url('s3://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': f'http://127.0.0.1:{port}'})
+
+
+@pytest.mark.parametrize(('operation', 'phrase', 'bare'), [
+    ('listing', 'listing on s3://bucket/data', 'listing'),
+    ('opening the dataset at', 'opening the dataset at s3://bucket/data', 'opening the dataset'),
+    ('reading row group 3 of', 'reading row group 3 of s3://bucket/data', 'reading row group 3'),
+    ('reading the Parquet footer of', 'reading the Parquet footer of s3://bucket/data', 'reading the Parquet footer'),
+])
+def test_messages_join_an_operation_and_its_url_once(operation, phrase, bare):
+    from petastorm.fs._errors import translate
+
+    transient = translate(TimeoutError('timed out'), operation, 's3://bucket/data', attempts=3)
+    assert f'{phrase} still failed after 3 attempts' in str(transient)
+    gone = translate(FileNotFoundError(2, 'No such file'), operation, 's3://bucket/data')
+    assert f's3://bucket/data does not exist ({bare}: ' in str(gone)

@@ -317,6 +317,29 @@ def test_the_server_runs_as_a_process_and_prints_its_endpoint(tmp_path):
         process.stdout.close()
 
 
+def test_the_server_started_as_docs_storage_md_says_serves_its_blocks(tmp_path):
+    import socket
+
+    from petastorm import make_reader, write_dataset
+    from support.feature_store import Schema, feature_row
+
+    with socket.socket() as probe:  # the page's --port 9000, on a free port here
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, '-m', 'petastorm.test_util.s3_server', '--root', str(tmp_path),
+                                '--port', str(port), '--bucket', 'bucket'], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == f'listening on http://127.0.0.1:{port}\n'
+        s3 = {'key': 'AKIA...', 'secret': '...', 'endpoint_url': f'http://127.0.0.1:{port}'}  # any key is taken
+        write_dataset('s3://bucket/ds', Schema, [feature_row(0)], storage_options=s3)
+        with make_reader('s3://bucket/ds', storage_options=s3) as reader:
+            assert sum(1 for _ in reader) == 1
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        process.stdout.close()
+
+
 # -- the delay proxy ------------------------------------------------------------------------------------------------
 
 DELAY = 0.04

@@ -119,7 +119,8 @@ def test_a_hugging_face_repository_reads_its_parquet_and_names_its_splits(tmp_pa
     pq.write_table(pa.table({'id': list(range(5))}), str(tmp_path / 'data' / 'train-00000-of-00001.parquet'))
     pq.write_table(pa.table({'id': [100, 101]}), str(tmp_path / 'data' / 'validation-00000-of-00001.parquet'))
     url = f'file://{tmp_path}'
-    with pytest.warns(UserWarning, match=rf'holds the splits train, validation .*To read one split, name its files: '
+    with pytest.warns(UserWarning, match=rf"holds the splits train, validation .*To read one split, pass "
+                                         rf"split='train' to the reader, or name its files: "
                                          rf'train: {url}/data/train\*\.parquet, validation: '
                                          rf'{url}/data/validation\*\.parquet'), \
             caplog.at_level(logging.INFO, logger='petastorm.store.listing'), \
@@ -128,3 +129,53 @@ def test_a_hugging_face_repository_reads_its_parquet_and_names_its_splits(tmp_pa
     assert 'the other files beside them are not data and are ignored: README.md' in caplog.text
     with make_batch_reader(f'{url}/data/train*.parquet', reader_pool_type='dummy') as reader:
         assert sorted(int(i) for batch in reader for i in batch.id) == [0, 1, 2, 3, 4]
+
+
+@pytest.fixture
+def hub_repository(tmp_path):
+    """A dataset repository as the Hub lays it out: a card, and data/<split>-NNNNN-of-NNNNN.parquet."""
+    import os
+
+    os.makedirs(tmp_path / 'data')
+    (tmp_path / 'README.md').write_text('# a dataset card\n')
+    for name, ids in (('train-00000-of-00002', [0, 1]), ('train-00001-of-00002', [2, 3]),
+                      ('validation-00000-of-00001', [100]), ('test-00000-of-00001', [200, 201]),
+                      ('extra-00000-of-00001', [300])):
+        pq.write_table(pa.table({'id': ids}), str(tmp_path / 'data' / f'{name}.parquet'))
+    return f'file://{tmp_path}'
+
+
+@pytest.mark.parametrize(('split', 'ids'), [('train', [0, 1, 2, 3]), ('validation', [100]), ('val', [100]),
+                                            ('test', [200, 201]), ('extra', [300])])
+def test_split_reads_the_files_of_one_split(hub_repository, split, ids):
+    import warnings
+
+    from petastorm import make_batch_reader, make_reader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # choosing a split is no mix: no warning
+        with make_batch_reader(hub_repository, split=split, reader_pool_type='dummy') as reader:
+            assert sorted(int(i) for batch in reader for i in batch.id) == ids
+    with make_reader(hub_repository, split=split, reader_pool_type='dummy') as reader:
+        assert sorted(int(row.id) for row in reader) == ids
+
+
+def test_split_of_directories_and_refusals(tmp_path_factory, hub_repository):
+    import os
+
+    tmp_path = tmp_path_factory.mktemp('splits')
+    from petastorm import make_batch_reader
+    from petastorm.errors import StorageNotFoundError
+
+    for split, ids in (('train', [0, 1]), ('dev', [5])):
+        os.makedirs(tmp_path / 'by_dir' / split)
+        pq.write_table(pa.table({'id': ids}), str(tmp_path / 'by_dir' / split / 'part-0.parquet'))
+    with make_batch_reader(f'file://{tmp_path}/by_dir', split='validation', reader_pool_type='dummy') as reader:
+        assert [int(i) for batch in reader for i in batch.id] == [5]
+    with pytest.raises(StorageNotFoundError, match=r"has no file of the split 'fold3'.*its files are of: extra \(1 "
+                                                   r'file\), test \(1 file\), train \(2 files\), validation'):
+        make_batch_reader(hub_repository, split='fold3')
+    with pytest.raises(ValueError, match="split='train' chooses among the files of a directory"):
+        make_batch_reader(f'{hub_repository}/data/train*.parquet', split='train')
+    with pytest.raises(ValueError, match="split must be a split's name"):
+        make_batch_reader(hub_repository, split=3)

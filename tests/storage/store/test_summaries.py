@@ -85,3 +85,12 @@ def test_a_large_store_without_a_summary_is_told_once(tmp_path, monkeypatch, cap
     with caplog.at_level(logging.WARNING, logger='petastorm.store.plain'):
         assert _values(url) == list(range(30))
     assert 'no _metadata summary' not in caplog.text  # planned from the summary
+
+
+def test_the_tool_counts_one_file_in_the_singular(tmp_path, caplog):
+    url = _plain_store(str(tmp_path / 'one'), 1)
+    with caplog.at_level(logging.INFO, logger='petastorm.etl.petastorm_generate_metadata'):
+        generate_petastorm_metadata(None, url)
+    assert 'reading the footers of 1 file of' in caplog.text
+    assert 'writing the _metadata summary of its 1 file' in caplog.text
+    assert '1 files' not in caplog.text
