@@ -28,8 +28,8 @@ from petastorm.fs.settings.azure import (
 )
 from petastorm.fs.settings.gcs import gcs_endpoint, missing_credentials, pyarrow_gcs_arguments, read_gcs_settings
 
-__all__ = ['azure_endpoint', 'check_cloud_credentials', 'gcs_endpoint_of', 'native_azure_filesystem',
-           'native_gcs_filesystem']
+__all__ = ['azure_endpoint', 'check_cloud_credentials', 'gcs_endpoint_of', 'has_native_azure',
+           'native_azure_filesystem', 'native_gcs_filesystem']
 
 
 def check_cloud_credentials(scheme: str, url: str, storage_options: dict | None, *, gcs: bool) -> None:
@@ -80,8 +80,18 @@ def _azure_names() -> frozenset[str]:
     return names
 
 
+def has_native_azure() -> bool:
+    """Whether the installed pyarrow has an ``AzureFileSystem`` (16 and later; before, Azure URLs go to adlfs)."""
+    return hasattr(pafs, 'AzureFileSystem')
+
+
 def native_azure_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | None:
-    """pyarrow's ``AzureFileSystem`` for an Azure URL when its options mean the same to it (None: use adlfs)."""
+    """pyarrow's ``AzureFileSystem`` for an Azure URL when there is one and its options mean the same to it.
+
+    None: use adlfs.
+    """
+    if not has_native_azure():
+        return None
     arguments = pyarrow_azure_arguments(read_azure_settings(storage_options, url), os.environ, _azure_names())
     if arguments is None:
         return None
