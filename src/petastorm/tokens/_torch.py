@@ -77,9 +77,12 @@ class TokenLoader(_TorchDataLoader):
         return list(self._readers)
 
     def _sharded_over_world(self) -> bool:
-        world = self._world or distributed_world()  # a world once initialized is kept (state_dict() asks every step)
-        self._world = world
-        return world is not None and world > 1 and self._stream.shard_count == world
+        shard_count = self._stream.shard_count
+        if shard_count == 1:  # no world of one rank or more is sharded over (state_dict() asks every step)
+            return False
+        if self._world is None:  # a world once initialized is kept
+            self._world = distributed_world()
+        return self._world == shard_count
 
     def _steps_agreement(self) -> StepAgreement | None:
         if not self._agreement_checked:
