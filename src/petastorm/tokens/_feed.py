@@ -28,7 +28,7 @@ import numpy as np
 
 from petastorm.errors import PetastormError
 from petastorm.reading import ColumnBatch, ColumnSource, PositionSource, positions_of
-from petastorm.tokens._documents import Docs, cut_pieces, documents_of
+from petastorm.tokens._documents import Docs, DocumentFields, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
 from petastorm.tokens._held import HeldPosition, in_runs, later_of, merged_runs
 from petastorm.tokens._options import PackSpec
@@ -92,17 +92,17 @@ class Feed:
     Args:
         index: the source's number in the loader (rows carry it).
         source: the reader, as a column source.
-        field: the column of token ids (or the tokenizing transform's).
+        fields: the columns of token ids (or the tokenizing transform's), and of prompts or a loss mask.
         pack: how documents become rows.
         where: how the source is named in messages.
     """
 
-    def __init__(self, index: int, source: ColumnSource, field: str, pack: PackSpec, where: str) -> None:
+    def __init__(self, index: int, source: ColumnSource, fields: DocumentFields, pack: PackSpec, where: str) -> None:
         self.index = index
         self.source = source
         self.positions = _positions(source, where)
         self._state_later = later_of(self.positions)
-        self.field = field
+        self.fields = fields
         self.pack = pack
         self.where = where
         self.packer = make_packer(pack, index, where)
@@ -163,7 +163,7 @@ class Feed:
                 raise RuntimeError(f'{self.where}: the reader delivered rows without numbers; the token loader needs '
                                    f'a reader from make_batch_reader without a transform that changes the row count')
             self._reads += 1
-            docs = documents_of(batch.columns[self.field], batch.row_ids, self.pack, self.field)
+            docs = documents_of(batch.columns, batch.row_ids, self.pack, self.fields)
             return self._arrive(docs)
         return None
 
