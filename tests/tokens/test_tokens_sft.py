@@ -108,6 +108,33 @@ def test_a_restored_loader_continues_the_masked_stream_bitwise(url):
             np.testing.assert_array_equal(got[name], expected[name])
 
 
+def test_two_ranks_continued_on_three_train_on_every_response_token_once(url):
+    """An elastic restore cuts partly delivered documents to the ranges left: the mask is cut with them."""
+    case = dict(loss_mask_field='completion_mask', packing='concat', seq_len=SEQ, batch_size=2, workers_count=1,
+                seed=2)
+    seen, states = [], []
+    for rank in range(2):
+        with make_token_loader(url, cur_shard=rank, shard_count=2, **case) as loader:
+            batches = iter(loader)
+            for _ in range(3):
+                seen.append(numpy_batch(next(batches)))
+            states.append(json.loads(json.dumps(loader.state_dict())))
+    gathered = {'format': 'petastorm.tokens', 'version': 1, 'ranks': states}
+    for rank in range(3):
+        with make_token_loader(url, cur_shard=rank, shard_count=3, **case) as loader:
+            loader.load_state_dict(gathered)
+            seen += [numpy_batch(batch) for batch in loader]
+    ids = np.concatenate([batch['input_ids'].ravel() for batch in seen])
+    labels = np.concatenate([batch['labels'].ravel() for batch in seen])
+    for batch in seen:
+        np.testing.assert_array_equal(batch['labels'], _expected_labels(batch, 'hf'))
+    tokens = ids[ids != 0]
+    assert len(tokens) == len(set(tokens.tolist())) == LENGTHS.sum(), 'every token once'
+    trained = labels[labels != IGNORE_INDEX]
+    assert not _is_prompt(trained).any()
+    assert len(trained) >= (LENGTHS - PROMPT).sum() - len(seen) * 2, 'the responses, but for a row start each'
+
+
 def test_text_prompts_tokenized_in_the_workers_are_left_out_of_the_loss(tmp_path):
     rng = np.random.default_rng(5)
     asked = [' '.join(rng.choice(WORDS[:10], int(n))) for n in rng.integers(1, 8, 40)]  # ids 1..10
