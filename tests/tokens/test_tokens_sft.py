@@ -36,6 +36,7 @@ def url(tmp_path_factory):
         'completion_mask': pa.array([(np.arange(len(doc)) >= p).astype(np.int8) for doc, p in
                                      zip(docs, PROMPT, strict=True)], pa.list_(pa.int8())),
         'short_mask': pa.array([[1]] * len(docs), pa.list_(pa.int8())),
+        'float_mask': pa.array([[1.0] * len(doc) for doc in docs], pa.list_(pa.float32())),
     })
     path = tmp_path_factory.mktemp('sft') / 'sft.parquet'
     pq.write_table(table, str(path), row_group_size=13)
@@ -155,6 +156,9 @@ def test_bad_sft_arguments_and_columns_are_named(url):
     with pytest.raises(TokenColumnError, match=r"loss_mask_field='short_mask' has 1 values in a row whose "
                                                r"tokens_field='input_ids' has \d+ tokens"):
         _batches(url, loss_mask_field='short_mask')
+    with pytest.raises(TokenColumnError, match=r"loss_mask_field='float_mask' .* holds float32 values .* one list of "
+                                               r'0/1 per row'):
+        _batches(url, loss_mask_field='float_mask')
     with pytest.raises(ValueError, match='labels=None makes none'):
         _batches(url, loss_mask_field='completion_mask', labels=None)
     with pytest.raises(ValueError, match='pass prompt_field='):

@@ -111,6 +111,7 @@ def _check_tokens_field(reader: Reader, column: str, url: Any, option: str = 'to
         kind = getattr(dtype, '__name__', str(dtype))
         hint = ('; for a column of text pass text_field= and a tokenizer' if kind in ('str_', 'str', 'bytes_')
                 else '')
+        wanted = ('one list of 0/1 per row, one per token (integers or bools)' if option == 'loss_mask_field' else
+                  'one list of integer token ids per row (cast it to a list of int32 or int64)')
         raise TokenColumnError(f'{option}={column!r} of {describe_urls(url)} holds {kind} values of shape '
-                               f'{shape}; it must hold one list of integer token ids per row (cast it to a list '
-                               f'of int32 or int64){hint}')
+                               f'{shape}; it must hold {wanted}{hint}')
