@@ -188,7 +188,7 @@ def _masked(values: np.ndarray, offsets: np.ndarray, column: Column, fields: Doc
     if keep.all():
         return values
     signed = values if values.dtype.kind == 'i' else values.astype(np.int64)
-    return np.where(keep, signed, np.invert(signed))
+    return np.where(keep, signed, without_loss(signed))
 
 
 def after_prompts(prompts: tuple[np.ndarray, np.ndarray], values: np.ndarray,

@@ -65,6 +65,27 @@ def _union(queue: np.ndarray, others: np.ndarray) -> np.ndarray:
     return np.union1d(queue, others)
 
 
+class _Documents:
+    """The documents held when a :class:`Held` was taken, made when first asked for (from views of then)."""
+
+    __slots__ = ('_made', '_views')
+
+    def __init__(self, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray]) -> None:
+        self._views = (queue, others)
+        self._made: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray]:
+        """The queue's documents in order, and the sorted unique others."""
+        if self._made is None:
+            queue, others = self._views[0](), self._views[1]()
+            self._made = (queue, np.unique(others) if len(others) else others)
+        return self._made
+
+    def rows(self) -> np.ndarray:
+        """Every document held, sorted and unique."""
+        return _union(*self())
+
+
 class Held:
     """A reader's position taken while it held the documents of the packer's queue (in order) and a few others.
 
@@ -82,19 +103,9 @@ class Held:
     def __init__(self, pieces: int, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray],
                  state_holding_later: Callable[[Callable[[], np.ndarray]], Callable[[], Any]]) -> None:
         self.pieces = pieces
-        self._views = (queue, others)
-        self._documents: tuple[np.ndarray, np.ndarray] | None = None
+        self._documents = _Documents(queue, others)
         self._reader: Any = None
-        self._reader_later = state_holding_later(self._held_rows)
-
-    def _made(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._documents is None:
-            queue, others = self._views[0](), self._views[1]()
-            self._documents = (queue, np.unique(others) if len(others) else others)
-        return self._documents
-
-    def _held_rows(self) -> np.ndarray:
-        return _union(*self._made())
+        self._reader_later = state_holding_later(self._documents.rows)  # not a method of self: no cycle to collect
 
     @property
     def reader(self) -> Any:
@@ -111,7 +122,7 @@ class Held:
             waiting: the queue's pieces now.
             others: the other documents held now (repeats allowed).
         """
-        queue, held_others = self._made()
+        queue, held_others = self._documents()
         gone = queue[:len(queue) - waiting]
         if waiting and len(gone) and gone[-1] == queue[len(queue) - waiting]:
             gone = gone[:-1]  # the first piece waiting is of the same document (its pieces are together)
