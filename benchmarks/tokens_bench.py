@@ -5,7 +5,9 @@ what saving the position every step costs.
    ``seq_len=2048`` batches of 8 rows (``packing='concat'``): tokens/s of ``make_token_loader`` (2 reader threads)
    against the raw limit, pyarrow reading the same column into one numpy array (``pq.read_table``, its own
    threads), and against Hugging Face ``datasets`` streaming the same file with the packing ``.map`` of its
-   language-modelling examples (concatenate, cut every 2048 tokens) and batches of 8 rows.
+   language-modelling examples (concatenate, cut every 2048 tokens) and batches of 8 rows. Beside the rates per
+   second of wall time, the same runs' tokens per second of CPU time (the process's, every thread's): what a run
+   costs the machine, which other work on it does not change the way it changes the wall time.
 2. Text tokenized on the fly: a ``tokenizers`` BPE trained here, ``make_token_loader(text_field=...)`` (the
    tokenizer runs in 2 reader threads) against the tokenizer's own ``encode_batch_fast`` on the same texts, a row
    group of texts per call, on the same 2 threads (its Rayon pool).
@@ -19,7 +21,7 @@ The limits run interleaved with ours, ``--repeats`` times each; the table gives 
 (rates on a machine shared with other work are noisy). Goals: (1) >= 0.8x the raw limit, >= 5x ``datasets``;
 (2) >= 0.9x ``encode_batch``; (3) <= 1% padding; (4) < 2% of a step.
 
-Usage: python benchmarks/tokens_bench.py [--quick] [--repeats N] [--data-root DIR]
+Usage: python benchmarks/tokens_bench.py [--quick] [--repeats N] [--data-root DIR] [--figures 1,2,3,4]
 """
 
 from __future__ import annotations
@@ -90,25 +92,31 @@ def train_bpe(texts: list[str]):
 
 # -- (1) packed batches of pre-tokenized documents -------------------------------------------------------------------
 
-def raw_limit(path: str) -> float:
-    """Tokens/s of pyarrow reading the token column into one numpy array."""
-    start = time.perf_counter()
+def _cpu_seconds() -> float:
+    """CPU time of this process so far (every thread's, user and system)."""
+    return time.process_time()
+
+
+def raw_limit(path: str) -> tuple[float, float]:
+    """Tokens per second of wall time and of CPU time of pyarrow reading the token column into one numpy array."""
+    start, cpu = time.perf_counter(), _cpu_seconds()
     table = pq.read_table(path, columns=['input_ids'])
     values = table.column('input_ids').combine_chunks().flatten().to_numpy()
-    return len(values) / (time.perf_counter() - start)
+    return len(values) / (time.perf_counter() - start), len(values) / max(_cpu_seconds() - cpu, 1e-6)
 
 
 def ours(url: str, **kwargs) -> tuple[float, dict]:
-    """Tokens/s of a pass of ``make_token_loader`` (every batch's tensors made), and its stats."""
+    """Tokens/s of a pass of ``make_token_loader`` (every batch's tensors made), and its stats (with
+    ``'cpu_seconds'``: the process's CPU time of the pass, its readers' threads included)."""
     from petastorm.tokens import make_token_loader
 
     kwargs.setdefault('workers_count', 2)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     with make_token_loader(url, seq_len=SEQ_LEN, batch_size=ROWS, **kwargs) as loader:
         for _batch in loader:
             pass
         stats = loader.stats()
-    return sum(stats['tokens']) / (time.perf_counter() - start), stats
+    return sum(stats['tokens']) / (time.perf_counter() - start), dict(stats, cpu_seconds=_cpu_seconds() - cpu)
 
 
 def hf_streaming(path: str, limit_seconds: float) -> float:
@@ -193,46 +201,47 @@ def _row(figure: str, case: str, mine: float, reference: str, limit: float, unit
     return f'| {figure} | {case} | {mine:,.0f} | {reference} | {limit:,.0f} | {unit} | {ratio:.2f} | {goal} |'
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true', help='small corpora, 1 repeat (a smoke run)')
-    parser.add_argument('--repeats', type=int, default=3)
-    parser.add_argument('--data-root', default=None)
-    args = parser.parse_args()
-    repeats = 1 if args.quick else args.repeats
-    root = args.data_root or tempfile.mkdtemp(prefix='tokens_bench_')
-    tokens_path = os.path.join(root, 'tokens.parquet')
-    text_path = os.path.join(root, 'text.parquet')
-    documents = write_token_corpus(tokens_path, 400_000 if args.quick else 30_000_000)
-    texts = write_text_corpus(text_path, 300 if args.quick else 6000)
-    url, text_url = 'file://' + tokens_path, 'file://' + text_path
-    print(f'{documents:,} documents of token ids in {tokens_path}; {len(texts):,} texts in {text_path}; '
-          f'seq_len={SEQ_LEN}, {ROWS} rows per batch, 2 reader threads; medians of {repeats} interleaved runs; '
-          f'{os.cpu_count()} cores')
-    print('| figure | case | ours | reference | reference value | unit | ratio | goal |')
-    print('|---|---|---:|---|---:|---|---:|---|')
-    ours(url)  # warm-up: page cache, lazy imports
+def figure_1(url: str, path: str, repeats: int) -> None:
+    """Packed batches of token ids against the raw limit (wall and CPU time) and against ``datasets``."""
     for shuffled in (False, True):
-        mine, limit, ratio = _interleaved(repeats, lambda s=shuffled: ours(url, shuffle_documents=s)[0],
-                                          lambda: raw_limit(tokens_path))
+        runs = []
+        for _ in range(repeats):  # interleaved: ours, then the limit
+            rate, stats = ours(url, shuffle_documents=shuffled)
+            limit, limit_cpu = raw_limit(path)
+            cpu_rate = sum(stats['tokens']) / max(stats['cpu_seconds'], 1e-6)
+            runs.append((rate, limit, rate / limit, cpu_rate, limit_cpu, cpu_rate / limit_cpu))
+        mine, limit, ratio, mine_cpu, limit_cpu, ratio_cpu = (statistics.median(c) for c in zip(*runs, strict=True))
         case = 'concat, documents shuffled' if shuffled else 'concat, in file order'
         print(_row('1', case, mine, 'pyarrow column to numpy', limit, 'tokens/s', ratio, '>= 0.8'))
+        print(_row('1', f'{case}, CPU time', mine_cpu, 'pyarrow column to numpy', limit_cpu, 'tokens/CPU-s', ratio_cpu,
+                   '>= 0.8'))
     mine, limit, ratio = _interleaved(repeats, lambda: ours(url, shuffle_documents=False)[0],
-                                      lambda: hf_streaming(tokens_path, 300))
+                                      lambda: hf_streaming(path, 300))
     print(_row('1', 'concat, in file order', mine, 'datasets streaming + packing map', limit, 'tokens/s', ratio,
                '>= 5'))
+
+
+def figure_2(text_url: str, texts: list[str], repeats: int) -> None:
+    """Text tokenized in the reader threads against the tokenizer's own rate."""
     tokenizer = train_bpe(texts)
     mine, limit, ratio = _interleaved(repeats, lambda: ours(text_url, tokenizer=tokenizer, shuffle_documents=False)[0],
                                       lambda: encode_limit(tokenizer, texts))
     print(_row('2', 'text + BPE in the reader threads', mine, 'encode_batch_fast, 2 threads', limit, 'tokens/s', ratio,
                '>= 0.9'))
+
+
+def figure_3(url: str) -> None:
+    """first_fit's padding against one document per row."""
     _, stats = ours(url, packing='first_fit')
     padding = stats['padding_tokens'] / (stats['padding_tokens'] + sum(stats['tokens']))
     _, plain = ours(url, packing='none')
     single = plain['padding_tokens'] / (plain['padding_tokens'] + sum(plain['tokens']))
     print(f"| 3 | first_fit (pack_window=64) padding | {padding:.2%} | packing='none' | {single:.2%} | "
           f'share of tokens | {padding / single:.3f} | <= 1% |')
-    steps = 50 if args.quick else 400
+
+
+def figure_4(url: str, steps: int, repeats: int) -> None:
+    """What ``state_dict()`` after every step costs."""
     for name, kwargs in (('concat', {}), ('first_fit', {'packing': 'first_fit'}),
                          ('concat, shuffle_buffer=64', {'shuffle_buffer': 64})):
         runs = [state_cost(url, steps, **kwargs) for _ in range(repeats)]
@@ -240,6 +249,37 @@ def main() -> None:
         print(f'| 4 | state_dict() every step, {name} | {cpu:.2%} (CPU, {micros:.0f} us a call) | clock | '
               f'{clock:.2%} | share of a loader step | {size:,.0f} bytes of JSON, {encode:.0f} us to encode '
               f'(a checkpoint) | < 2% |')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--quick', action='store_true', help='small corpora, 1 repeat (a smoke run)')
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--data-root', default=None)
+    parser.add_argument('--figures', default='1,2,3,4', help='the figures to measure, e.g. 1,4 (default: all)')
+    args = parser.parse_args()
+    figures = set(args.figures.split(','))
+    repeats = 1 if args.quick else args.repeats
+    root = args.data_root or tempfile.mkdtemp(prefix='tokens_bench_')
+    tokens_path = os.path.join(root, 'tokens.parquet')
+    text_path = os.path.join(root, 'text.parquet')
+    documents = write_token_corpus(tokens_path, 400_000 if args.quick else 30_000_000)
+    texts = write_text_corpus(text_path, 300 if args.quick else 6000) if '2' in figures else []
+    url, text_url = 'file://' + tokens_path, 'file://' + text_path
+    print(f'{documents:,} documents of token ids in {tokens_path}; {len(texts):,} texts in {text_path}; '
+          f'seq_len={SEQ_LEN}, {ROWS} rows per batch, 2 reader threads; medians of {repeats} interleaved runs; '
+          f'{os.cpu_count()} cores')
+    print('| figure | case | ours | reference | reference value | unit | ratio | goal |')
+    print('|---|---|---:|---|---:|---|---:|---|')
+    ours(url)  # warm-up: page cache, lazy imports
+    if '1' in figures:
+        figure_1(url, tokens_path, repeats)
+    if '2' in figures:
+        figure_2(text_url, texts, repeats)
+    if '3' in figures:
+        figure_3(url)
+    if '4' in figures:
+        figure_4(url, 50 if args.quick else 400, repeats)
 
 
 if __name__ == '__main__':

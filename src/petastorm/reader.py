@@ -15,7 +15,7 @@ being consumed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from petastorm.fs import normalize_dir_url
@@ -432,6 +432,18 @@ class Reader:
                 order needs no use of it.
         """
         return self._passes.state_holding(held_rows).to_dict()
+
+    def state_holding_later(self, held_rows: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
+        """:meth:`state_holding` as of now, made when called.
+
+        A loader that takes a position every step pays for it when the position is saved.
+
+        Args:
+            held_rows: gives the ``row_ids`` of the rows held now (called with the result, so it must give the
+                rows held when this method was called).
+        """
+        later = self._passes.state_holding_later(held_rows)
+        return lambda: later().to_dict()
 
     # -- life cycle ---------------------------------------------------------------------------------------------
 

@@ -226,14 +226,24 @@ def test_a_position_read_long_after_it_was_taken_is_the_one_of_its_step(url, cas
         made['lists'] += 1
         return partial(self, into)
 
+    from petastorm.reading import passes
+
+    reader_state = passes.position_state
+
+    def counted_reader(*args, **kwargs):
+        made['reader'] += 1
+        return reader_state(*args, **kwargs)
+
     monkeypatch.setattr(PieceQueue, 'partial', counted)
+    monkeypatch.setattr(passes, 'position_state', counted_reader)
     whole, _ = _run(url, num_epochs=1, **case)
     at_once, later = [], []
     with _loader(url, num_epochs=1, **case) as loader:
         for _batch in loader:
-            before = made['lists']
+            before, reader_before = made['lists'], made['reader']
             later.append(loader.state_dict())
             assert made['lists'] == before, 'taking a position makes none of its lists'
+            assert made['reader'] == reader_before, "nor the reader's position (taken every reader batch)"
             at_once.append(json.loads(json.dumps(loader.state_dict())))
             assert made['lists'] == before + at_once[-1]['in_progress'], 'reading one makes them (in a pass)'
     assert len(later) > 6

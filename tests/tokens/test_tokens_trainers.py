@@ -1,6 +1,6 @@
 """The token loader in real trainers: DDP on two gloo processes (equal steps on uneven shares, a gathered position
-restored on another world size), Lightning's fit resumed mid-epoch with ``ckpt_path=``, and Grain's checkpoint
-handler.
+restored on another world size), two JAX processes of a Grain dataset stopping at the same step, Lightning's fit
+resumed mid-epoch with ``ckpt_path=``, and Grain's checkpoint handler.
 """
 
 import collections
@@ -89,6 +89,43 @@ def test_ddp_ranks_stop_at_the_same_step_and_their_position_continues_on_one_ran
         loader.load_state_dict(state)  # the two ranks' position, continued on one
         delivered.update(t for batch in loader for t in batch_tokens(batch))
     assert delivered == expected_tokens(LENGTHS)
+
+
+JAX_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import jax
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{os.environ['MASTER_PORT']}", num_processes=2,
+                               process_id=int(os.environ['RANK']))
+    from petastorm.tokens import make_token_dataset
+
+    url, out = sys.argv[1], sys.argv[2]
+    with make_token_dataset(url, seq_len=16, batch_size=2, cur_shard='auto', shard_count='auto', seed=3,
+                            workers_count=1) as dataset:
+        steps = [[int(t) for t in batch['input_ids'][batch['input_ids'] != 0]] for batch in dataset]
+    with open(out + f'.{jax.process_index()}', 'w') as f:
+        json.dump(steps, f)
+    jax.distributed.shutdown()
+''')
+
+
+@pytest.mark.slow
+def test_jax_processes_of_a_grain_dataset_stop_at_the_same_step(url, tmp_path):
+    pytest.importorskip('jax')
+    pytest.importorskip('grain')
+    script = tmp_path / 'jax_tokens.py'
+    script.write_text(JAX_SCRIPT)
+    run_ranks(str(script), [url, str(tmp_path / 'jax.json')], 2)
+    runs = [json.loads((tmp_path / f'jax.json.{rank}').read_text()) for rank in range(2)]
+    alone = []
+    for rank in range(2):  # without agreeing, the two shares would give different step counts
+        with make_token_dataset(url, seq_len=SEQ, batch_size=2, cur_shard=rank, shard_count=2, seed=3,
+                                workers_count=1) as dataset:
+            alone.append([batch_tokens(batch) for batch in dataset])
+    assert len(alone[0]) != len(alone[1])
+    steps = min(len(one) for one in alone)
+    assert len(runs[0]) == len(runs[1]) == steps
+    assert runs == [one[:steps] for one in alone], 'each process its own share, cut at the common step'
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import threading
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -188,8 +188,22 @@ class ReaderPosition:
 
     def state(self) -> ReaderState:
         """The state from which a new reader delivers exactly the rows not delivered yet."""
-        cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
-        return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, self._num_epochs)
+        return self.state_later()()
+
+    def state_later(self) -> Callable[[], ReaderState]:
+        """:meth:`state` as of now, made when called.
+
+        What it needs is captured (the cursor is replaced, never changed, as results are handed out); its work is
+        left to the call.
+        """
+        layout, first, pass_start, num_epochs = self._layout, self._first, self._pass_start, self._num_epochs
+        cursor = None if self._cursor is None else (self._cursor, self._delivered)
+
+        def made() -> ReaderState:
+            current = None if cursor is None else dataclasses.replace(cursor[0], delivered=cursor[1])
+            return position_state(layout, cursor_stage(current, first), pass_start, num_epochs)
+
+        return made
 
     def restore(self, states: Sequence[ReaderState], seed: int | None, table_version_change: str = 'refuse') -> None:
         """Continue from saved states (one, or every rank's), checked against this layout; before reading.
@@ -461,11 +475,19 @@ class ReaderPasses:
 
     def state_holding(self, held_rows: Any) -> ReaderState:
         """The delivered position with ``held_rows`` (``row_ids``) counted as not delivered: read first on restore."""
-        state = self.state()
-        held = tuple(tuple(run) for run in run_table_of_rows(held_rows).tolist())  # sorted and merged already
-        if state.pending:
-            held = tuple(merge_runs(sorted(state.pending + held)))
-        return dataclasses.replace(state, pending=held)
+        return _holding(self.state(), held_rows)
+
+    def state_holding_later(self, held_rows: Callable[[], Any]) -> Callable[[], ReaderState]:
+        """:meth:`state_holding` as of now, made when called (``held_rows`` too).
+
+        Taking it costs a lock and a few attribute reads, so a loader may take one every step and pay for it only
+        when it is saved.
+        """
+        self._refuse_ngram('state_dict')
+        with self._lock:
+            later = self._position.state_later()
+        return lambda: _holding(later(), held_rows())
+
 
     def load(self, state: Any) -> None:
         """Continue from a saved state (or the list of every rank's), before reading."""
@@ -474,3 +496,10 @@ class ReaderPasses:
         with self._lock:
             self._position.restore(states, self._options.seed, self._options.table_version_change)
             self._start_pass()
+
+
+def _holding(state: ReaderState, held_rows: Any) -> ReaderState:
+    held = tuple(tuple(run) for run in run_table_of_rows(held_rows).tolist())  # sorted and merged already
+    if state.pending:
+        held = tuple(merge_runs(sorted(state.pending + held)))
+    return dataclasses.replace(state, pending=held)

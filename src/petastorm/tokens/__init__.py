@@ -40,7 +40,8 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
                       shuffle_buffer: int = 0, steps_per_epoch: int | None = None, num_epochs: int | None = 1,
                       equal_steps: Any = 'auto',
                       storage_options: dict[str, Any] | None = None, reader_pool_type: str = 'thread',
-                      workers_count: int = 2, reader_options: dict[str, Any] | None = None) -> TokenLoader:
+                      workers_count: int = 2, reader_options: dict[str, Any] | None = None,
+                      prompt_field: str | None = None, loss_mask_field: str | None = None) -> TokenLoader:
     """A torch loader of packed token batches read from Parquet (or a Delta or Iceberg table).
 
     Args:
@@ -96,6 +97,12 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
         reader_pool_type: the readers' workers: ``'thread'`` (default) or ``'process'``.
         workers_count: each reader's workers (reading, decoding and tokenizing).
         reader_options: other arguments of ``make_batch_reader`` (``filters``, ``table_version``, ``cache_type``...).
+        prompt_field: supervised fine-tuning: a column of prompts (text tokenized like ``text_field``, or token ids
+            like ``tokens_field``) put before each row's document; their tokens are in ``input_ids`` and left out of
+            the loss (``labels`` is ``-100`` where the label is a prompt token).
+        loss_mask_field: supervised fine-tuning on token ids: a column of one 0/1 (or bool) per token of
+            ``tokens_field`` (as TRL's ``completion_mask`` or ``assistant_masks``); ``labels`` is ``-100`` where the
+            label is a token marked 0.
 
     Returns:
         A :class:`TokenLoader` (a context manager that stops the readers).
@@ -112,7 +119,7 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
         shuffle_buffer=shuffle_buffer, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs,
         equal_steps=equal_steps,
         storage_options=storage_options, reader_pool_type=reader_pool_type, workers_count=workers_count,
-        reader_options=reader_options)
+        reader_options=reader_options, prompt_field=prompt_field, loss_mask_field=loss_mask_field)
     from petastorm.tokens._build import open_stream
     from petastorm.tokens._torch import TokenLoader
 
@@ -123,8 +130,9 @@ def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None 
 def make_token_dataset(url_or_urls: Any, **arguments: Any) -> TokenIterDataset:
     """The batches of :func:`make_token_loader` as a ``grain.IterDataset`` (numpy arrays), for JAX.
 
-    Takes the arguments of :func:`make_token_loader` (``equal_steps`` has no effect: JAX processes do not agree on
-    the steps of a pass; read endlessly with ``num_epochs=None`` and count steps). Its iterator's
+    Takes the arguments of :func:`make_token_loader`. ``equal_steps`` applies to the processes of a JAX run
+    (``jax.distributed.initialize()``): with the readers sharded over all of them (``cur_shard='auto'``), every
+    process ends a pass at the same step, agreed with a gather of one integer per step. Its iterator's
     ``get_state``/``set_state`` are the position, which Grain's checkpoint handler saves.
     """
     options = token_options(url_or_urls, **arguments)
@@ -132,7 +140,7 @@ def make_token_dataset(url_or_urls: Any, **arguments: Any) -> TokenIterDataset:
     from petastorm.tokens._grain import TokenIterDataset
 
     stream, readers = open_stream(options, 'petastorm.tokens.TokenIterDataset')
-    return TokenIterDataset(stream, readers)
+    return TokenIterDataset(stream, readers, options.read.equal_steps)
 
 
 def __getattr__(name: str) -> Any:

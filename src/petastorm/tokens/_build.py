@@ -20,7 +20,7 @@ from petastorm._describe import describe_urls
 from petastorm.errors import NoMatchingFieldsError
 from petastorm.reader import Reader, make_batch_reader
 from petastorm.reading import as_column_source
-from petastorm.tokens._documents import TokenColumnError
+from petastorm.tokens._documents import DocumentFields, TokenColumnError
 from petastorm.tokens._feed import Feed
 from petastorm.tokens._options import ReadSpec, TokenOptions
 from petastorm.tokens._stream import TokenStream
@@ -39,9 +39,9 @@ def open_stream(options: TokenOptions, name: str) -> tuple[TokenStream, list[Rea
     try:
         feeds = []
         for index, url in enumerate(options.read.sources):
-            reader, field = _open_reader(url, options.read)
+            reader, fields = _open_reader(url, options.read)
             readers.append(reader)
-            feeds.append(Feed(index, as_column_source(name, reader), field, options.pack,
+            feeds.append(Feed(index, as_column_source(name, reader), fields, options.pack,
                               f'{name} source {index} ({describe_urls(url)})'))
         return TokenStream(feeds, options, name), readers
     except BaseException:
@@ -59,42 +59,59 @@ def stop_readers(readers: list[Reader]) -> None:
             reader.__exit__(None, None, None)
 
 
-def _open_reader(url: Any, read: ReadSpec) -> tuple[Reader, str]:
-    """The reader of one source, and the column of its token ids."""
+def _open_reader(url: Any, read: ReadSpec) -> tuple[Reader, DocumentFields]:
+    """The reader of one source, and the columns its documents are made of."""
     text = read.text_field if read.text_field is not None else (_HUB_TEXT if read.tokenizer is not None else None)
     column = text if text is not None else (read.tokens_field or _HUB_TOKENS)
+    read_fields = DocumentFields(column, read.prompt_field, read.loss_mask_field)
     options = dict(read.reader_options or {})
     options.setdefault('shard_remainder', 'spread')
     try:
         reader = make_batch_reader(
-            url, schema_fields=[re.escape(column)], seed=read.seed, shuffle_rows=read.shuffle_documents,
+            url, schema_fields=[re.escape(name) for name in read_fields.names], seed=read.seed,
+            shuffle_rows=read.shuffle_documents,
             shuffle_row_groups=read.shuffle_documents, num_epochs=read.num_epochs, cur_shard=read.cur_shard,
             shard_count=read.shard_count, shard_mode='rows',
             storage_options=None if read.storage_options is None else dict(read.storage_options),
             reader_pool_type=read.reader_pool_type, workers_count=read.workers_count,
-            transform_spec=None if text is None else tokenizing_transform(read.tokenizer, text), **options)
+            transform_spec=None if text is None else tokenizing_transform(read.tokenizer, text, read.prompt_field),
+            **options)
     except NoMatchingFieldsError as err:
         option = 'text_field' if text is not None else 'tokens_field'
         raise NoMatchingFieldsError(f'{option}={column!r} is not a column of {describe_urls(url)} ({err}); pass '
                                     f'tokens_field= (a column of token ids) or text_field= with a tokenizer') from err
     try:
         if text is None:
-            _check_tokens_field(reader, column, url)
+            _check_field_set(reader, read_fields, url)
+            for option, name in (('tokens_field', column), ('prompt_field', read.prompt_field),
+                                 ('loss_mask_field', read.loss_mask_field)):
+                if name is not None:
+                    _check_tokens_field(reader, name, url, option)
     except BaseException:
         stop_readers([reader])
         raise
-    return reader, TOKENS_COLUMN if text is not None else column
+    return reader, DocumentFields(TOKENS_COLUMN) if text is not None else read_fields
 
 
-def _check_tokens_field(reader: Reader, column: str, url: Any) -> None:
-    """Refuse a token column that is not lists (or arrays) of integers, before reading."""
+def _check_field_set(reader: Reader, fields: DocumentFields, url: Any) -> None:
+    """Refuse a prompt or loss mask column the store does not have (the reader takes the columns it finds)."""
+    if fields.names[1:] and not set(fields.names) <= set(reader.schema.fields):
+        missing = [name for name in fields.names if name not in reader.schema.fields]
+        raise NoMatchingFieldsError(f'{missing} are not columns of {describe_urls(url)}; it has '
+                                    f'{sorted(reader.schema.fields)}')
+
+
+def _check_tokens_field(reader: Reader, column: str, url: Any, option: str = 'tokens_field') -> None:
+    """Refuse a token column that is not lists (or arrays) of integers (or 0/1 for a loss mask), before reading."""
     field = reader.schema.fields[column]
     dtype, shape = field.numpy_dtype, tuple(field.shape)
-    integer = isinstance(dtype, type) and issubclass(dtype, np.integer)
+    integer = isinstance(dtype, type) and (issubclass(dtype, np.integer) or (
+        option == 'loss_mask_field' and issubclass(dtype, np.bool_)))
     if not integer or len(shape) != 1:
         kind = getattr(dtype, '__name__', str(dtype))
         hint = ('; for a column of text pass text_field= and a tokenizer' if kind in ('str_', 'str', 'bytes_')
                 else '')
-        raise TokenColumnError(f'tokens_field={column!r} of {describe_urls(url)} holds {kind} values of shape '
-                               f'{shape}; it must hold one list of integer token ids per row (cast it to a list '
-                               f'of int32 or int64){hint}')
+        wanted = ('one list of 0/1 per row, one per token (integers or bools)' if option == 'loss_mask_field' else
+                  'one list of integer token ids per row (cast it to a list of int32 or int64)')
+        raise TokenColumnError(f'{option}={column!r} of {describe_urls(url)} holds {kind} values of shape '
+                               f'{shape}; it must hold {wanted}{hint}')

@@ -9,6 +9,11 @@ document's number (the reader's ``row_ids``) beside it.
 A document's *tokens* are that sequence (with ``bos_id``/``eos_id``); a *piece* is a range of them. A saved
 position names what is left of a partly delivered document by its pieces, and :func:`cut_pieces` makes them of the
 document when it is read again.
+
+**Tokens left out of the loss** (supervised fine-tuning: a prompt before its response, or a ``loss_mask_field``
+column of 0/1 per token) travel as the complement of their id (``~id``, a negative number), so that the queue,
+every packer and a restore carry them as any other token; :func:`split_loss_mask` turns a block's tokens back into
+ids and the mask of tokens without a label.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ from petastorm.columns import Column, ListColumn, MaskedColumn
 from petastorm.errors import SchemaError
 from petastorm.tokens._options import PackSpec
 
-__all__ = ['Docs', 'TokenColumnError', 'cut_pieces', 'documents_of', 'empty_docs']
+__all__ = [
+    'Docs',
+    'DocumentFields',
+    'TokenColumnError',
+    'after_prompts',
+    'cut_pieces',
+    'documents_of',
+    'empty_docs',
+    'split_loss_mask',
+    'without_loss',
+]
 
 
 class TokenColumnError(SchemaError):
@@ -75,15 +90,53 @@ def empty_docs(dtype: np.dtype | type = np.int64) -> Docs:
                 np.empty(0, dtype=np.int64), np.empty(0, dtype=bool))
 
 
-def documents_of(column: Column, row_ids: np.ndarray, pack: PackSpec, field: str) -> Docs:
-    """The documents of one batch's token column, with ``bos_id``/``eos_id`` around each.
+@dataclass(frozen=True)
+class DocumentFields:
+    """The columns a document is made of.
+
+    Attributes:
+        tokens: the token ids (or the tokenizing transform's column).
+        prompt: token ids put before each row's ``tokens`` and left out of the loss (pre-tokenized prompts).
+        loss_mask: one 0/1 per token of ``tokens``: 0 leaves the token out of the loss.
+    """
+
+    tokens: str
+    prompt: str | None = None
+    loss_mask: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """Every column read."""
+        return [name for name in (self.tokens, self.prompt, self.loss_mask) if name is not None]
+
+
+def without_loss(values: np.ndarray) -> np.ndarray:
+    """Token ids marked as left out of the loss (``~id``; a signed type)."""
+    signed = values if values.dtype.kind == 'i' else values.astype(np.int64)
+    return np.invert(signed)
+
+
+def split_loss_mask(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, no_label)`` of tokens some of which are marked by :func:`without_loss`."""
+    no_label = tokens < 0
+    return np.bitwise_xor(tokens, tokens >> (tokens.dtype.itemsize * 8 - 1)), no_label
+
+
+def documents_of(columns: Mapping[str, Column], row_ids: np.ndarray, pack: PackSpec,
+                 fields: DocumentFields) -> Docs:
+    """The documents of one batch, with ``bos_id``/``eos_id`` around each.
 
     Empty documents without an added token have nothing to deliver and are left out.
 
     Raises:
-        TokenColumnError: the column is not lists of integers, or holds null tokens.
+        TokenColumnError: a column is not lists of integers, holds null tokens, or a loss mask does not match its
+            tokens.
     """
-    values, offsets = _values_and_offsets(column, field)
+    values, offsets = _values_and_offsets(columns[fields.tokens], fields.tokens)
+    if fields.loss_mask is not None:
+        values = _masked(values, offsets, columns[fields.loss_mask], fields)
+    if fields.prompt is not None:
+        values, offsets = after_prompts(_values_and_offsets(columns[fields.prompt], fields.prompt), values, offsets)
     if pack.added_tokens:
         values, offsets = _with_boundaries(values, offsets, pack)
     bounds = np.asarray(offsets, dtype=np.int64)
@@ -95,7 +148,7 @@ def documents_of(column: Column, row_ids: np.ndarray, pack: PackSpec, field: str
     return docs
 
 
-def _values_and_offsets(column: Column, field: str) -> tuple[np.ndarray, np.ndarray]:
+def _values_and_offsets(column: Column, field: str, kinds: str = 'iu') -> tuple[np.ndarray, np.ndarray]:
     """The token ids of every row one after the other, and the int64 offsets where each row's start."""
     if isinstance(column, ListColumn):
         column = column.normalized()
@@ -108,12 +161,12 @@ def _values_and_offsets(column: Column, field: str) -> tuple[np.ndarray, np.ndar
         if not isinstance(values, np.ndarray) or values.ndim != 1:
             raise TokenColumnError(f'the token column {field!r} holds nested lists; it must be one list of integer '
                                    f'token ids per row')
-        _check_integers(values, field)
+        _check_integers(values, field, kinds)
         return values, column.offsets  # a null row (valid False) holds no elements: an empty document
     if isinstance(column, np.ndarray) and column.dtype == object:
-        return _from_objects(column, field)
+        return _from_objects(column, field, kinds)
     if isinstance(column, np.ndarray) and column.ndim == 2:
-        _check_integers(column, field)
+        _check_integers(column, field, kinds)
         rows, width = column.shape
         return np.ascontiguousarray(column).reshape(-1), np.arange(rows + 1, dtype=np.int64) * width
     kind = column.dtype if isinstance(column, np.ndarray) else type(column).__name__
@@ -121,17 +174,59 @@ def _values_and_offsets(column: Column, field: str) -> tuple[np.ndarray, np.ndar
                            f'integer token ids per row (for a text column pass text_field= and a tokenizer)')
 
 
-def _from_objects(column: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
+def _masked(values: np.ndarray, offsets: np.ndarray, column: Column, fields: DocumentFields) -> np.ndarray:
+    """``values`` with the tokens whose mask is 0 marked as left out of the loss."""
+    mask, mask_offsets = _values_and_offsets(column, fields.loss_mask or '', kinds='iub')
+    offsets, mask_offsets = np.asarray(offsets, dtype=np.int64), np.asarray(mask_offsets, dtype=np.int64)
+    if not np.array_equal(np.diff(offsets), np.diff(mask_offsets)):
+        row = int(np.flatnonzero(np.diff(offsets) != np.diff(mask_offsets))[0])
+        given, tokens = int(mask_offsets[row + 1] - mask_offsets[row]), int(offsets[row + 1] - offsets[row])
+        raise TokenColumnError(f'loss_mask_field={fields.loss_mask!r} has {given} values in a row whose '
+                               f'tokens_field={fields.tokens!r} has {tokens} tokens; it must hold one 0/1 per token')
+    keep = np.ones(len(values), dtype=bool)
+    keep[offsets[0]:offsets[-1]] = mask[mask_offsets[0]:mask_offsets[-1]] != 0
+    if keep.all():
+        return values
+    signed = values if values.dtype.kind == 'i' else values.astype(np.int64)
+    return np.where(keep, signed, without_loss(signed))
+
+
+def after_prompts(prompts: tuple[np.ndarray, np.ndarray], values: np.ndarray,
+                   offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's prompt (left out of the loss) followed by its tokens, as one document per row."""
+    prompt_values, prompt_offsets = prompts
+    prompt_offsets, offsets = np.asarray(prompt_offsets, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
+    prompt_lengths, lengths = np.diff(prompt_offsets), np.diff(offsets)
+    bounds = np.concatenate(([0], np.cumsum(prompt_lengths + lengths)))
+    dtype = np.result_type(prompt_values.dtype, values.dtype, np.int32)
+    if dtype.kind != 'i':
+        dtype = np.dtype(np.int64)
+    out = np.empty(int(bounds[-1]), dtype=dtype)
+    in_prompt = np.repeat(bounds[:-1], prompt_lengths) + _ranks(prompt_lengths)
+    in_tokens = np.repeat(bounds[:-1] + prompt_lengths, lengths) + _ranks(lengths)
+    out[in_prompt] = without_loss(prompt_values[prompt_offsets[0]:prompt_offsets[-1]].astype(dtype, copy=False))
+    out[in_tokens] = values[offsets[0]:offsets[-1]]
+    return out, bounds
+
+
+def _ranks(lengths: np.ndarray) -> np.ndarray:
+    """``0..n-1`` for each length ``n``, one after the other."""
+    total = int(lengths.sum())
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+
+
+def _from_objects(column: np.ndarray, field: str, kinds: str) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the tokenizing transform: one int array per row (or None)."""
     arrays = [np.empty(0, dtype=np.int32) if row is None else np.asarray(row) for row in column]
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     values = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int32)
-    _check_integers(values, field)
+    _check_integers(values, field, kinds)
     return values, np.concatenate(([0], np.cumsum(lengths)))
 
 
-def _check_integers(values: np.ndarray, field: str) -> None:
-    if values.dtype.kind not in 'iu' and not (values.size == 0 and values.dtype == object):
+def _check_integers(values: np.ndarray, field: str, kinds: str = 'iu') -> None:
+    if values.dtype.kind not in kinds and not (values.size == 0 and values.dtype == object):
         raise TokenColumnError(f'the token column {field!r} holds {values.dtype} values; token ids must be integers '
                                f'(cast the column to a list of int32 or int64, or pass text_field= with a tokenizer '
                                f'for text)')

@@ -28,9 +28,9 @@ import numpy as np
 
 from petastorm.errors import PetastormError
 from petastorm.reading import ColumnBatch, ColumnSource, PositionSource, positions_of
-from petastorm.tokens._documents import Docs, cut_pieces, documents_of
+from petastorm.tokens._documents import Docs, DocumentFields, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
-from petastorm.tokens._held import HeldPosition, in_runs, merged_runs
+from petastorm.tokens._held import HeldPosition, in_runs, later_of, merged_runs
 from petastorm.tokens._options import PackSpec
 from petastorm.tokens._packers import ConcatPacker, Packer, SinglePacker
 from petastorm.tokens._queue import Ranges, add_range
@@ -74,6 +74,10 @@ def listed_ranges(rows: Any, into: Ranges, skip_source: bool) -> Ranges:
     return into
 
 
+def _nothing_held() -> np.ndarray:
+    return np.empty(0, dtype=np.int64)
+
+
 def _positions(source: ColumnSource, where: str) -> PositionSource:
     positions = positions_of(source)
     if positions is None:
@@ -88,16 +92,17 @@ class Feed:
     Args:
         index: the source's number in the loader (rows carry it).
         source: the reader, as a column source.
-        field: the column of token ids (or the tokenizing transform's).
+        fields: the columns of token ids (or the tokenizing transform's), and of prompts or a loss mask.
         pack: how documents become rows.
         where: how the source is named in messages.
     """
 
-    def __init__(self, index: int, source: ColumnSource, field: str, pack: PackSpec, where: str) -> None:
+    def __init__(self, index: int, source: ColumnSource, fields: DocumentFields, pack: PackSpec, where: str) -> None:
         self.index = index
         self.source = source
         self.positions = _positions(source, where)
-        self.field = field
+        self._state_later = later_of(self.positions)
+        self.fields = fields
         self.pack = pack
         self.where = where
         self.packer = make_packer(pack, index, where)
@@ -158,7 +163,7 @@ class Feed:
                 raise RuntimeError(f'{self.where}: the reader delivered rows without numbers; the token loader needs '
                                    f'a reader from make_batch_reader without a transform that changes the row count')
             self._reads += 1
-            docs = documents_of(batch.columns[self.field], batch.row_ids, self.pack, self.field)
+            docs = documents_of(batch.columns, batch.row_ids, self.pack, self.fields)
             return self._arrive(docs)
         return None
 
@@ -203,8 +208,8 @@ class Feed:
             between: the pass ended: a restore starts the next one, so nothing held is kept.
         """
         if between:
-            reader = self.positions.state_holding(np.empty(0, dtype=np.int64))
-            return lambda: {'reader': reader, 'remaining': [], 'delivered': [], 'packer': {}}
+            reader = self._state_later(_nothing_held)
+            return lambda: {'reader': reader(), 'remaining': [], 'delivered': [], 'packer': {}}
         view = self.packer.snapshot()
         arrived = np.fromiter(self._arrived, np.int64, len(self._arrived)) if self._arrived else None
 
@@ -215,7 +220,7 @@ class Feed:
             return np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
 
         queue = view.queue
-        held = self._position.current(self._reads, queue.pieces, queue.held_rows, others, self.positions.state_holding)
+        held = self._position.current(self._reads, queue.pieces, queue.held_rows, others, self._state_later)
         carried, delivered, saved_rows = self._carried, self._delivered, self._saved_rows
 
         def state() -> dict[str, Any]:

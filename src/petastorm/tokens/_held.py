@@ -1,8 +1,9 @@
-"""The reader's part of a source's position, made once per batch of documents read instead of once per step.
+"""The reader's part of a source's position, taken once per batch of documents read instead of once per step.
 
 A reader's position changes only when it delivers a batch of documents; between two such batches (tens of
 training steps) the documents the loader holds only shrink, as rows are handed out. :class:`HeldPosition` keeps
-the reader's position with every document held when it was made (``state_holding``) as a :class:`Held`, which
+the reader's position with every document held when it was taken (``state_holding_later``: made only when a
+saved position is read, as a checkpoint does) as a :class:`Held`, which
 says at each later step which of those documents were delivered since (a slice of the packer's queue as it was,
 and a few numpy calls): a restored loader reads them again with the others and drops them. Documents are named by
 runs ``[first, stop)`` of consecutive numbers, as the readers number consecutive rows, so the saved list stays
@@ -12,12 +13,11 @@ short.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ['Held', 'HeldPosition', 'id_runs', 'in_runs', 'merged_runs']
+__all__ = ['Held', 'HeldPosition', 'id_runs', 'in_runs', 'later_of', 'merged_runs']
 
 
 def id_runs(ids: np.ndarray) -> np.ndarray:
@@ -65,13 +65,54 @@ def _union(queue: np.ndarray, others: np.ndarray) -> np.ndarray:
     return np.union1d(queue, others)
 
 
-@dataclass(frozen=True)
-class Held:
-    """A reader's position made while it held ``queue`` (the packer's queue, in order) and ``others``."""
+class _Documents:
+    """The documents held when a :class:`Held` was taken, made when first asked for (from views of then)."""
 
-    reader: Any
-    queue: np.ndarray
-    others: np.ndarray
+    __slots__ = ('_made', '_views')
+
+    def __init__(self, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray]) -> None:
+        self._views = (queue, others)
+        self._made: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray]:
+        """The queue's documents in order, and the sorted unique others."""
+        if self._made is None:
+            queue, others = self._views[0](), self._views[1]()
+            self._made = (queue, np.unique(others) if len(others) else others)
+        return self._made
+
+    def rows(self) -> np.ndarray:
+        """Every document held, sorted and unique."""
+        return _union(*self())
+
+
+class Held:
+    """A reader's position taken while it held the documents of the packer's queue (in order) and a few others.
+
+    Taking it costs a lock and a few attribute reads: the reader's position (its ``state_holding_later``) and the
+    documents held are made the first time a saved position reads them, from views that later reading leaves as
+    they are.
+
+    Args:
+        pieces: the queue's pieces when it was taken.
+        queue: gives the documents of the queue's pieces, in order.
+        others: gives the other documents held then (repeats allowed).
+        state_holding_later: the reader's ``state_holding_later`` (or :func:`later_of` of its ``state_holding``).
+    """
+
+    def __init__(self, pieces: int, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray],
+                 state_holding_later: Callable[[Callable[[], np.ndarray]], Callable[[], Any]]) -> None:
+        self.pieces = pieces
+        self._documents = _Documents(queue, others)
+        self._reader: Any = None
+        self._reader_later = state_holding_later(self._documents.rows)  # not a method of self: no cycle to collect
+
+    @property
+    def reader(self) -> Any:
+        """The reader's position with every document held counted as not delivered."""
+        if self._reader is None:
+            self._reader = self._reader_later()
+        return self._reader
 
     def delivered_since(self, waiting: int, others: np.ndarray) -> np.ndarray:
         """Runs of the documents held then that were delivered since: the queue's first pieces then, less what
@@ -81,17 +122,30 @@ class Held:
             waiting: the queue's pieces now.
             others: the other documents held now (repeats allowed).
         """
-        queue = self.queue
+        queue, held_others = self._documents()
         gone = queue[:len(queue) - waiting]
         if waiting and len(gone) and gone[-1] == queue[len(queue) - waiting]:
             gone = gone[:-1]  # the first piece waiting is of the same document (its pieces are together)
-        if len(self.others):
-            gone = np.concatenate((gone, self.others))
+        if len(held_others):
+            gone = np.concatenate((gone, held_others))
         if len(gone) > 1 and not (int(gone[-1]) - int(gone[0]) == len(gone) - 1 or (gone[1:] > gone[:-1]).all()):
             gone = np.unique(gone)
         if len(others) and len(gone):
             gone = gone[~np.isin(gone, others)]
         return id_runs(gone)
+
+
+def later_of(positions: Any) -> Callable[[Callable[[], np.ndarray]], Callable[[], Any]]:
+    """A source's ``state_holding_later``, or one made of its ``state_holding`` (paying at once)."""
+    later = getattr(positions, 'state_holding_later', None)
+    if later is not None:
+        return later  # type: ignore[no-any-return]
+
+    def at_once(held_rows: Callable[[], np.ndarray]) -> Callable[[], Any]:
+        state = positions.state_holding(held_rows())
+        return lambda: state
+
+    return at_once
 
 
 class HeldPosition:
@@ -105,26 +159,25 @@ class HeldPosition:
 
     def __init__(self) -> None:
         self._reads = -1
-        self._held = Held(None, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        self._held: Held | None = None
 
     def reset(self) -> None:
         """Forget the position (the reader moved in another way: a restore, a new pass)."""
         self._reads = -1
 
     def current(self, reads: int, waiting: int, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray],
-                state_holding: Callable[[np.ndarray], Any]) -> Held:
-        """The position for now: the one kept while the reader delivered nothing more, else made again.
+                state_holding_later: Callable[[Callable[[], np.ndarray]], Callable[[], Any]]) -> Held:
+        """The position for now: the one kept while the reader delivered nothing more, else taken again.
 
         Args:
             reads: how many batches the reader delivered so far.
             waiting: the queue's pieces now.
-            queue: the documents of the queue's pieces, in order (called when the position is made).
-            others: the other documents held now (called when the position is made).
-            state_holding: the reader's ``state_holding``.
+            queue: gives the documents of the queue's pieces, in order, as they are now.
+            others: gives the other documents held now.
+            state_holding_later: see :class:`Held`.
         """
-        if reads != self._reads or waiting > len(self._held.queue):
-            held_queue, held_others = queue(), others()
-            held_others = np.unique(held_others) if len(held_others) else held_others
-            self._held = Held(state_holding(_union(held_queue, held_others)), held_queue, held_others)
+        held = self._held
+        if held is None or reads != self._reads or waiting > held.pieces:
+            held = self._held = Held(waiting, queue, others, state_holding_later)
             self._reads = reads
-        return self._held
+        return held

@@ -77,6 +77,7 @@ class BatchSpec:
         shuffle_buffer: packed rows drawn at random from a buffer of this many (0: in packing order).
         steps_per_epoch: batches of an epoch (each ``iter()``), the pass going on over epochs; None: an epoch is
             a pass.
+        loss_mask: some tokens come marked as left out of the loss (``prompt_field`` or ``loss_mask_field``).
     """
 
     batch_size: int | None = None
@@ -87,6 +88,7 @@ class BatchSpec:
     attention_mask: bool = False
     shuffle_buffer: int = 0
     steps_per_epoch: int | None = None
+    loss_mask: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class ReadSpec:
         tokens_field: the column of token ids, or None when text is tokenized.
         text_field: the column of text, or None when token ids are read.
         tokenizer: what tokenizes ``text_field`` (see :mod:`petastorm.tokens._tokenize`), or None.
+        prompt_field: the column of prompts (text or token ids, as the documents) put before each document and left
+            out of the loss, or None.
+        loss_mask_field: the column of one 0/1 per token of ``tokens_field`` (0: left out of the loss), or None.
         cur_shard: this rank, ``'auto'`` or None.
         shard_count: the world size, ``'auto'`` or None.
         seed: seeds every order (documents, packed rows, the mixture's draws).
@@ -117,6 +122,8 @@ class ReadSpec:
     tokens_field: str | None = None
     text_field: str | None = None
     tokenizer: Any = None
+    prompt_field: str | None = None
+    loss_mask_field: str | None = None
     cur_shard: Any = None
     shard_count: Any = None
     seed: int = 0
@@ -146,7 +153,7 @@ def token_options(url_or_urls: Any, *, seq_len: Any, batch_size: Any = None, max
                   cur_shard: Any = None, shard_count: Any = None, seed: Any = 0, shuffle_documents: Any = True,
                   shuffle_buffer: Any = 0, steps_per_epoch: Any = None, num_epochs: Any = 1, equal_steps: Any = 'auto',
                   storage_options: Any = None, reader_pool_type: Any = 'thread', workers_count: Any = 2,
-                  reader_options: Any = None) -> TokenOptions:
+                  reader_options: Any = None, prompt_field: Any = None, loss_mask_field: Any = None) -> TokenOptions:
     """Check every argument of :func:`~petastorm.tokens.make_token_loader` (documented there) into options.
 
     Raises:
@@ -155,18 +162,22 @@ def token_options(url_or_urls: Any, *, seq_len: Any, batch_size: Any = None, max
     """
     pack = _pack_spec(seq_len, packing, pad_id, bos_id, eos_id, long_documents, pack_window)
     batch = _batch_spec(pack, batch_size, max_tokens, labels, return_cu_seqlens, return_document_ids,
-                        return_attention_mask, shuffle_buffer, steps_per_epoch)
+                        return_attention_mask, shuffle_buffer, steps_per_epoch,
+                        loss_mask=prompt_field is not None or loss_mask_field is not None)
     sources = _sources(url_or_urls, weights)
     read = ReadSpec(
         sources=sources, weights=_weights(weights, len(sources)),
         tokens_field=_optional_name('tokens_field', tokens_field), text_field=_optional_name('text_field', text_field),
-        tokenizer=_tokenizer(tokenizer), cur_shard=cur_shard, shard_count=shard_count, seed=_seed(seed),
+        tokenizer=_tokenizer(tokenizer), prompt_field=_optional_name('prompt_field', prompt_field),
+        loss_mask_field=_optional_name('loss_mask_field', loss_mask_field), cur_shard=cur_shard,
+        shard_count=shard_count, seed=_seed(seed),
         shuffle_documents=_flag('shuffle_documents', shuffle_documents),
         num_epochs=None if num_epochs is None else check_positive_int('num_epochs', num_epochs),
         storage_options=storage_options, reader_pool_type=_pool_type(reader_pool_type),
         workers_count=check_positive_int('workers_count', workers_count),
         reader_options=_reader_options(reader_options), equal_steps=_equal_steps(equal_steps))
     _check_fields(read)
+    _check_loss_fields(read, batch)
     return TokenOptions(read=read, pack=pack, batch=batch)
 
 
@@ -198,7 +209,7 @@ def _token(name: str, value: Any) -> int:
 
 
 def _batch_spec(pack: PackSpec, batch_size: Any, max_tokens: Any, labels: Any, cu_seqlens: Any, document_ids: Any,
-                attention_mask: Any, shuffle_buffer: Any, steps_per_epoch: Any) -> BatchSpec:
+                attention_mask: Any, shuffle_buffer: Any, steps_per_epoch: Any, loss_mask: bool) -> BatchSpec:
     if (batch_size is None) == (max_tokens is None):
         raise ValueError(f'give make_token_loader either batch_size= (rows per batch) or max_tokens= (tokens per '
                          f'batch), got batch_size={batch_size!r}, max_tokens={max_tokens!r}')
@@ -218,7 +229,7 @@ def _batch_spec(pack: PackSpec, batch_size: Any, max_tokens: Any, labels: Any, c
                      cu_seqlens=_flag('return_cu_seqlens', cu_seqlens),
                      document_ids=_flag('return_document_ids', document_ids),
                      attention_mask=_flag('return_attention_mask', attention_mask),
-                     shuffle_buffer=int(shuffle_buffer),
+                     shuffle_buffer=int(shuffle_buffer), loss_mask=loss_mask,
                      steps_per_epoch=None if steps_per_epoch is None else check_positive_int('steps_per_epoch',
                                                                                              steps_per_epoch))
 
@@ -321,3 +332,20 @@ def _check_fields(read: ReadSpec) -> None:
     if read.tokens_field is not None and read.tokenizer is not None:
         raise ValueError(f'tokenizer= tokenizes text_field=; tokens_field={read.tokens_field!r} is already token '
                          f'ids: pass text_field= for the text column, or leave the tokenizer out')
+
+
+def _check_loss_fields(read: ReadSpec, batch: BatchSpec) -> None:
+    given = [f'{name}={value!r}' for name, value in (('prompt_field', read.prompt_field),
+                                                      ('loss_mask_field', read.loss_mask_field)) if value is not None]
+    if given and batch.labels is None:
+        raise ValueError(f"{' and '.join(given)} leave tokens out of the labels, and labels=None makes none; pass "
+                         f"labels='hf' or 'shifted'")
+    if read.loss_mask_field is not None and read.tokenizer is not None:
+        raise ValueError(f'loss_mask_field={read.loss_mask_field!r} holds one 0/1 per token id of tokens_field=, '
+                         f'and text tokenized on the fly has no such column; for prompts and responses in text '
+                         f'columns pass prompt_field= (its tokens are left out of the loss)')
+    names = [name for name in (read.tokens_field, read.text_field, read.prompt_field, read.loss_mask_field)
+             if name is not None]
+    if len(set(names)) < len(names):
+        raise ValueError(f'tokens_field/text_field, prompt_field and loss_mask_field must be different columns, got '
+                         f'{names}')

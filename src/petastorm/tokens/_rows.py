@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petastorm.tokens._documents import split_loss_mask
 from petastorm.tokens._options import BatchSpec
 
 __all__ = ['IGNORE_INDEX', 'ArrayPool', 'RowBlock', 'Segment', 'batch_arrays', 'block_of_rows', 'concat_blocks',
@@ -230,9 +231,12 @@ def row_arrays(block: RowBlock, spec: BatchSpec, pool: ArrayPool | None = None) 
     def new(name: str) -> np.ndarray:
         return np.empty((rows, width), dtype=np.int64) if pool is None else pool.array(name, (rows, width))
 
+    no_label = None
+    if spec.loss_mask:  # tokens left out of the loss come as ~id
+        tokens, no_label = split_loss_mask(tokens)
     out = {'input_ids': tokens, 'position_ids': _positions(new('position_ids'), starts, sizes)}
     if spec.labels is not None:
-        out['labels'] = _labels(new('labels'), tokens, starts, spec.labels)
+        out['labels'] = _labels(new('labels'), tokens, starts, spec.labels, no_label)
     if spec.attention_mask:
         out['attention_mask'] = new('attention_mask')
         out['attention_mask'].fill(1)
@@ -271,16 +275,21 @@ def _segment_starts(block: RowBlock) -> tuple[np.ndarray, np.ndarray]:
     return all_starts[order], order >= len(starts)
 
 
-def _labels(out: np.ndarray, tokens: np.ndarray, starts: np.ndarray, style: str) -> np.ndarray:
+def _labels(out: np.ndarray, tokens: np.ndarray, starts: np.ndarray, style: str,
+            no_label: np.ndarray | None) -> np.ndarray:
     """``'hf'``: the tokens, a segment's first one ignored; ``'shifted'``: the next token, a segment's last one
-    ignored (padding is marked by the caller)."""
+    ignored (padding is marked by the caller); either way, ignored where the label is a token of ``no_label``."""
     width = tokens.shape[1]
     flat = out.reshape(-1)
     if style == 'hf':
         np.copyto(out, tokens)
+        if no_label is not None:
+            out[no_label] = IGNORE_INDEX
         flat[starts] = IGNORE_INDEX
     else:
         out[:, :-1] = tokens[:, 1:]
+        if no_label is not None:
+            out[:, :-1][no_label[:, 1:]] = IGNORE_INDEX
         out[:, -1] = IGNORE_INDEX
         flat[starts[starts % width != 0] - 1] = IGNORE_INDEX
     return out

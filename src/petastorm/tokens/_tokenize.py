@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from petastorm.errors import PetastormError
+from petastorm.tokens._documents import TokenColumnError, after_prompts
 from petastorm.transform import TransformSpec
 
-__all__ = ['TOKENS_COLUMN', 'TokenizeColumn', 'TokenizerOutputError', 'describe_tokenizer', 'tokenizer_kind',
-           'tokenizing_transform']
+__all__ = ['TOKENS_COLUMN', 'TokenizeColumn', 'TokenizerOutputError', 'describe_tokenizer', 'flat_token_ids',
+           'tokenizer_kind', 'tokenizing_transform']
 
 #: The column the tokenizing transform produces in place of the text column.
 TOKENS_COLUMN = '__petastorm_tokens'
@@ -63,11 +64,14 @@ class TokenizeColumn:
     Args:
         tokenizer: the tokenizer (see the module's documentation).
         text_field: the column of text.
+        prompt_field: a column of prompts, tokenized and put before each text's tokens, marked as left out of the
+            loss (:func:`~petastorm.tokens._documents.without_loss`), or None.
     """
 
-    def __init__(self, tokenizer: Any, text_field: str) -> None:
+    def __init__(self, tokenizer: Any, text_field: str, prompt_field: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.text_field = text_field
+        self.prompt_field = prompt_field
         self.kind = tokenizer_kind(tokenizer)
 
     def encode(self, texts: list[str]) -> list[Any]:
@@ -85,16 +89,31 @@ class TokenizeColumn:
     def __call__(self, frame: Any) -> Any:
         import pandas as pd
 
-        column = frame[self.text_field]
+        values, bounds = self._flat(frame, self.text_field)
+        if self.prompt_field is not None:
+            if self.prompt_field not in frame.columns:
+                raise TokenColumnError(f'prompt_field={self.prompt_field!r} is not a column of the dataset; its '
+                                       f'columns read are {list(frame.columns)}')
+            values, bounds = after_prompts(self._flat(frame, self.prompt_field), values, bounds)
+        return pd.DataFrame({TOKENS_COLUMN: _per_row(values, bounds)}, index=frame.index)
+
+    def _flat(self, frame: Any, field: str) -> tuple[np.ndarray, np.ndarray]:
+        column = frame[field]
         if column.isna().any():
             column = column.fillna('')  # a null text is an empty document
         texts = column.tolist()
-        ids = token_arrays(self.encode(texts), len(texts), self.tokenizer, self.text_field)
-        return pd.DataFrame({TOKENS_COLUMN: ids}, index=frame.index)
+        return flat_token_ids(self.encode(texts), len(texts), self.tokenizer, field)
 
 
-def token_arrays(encoded: Any, count: int, tokenizer: Any, field: str) -> np.ndarray:
-    """The tokenizer's output as an object array of one int array per text (views of one buffer).
+def _per_row(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    out = np.empty(len(bounds) - 1, dtype=object)
+    for index in range(len(out)):
+        out[index] = values[bounds[index]:bounds[index + 1]]
+    return out
+
+
+def flat_token_ids(encoded: Any, count: int, tokenizer: Any, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """The tokenizer's output as one int32 array of every text's ids, and the int64 bounds of each text's.
 
     Raises:
         TokenizerOutputError: not one sequence of integers per text; the message names the tokenizer, the field and
@@ -119,16 +138,13 @@ def token_arrays(encoded: Any, count: int, tokenizer: Any, field: str) -> np.nda
         raise TokenizerOutputError(f'{wrong} ({err})') from err
     if len(values) and (values.min() < 0 or values.max() > np.iinfo(np.int32).max):
         raise TokenizerOutputError(f'{what} returned token ids outside [0, 2**31): {values.min()}..{values.max()}')
-    values = values.astype(np.int32)
-    bounds = np.concatenate(([0], np.cumsum(lengths)))
-    out = np.empty(count, dtype=object)
-    for index in range(count):
-        out[index] = values[bounds[index]:bounds[index + 1]]
-    return out
+    return values.astype(np.int32), np.concatenate(([0], np.cumsum(lengths)))
 
 
-def tokenizing_transform(tokenizer: Any, text_field: str) -> TransformSpec:
-    """The ``TransformSpec`` that replaces ``text_field`` with its token ids (column :data:`TOKENS_COLUMN`)."""
-    return TransformSpec(TokenizeColumn(tokenizer, text_field), edit_fields=[(TOKENS_COLUMN, np.object_, (None,),
-                                                                              False)],
-                         selected_fields=[TOKENS_COLUMN])
+def tokenizing_transform(tokenizer: Any, text_field: str, prompt_field: str | None = None) -> TransformSpec:
+    """The ``TransformSpec`` that replaces ``text_field`` (and ``prompt_field``) with its token ids.
+
+    The ids are in column :data:`TOKENS_COLUMN`.
+    """
+    return TransformSpec(TokenizeColumn(tokenizer, text_field, prompt_field),
+                         edit_fields=[(TOKENS_COLUMN, np.object_, (None,), False)], selected_fields=[TOKENS_COLUMN])

@@ -13,7 +13,7 @@ import numpy as np
 from petastorm._optional import import_optional
 from petastorm.reader import Reader
 from petastorm.tokens._build import stop_readers
-from petastorm.tokens._distributed import StepAgreement, distributed_world, every_rank
+from petastorm.tokens._distributed import StepAgreement, agreed, distributed_world, every_rank
 from petastorm.tokens._state import FORMAT, VERSION
 from petastorm.tokens._stream import TokenStream
 
@@ -77,9 +77,12 @@ class TokenLoader(_TorchDataLoader):
         return list(self._readers)
 
     def _sharded_over_world(self) -> bool:
-        world = self._world or distributed_world()  # a world once initialized is kept (state_dict() asks every step)
-        self._world = world
-        return world is not None and world > 1 and self._stream.shard_count == world
+        shard_count = self._stream.shard_count
+        if shard_count == 1:  # no world of one rank or more is sharded over (state_dict() asks every step)
+            return False
+        if self._world is None:  # a world once initialized is kept
+            self._world = distributed_world()
+        return self._world == shard_count
 
     def _steps_agreement(self) -> StepAgreement | None:
         if not self._agreement_checked:
@@ -92,17 +95,9 @@ class TokenLoader(_TorchDataLoader):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         agreement = self._steps_agreement()
         batches = iter(self._stream)
-        if agreement is None:
-            return (_tensors(arrays) for arrays in batches)
-        return self._agreed(batches, agreement)
-
-    def _agreed(self, batches: Iterator[dict[str, np.ndarray]], agreement: StepAgreement) -> Iterator[dict[str, Any]]:
-        for arrays in batches:
-            if not agreement.all_have(True):
-                self._stream.end_pass()  # another rank has no batch for this step: every rank ends the pass here
-                return
-            yield _tensors(arrays)
-        agreement.all_have(False)
+        if agreement is not None:
+            batches = agreed(batches, agreement, self._stream.end_pass)
+        return (_tensors(arrays) for arrays in batches)
 
     def __len__(self) -> int:
         batches = self._stream.num_batches()
