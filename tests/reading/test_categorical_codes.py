@@ -4,7 +4,6 @@ import pickle
 
 import numpy as np
 import pandas as pd
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -69,6 +68,7 @@ def test_one_pandas_categorical_keeps_pandas_codes(tmp_path):
 
 
 def test_polars_enum_and_categorical(tmp_path):
+    pl = pytest.importorskip('polars')
     levels = pl.Enum(['low', 'mid', 'high'])
     pl.DataFrame({'id': [0, 1, 2], 'level': pl.Series(['high', 'low', 'high'], dtype=levels),
                   'tag': pl.Series(['x', 'y', 'x'], dtype=pl.Categorical)}).write_parquet(tmp_path / 'a.parquet')
