@@ -34,8 +34,8 @@ row groups of 8 clips (a worker decodes a row group's clips into one array), 8 o
 * ``torchcodec`` when it loads; ``datasets`` ``Video`` as for audio (``Video(decode=False)`` rows and the
   seeking decoder per row in ``with_transform``, where torchcodec does not load);
 * ``datasets 3.x Video`` (optional, ``--datasets-python``): ``datasets``' own ``Video`` feature as released before
-  torchcodec: ``with_format('torch')`` hands each row over as a torchvision ``VideoReader`` (torchvision 0.16 to
-  0.21 have it; their PyAV backend), seeked to the clip's start and read until its 8 frames are taken. Its side
+  torchcodec: ``with_format('torch')`` hands each row over as a torchvision ``VideoReader`` (a torchvision that still
+  has it: 0.16 here, on its PyAV backend), seeked to the clip's start and read until its 8 frames are taken. Its side
   venv needs a torch of that age::
 
       python3.11 -m venv /tmp/dsvvenv
