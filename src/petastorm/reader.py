@@ -242,15 +242,25 @@ class Reader:
         self.num_epochs = options.num_epochs
         # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
         self._stage_totals = StageTotals() if time_stages else None
-        setup = set_up_reader(options, time_stages=time_stages)
+        setup = set_up_reader(options, time_stages=time_stages, stream=True)
         if setup.schema_inferred and not options.batched_output:
             logger.info(PLAIN_PARQUET_NOTE, options.dataset_url_or_urls)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
-        self._passes = ReaderPasses(options, setup, self._stage_totals)
+        try:
+            self._passes = ReaderPasses(options, setup, self._stage_totals)
+        except BaseException:
+            if setup.streamed is not None:
+                setup.streamed.join()  # the thread reading footers behind the reader
+            raise
         self.info = self._passes.info
-        logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
-                    len(setup.layout.items), options.reader_pool_type, options.workers_count)
+        if setup.planned is not None:
+            logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
+                        len(setup.planned.layout.items), options.reader_pool_type, options.workers_count)
+        else:
+            logger.info('reading %s while its %d footers are read, %s pool with %d workers',
+                        options.dataset_url_or_urls, len(setup.dataset.files), options.reader_pool_type,
+                        options.workers_count)
 
     @property
     def stopped(self) -> bool:

@@ -49,7 +49,7 @@ def test_the_first_items_need_only_the_first_row_groups():
     taken: list[int] = []
     units = _streamed([10] * 1000, ShardSpec(1, 4), 7, 1, 0, taken)
     first = next(units)
-    assert first.item.piece_index == 1 and first.item_base == 0
+    assert (first.item.piece_index, first.item_base) == (1, 0)
     assert len(taken) == 4  # the first shard_count row groups decide how shards split
     next(units)
     assert len(taken) == 6

@@ -23,6 +23,7 @@ the pass being read. The bookkeeping is the pure functions of :mod:`petastorm.pl
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 from collections import deque
@@ -57,6 +58,7 @@ from petastorm.reading.delivery import deliver
 from petastorm.reading.options import ReaderOptions
 from petastorm.reading.setup import ReaderSetup
 from petastorm.reading.source import SourceInfo
+from petastorm.reading.streamed_plan import StreamedPlan
 from petastorm.reading.worker import ReadContext, prefetch_item, read_item
 from petastorm.stage_timing import StageTotals
 
@@ -69,7 +71,7 @@ STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_reade
                    'to read a sample from the reader.')
 
 #: What each submitted unit is: its stage, the stage's units, the index of the first non-pending unit, its index.
-UnitTag = tuple[Stage, tuple[ScheduledItem, ...], int, int]
+UnitTag = tuple[Stage, Sequence[ScheduledItem], int, int]
 
 
 def start_pool(options: ReaderOptions, context: ReadContext) -> WorkerPool:
@@ -89,12 +91,18 @@ class ReaderPosition:
     """The position of one reader (not thread-safe: :class:`ReaderPasses` holds its lock around every call).
 
     Args:
-        layout: the shard's layout of epochs.
+        layout: the shard's layout of epochs (None: ``streamed`` makes it, when first asked for).
         num_epochs: epochs per pass (None: forever).
+        streamed: the plan being made as the store's footers come: a fresh first pass reads the first epoch's
+            items as they are known (:mod:`petastorm.reading.streamed_plan`), the same items in the same order.
     """
 
-    def __init__(self, layout: ShardLayout, num_epochs: int | None) -> None:
+    def __init__(self, layout: ShardLayout | None, num_epochs: int | None, *,
+                 streamed: StreamedPlan | None = None) -> None:
+        if layout is None and streamed is None:
+            raise ValueError('a ReaderPosition needs a layout, or the streamed plan that makes it')
         self._layout = layout
+        self._streamed = streamed
         self._num_epochs = num_epochs
         self._next_epoch = 0
         self._first = Stage(0)
@@ -109,7 +117,10 @@ class ReaderPosition:
 
     @property
     def layout(self) -> ShardLayout:
-        """The shard's layout (its seed is the saved one after :meth:`restore`)."""
+        """The shard's layout (its seed is the saved one after :meth:`restore`); waits for a streamed plan."""
+        if self._layout is None:
+            assert self._streamed is not None
+            self._layout = self._streamed.planned().layout
         return self._layout
 
     def new_pass(self, stage: Stage | None = None, pass_start: int | None = None) -> None:
@@ -123,19 +134,38 @@ class ReaderPosition:
 
     def stages(self) -> Iterator[Stage]:
         """The stages of the current pass."""
-        return pass_stages(self._layout, self._first, self._pass_start, self._num_epochs)
+        return pass_stages(self.layout, self._first, self._pass_start, self._num_epochs)
 
-    def _stage_units(self, stages: Iterator[Stage]) -> Iterator[tuple[Stage, list[ScheduledItem], int]]:
+    def _stage_units(self, stages: Iterator[Stage], head_rows: int | None = None
+                     ) -> Iterator[tuple[Stage, list[ScheduledItem], int]]:
         """``(stage, its scheduled items, index of the first that is not pending)`` of a pass's stages."""
-        head_rows = self.head_rows
+        head_rows = self.head_rows if head_rows is None else head_rows
         for stage in stages:
-            scheduled, main_from = self._layout.units(stage, head_rows)
+            scheduled, main_from = self.layout.units(stage, head_rows)
             head_rows = 0  # only the pass's first item: later ones are read while earlier ones are consumed
             yield stage, scheduled, main_from
 
+    def _streams_first_stage(self) -> bool:
+        """A fresh first pass while the plan is still being made: its first epoch is read as it is planned."""
+        return self._streamed is not None and self._layout is None and self._first == Stage(0) \
+            and self._pass_start == 0
+
     def units(self, tags: deque[UnitTag]) -> Iterator[ScheduledItem]:
         """Every scheduled item of the pass, in reading order; each one's tag is appended to ``tags`` first."""
-        for stage, scheduled, main_from in self._stage_units(self.stages()):
+        head_rows = None
+        if self._streams_first_stage():
+            assert self._streamed is not None
+            stage, streamed = self._first, self._streamed.first_stage(self.head_rows)
+            for index, unit in enumerate(streamed.stream()):
+                tags.append((stage, streamed, 0, index))
+                yield unit
+            if streamed.stopped:
+                return  # the reader was stopped while the footers were read
+            rest: Iterator[Stage] = itertools.islice(self.stages(), 1, None)  # the epochs after it: planned whole
+            head_rows = 0
+        else:
+            rest = self.stages()
+        for stage, scheduled, main_from in self._stage_units(rest, head_rows):
             units = tuple(scheduled)
             for index, unit in enumerate(units):
                 tags.append((stage, units, main_from, index))
@@ -165,18 +195,18 @@ class ReaderPosition:
             matches: the rows each row group keeps through the filters (None: before filters).
             whole: count the pass from the start of its first epoch, even when it was restored in the middle.
         """
-        shuffle_rows = self._layout.shuffle_rows
+        shuffle_rows = self.layout.shuffle_rows
         return sum(kept_rows(unit, shuffle_rows, matches) for unit in self._units(whole))
 
     def units_this_pass(self, matches: RowMatches | None = None) -> int:
         """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
         if matches is None:
             return sum(len(scheduled) for _, scheduled, _ in self._stage_units(self.stages()))
-        shuffle_rows = self._layout.shuffle_rows
+        shuffle_rows = self.layout.shuffle_rows
         return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
 
     def _units(self, whole: bool) -> Iterator[ScheduledItem]:
-        stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
+        stages = pass_stages(self.layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
             else self.stages()
         for _, scheduled, _ in self._stage_units(stages):
             yield from scheduled
@@ -189,7 +219,7 @@ class ReaderPosition:
     def state(self) -> ReaderState:
         """The state from which a new reader delivers exactly the rows not delivered yet."""
         cursor = None if self._cursor is None else dataclasses.replace(self._cursor, delivered=self._delivered)
-        return position_state(self._layout, cursor_stage(cursor, self._first), self._pass_start, self._num_epochs)
+        return position_state(self.layout, cursor_stage(cursor, self._first), self._pass_start, self._num_epochs)
 
     def restore(self, states: Sequence[ReaderState], seed: int | None, table_version_change: str = 'refuse') -> None:
         """Continue from saved states (one, or every rank's), checked against this layout; before reading.
@@ -204,14 +234,14 @@ class ReaderPosition:
             ValueError: a state does not match this reader's layout and options.
             RuntimeError: reading has started.
         """
-        changed = [check_state(one, self._layout, f'load_state_dict (state {index})', table_version_change)
+        changed = [check_state(one, self.layout, f'load_state_dict (state {index})', table_version_change)
                    for index, one in enumerate(states)]
         if seed is not None and states[0].seed != seed:
             raise ValueError(f'the state was saved with seed={states[0].seed}, this reader has seed={seed}')
         if self.started:
             raise RuntimeError('load_state_dict() must be called before reading from the reader')
         # An unseeded reader adopts the saved order.
-        self._layout = self._layout.with_seed(states[0].seed)
+        self._layout = self.layout.with_seed(states[0].seed)
         if any(changed):  # positions of another table version name other rows: the saved epoch starts again
             self.new_pass(Stage(min(s.epoch for s in states)), states[0].pass_start)
             return
@@ -237,7 +267,8 @@ class ReaderPasses:
                                seed=options.seed, transform_spec=options.transform_spec,
                                endless=options.num_epochs is None)
         self._stage_totals = stage_totals
-        self._position = ReaderPosition(setup.layout, options.num_epochs)
+        self._position = ReaderPosition(None if setup.planned is None else setup.planned.layout, options.num_epochs,
+                                        streamed=setup.streamed)
         self._pool = start_pool(options, setup.context)
         self._lock = threading.Lock()
         #: True once :meth:`stop` was called.
@@ -412,6 +443,8 @@ class ReaderPasses:
         """Stop reading (non-blocking)."""
         self.stopped = True
         self._pool.stop()
+        if self._setup.streamed is not None:
+            self._setup.streamed.stop()
 
     def join(self) -> None:
         """Wait until every worker has finished (the streams of a stopped reader are closed first)."""
@@ -422,6 +455,8 @@ class ReaderPasses:
                 except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()
+        if self._setup.streamed is not None:
+            self._setup.streamed.join()  # the thread reading footers, stopped if it still was
         data_files = self._setup.context.data_files
         if data_files is not None:
             data_files.close()  # the threads that fetched row groups ahead

@@ -36,6 +36,7 @@ __all__ = [
     'data_file_schema',
     'footer_row_counts',
     'metadata_row_counts',
+    'read_data_file_footer',
     'read_footer',
     'read_footers',
     'store_data_files',
@@ -112,6 +113,11 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
     return {path: _row_counts(metadata) for path, metadata in read_footers(filesystem, paths).items()}
 
 
+def read_data_file_footer(files: DataFiles, path: str) -> pq.FileMetaData:
+    """The footer of the data file ``path`` read through ``files`` (see :func:`read_footers` for the errors)."""
+    return _footer_of_data_file(files, path)
+
+
 def _row_counts(metadata: pq.FileMetaData) -> list[int]:
     return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
 
@@ -133,6 +139,8 @@ def _footer_of_data_file(files: DataFiles, path: str, url: str | None = None) ->
 def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
     """The footers of every data file of the store, read once (and kept in ``store.reads``)."""
     reads = store.reads
+    if reads.footers is None and reads.footer_stream is not None:
+        reads.footers = reads.footer_stream.footers()  # a reader's stream is reading them (None: it was stopped)
     if reads.footers is None:
         reads.footers = read_footers(store.filesystem, list(store.files), store_data_files(store))
     return reads.footers
