@@ -134,9 +134,9 @@ def test_a_bad_footer_reaches_the_caller_with_its_traceback(tmp_path):
     paths = _write_store(tmp_path / 'store')
     with open(paths[20], 'wb') as file:
         file.write(b'not parquet at all')
-    with make_batch_reader(str(tmp_path / 'store'), shuffle_row_groups=False, workers_count=2) as reader:
-        with pytest.raises(CorruptFooterError, match='part-020') as raised:
-            list(reader)
+    with make_batch_reader(str(tmp_path / 'store'), shuffle_row_groups=False, workers_count=2) as reader, \
+            pytest.raises(CorruptFooterError, match='part-020') as raised:
+        list(reader)
     frames = ''.join(traceback.format_tb(raised.value.__traceback__))
     assert 'read_data_file_footer' in frames  # raised in the footer-reading thread, re-raised here
     assert not _footer_threads()
