@@ -39,8 +39,9 @@ from remote_bench import BUCKET, run_case, server_stats, serving  # noqa: E402
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
-SYSTEMS = ('ours', 'arrow-dataset', 'hf', 'raw-bytes')
-NAMES = {'ours': 'ours', 'arrow-dataset': 'pyarrow.dataset', 'hf': 'HF datasets streaming',
+SYSTEMS = ('ours', 'ours-in-order', 'arrow-dataset', 'hf', 'raw-bytes')
+NAMES = {'ours': 'ours', 'ours-in-order': 'ours, shuffle_row_groups=False', 'arrow-dataset': 'pyarrow.dataset',
+         'hf': 'HF datasets streaming',
          'raw-bytes': 'raw pyarrow, every footer first'}
 
 

@@ -162,3 +162,25 @@ def test_stopping_a_reader_stops_its_footer_stream(store):
     handler.gate.set()
     reader.join()
     assert not _footer_threads()
+
+
+def test_the_first_batch_from_s3_asks_for_a_few_footers(tmp_path):
+    pytest.importorskip('s3fs')
+    from petastorm.test_util.s3_server import S3DirectoryServer
+
+    files = 300
+    with S3DirectoryServer(str(tmp_path / 'objects'), buckets=('streamed',)) as server:
+        _write_store(tmp_path / 'objects' / 'streamed' / 'store', files)
+        url, options = 's3://streamed/store', server.storage_options()
+        server.reset_stats()
+        with make_batch_reader(url, storage_options=options, shuffle_row_groups=False, workers_count=2) as reader:
+            first = next(reader)
+            to_first = server.stats().total_requests
+            ids = _ids([first, *reader])
+            assert len(reader) == files * 2
+        assert ids == list(range(files * ROWS))
+        assert to_first < files  # a footer is one or two requests: far from every footer before the first batch
+        server.reset_stats()
+        with make_batch_reader(url, storage_options=options, workers_count=2) as reader:  # shuffles: plans first
+            next(reader)
+            assert server.stats().total_requests > files

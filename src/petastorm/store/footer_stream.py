@@ -25,7 +25,11 @@ from petastorm.errors import PetastormError
 from petastorm.store.footers import LOCAL_FOOTER_THREADS, REMOTE_FOOTER_THREADS, read_data_file_footer, store_data_files
 from petastorm.store.model import ParquetStore
 
-__all__ = ['FooterStream', 'FooterStreamStopped']
+__all__ = ['FIRST_WINDOW', 'FooterStream', 'FooterStreamStopped']
+
+#: footers asked for at first; each one read lets one more be asked, up to twice the threads (a slow start: the
+#: first row groups' requests do not queue behind a hundred footers' at a store that answers them in turn).
+FIRST_WINDOW = 8
 
 
 class FooterStreamStopped(PetastormError, RuntimeError):
@@ -118,20 +122,22 @@ class FooterStream:
         raise FooterStreamStopped(f'the footers of {self._store.url} were no longer read: the reader was stopped')
 
     def _run(self) -> None:
-        """Keep up to ``2 * threads`` footers asked for, take them in order, hand each out as it comes."""
+        """Keep up to ``window`` footers asked for, take them in order, hand each out as it comes."""
         files = store_data_files(self._store)
         ahead: deque[Future] = deque()
         following = 0
+        window = FIRST_WINDOW
         with ThreadPoolExecutor(min(self._threads, max(1, len(self._paths))),
                                 thread_name_prefix='petastorm-footer') as pool:
             try:
                 while True:
-                    while not self._stopped and following < len(self._paths) and len(ahead) < 2 * self._threads:
+                    while not self._stopped and following < len(self._paths) and len(ahead) < window:
                         ahead.append(pool.submit(read_data_file_footer, files, self._paths[following]))
                         following += 1
                     if self._stopped or not ahead:
                         break
                     footer = ahead.popleft().result()
+                    window = min(2 * self._threads, window + 2)
                     with self._changed:
                         self._footers.append(footer)
                         self.read_count += 1
