@@ -41,6 +41,8 @@ class PlainStore(ParquetStore):
         """Hive partition column names (``name=value`` directories), outermost first."""
         names: list[str] = []
         for path in self.files:
+            if '=' not in path:
+                continue  # in no partition directory (100,000 files are looked at without parsing each)
             for name, _ in partition_keys_of(self.relpath(path)):
                 if name not in names:
                     names.append(name)
@@ -88,6 +90,8 @@ class PlainStore(ParquetStore):
         partitions: dict[str, list[str]] = {}
         if self.root:
             for path in self.files:
+                if '=' not in path:
+                    continue
                 for name, value in partition_keys_of(self.relpath(path)):
                     partitions.setdefault(name, []).append(value)
         return StoreSchema(unified.schema, partitions, unified.describe() if unified.differs else '')
