@@ -184,3 +184,19 @@ def test_the_first_batch_from_s3_asks_for_a_few_footers(tmp_path):
         with make_batch_reader(url, storage_options=options, workers_count=2) as reader:  # shuffles: plans first
             next(reader)
             assert server.stats().total_requests > files
+
+
+def test_a_batch_stream_starts_its_pass_before_the_last_footer(store):
+    from petastorm.reading import BatchStream, as_column_source
+
+    url, paths = store
+    handler, filesystem = _gated(paths)
+    with make_batch_reader(url, filesystem=filesystem, shuffle_row_groups=False, workers_count=2) as reader:
+        stream = BatchStream(as_column_source('test', reader), 7)
+        batches = iter(stream)
+        first = next(batches)
+        assert set(handler.opened) <= set(paths[:FREE])
+        handler.gate.set()
+        ids = [int(i) for batch in [first, *batches] for i in batch['id']]
+        assert ids == list(range(FILES * ROWS))
+        assert stream.state_dict()['in_progress'] is False  # the pass is complete: its rows were known at its end
