@@ -120,11 +120,6 @@ class StreamedPlan:
         """What makes the plan once every row group is known (called once, by :meth:`planned`)."""
         self._finish = finish
 
-    @property
-    def footers_read(self) -> int:
-        """Footers read so far."""
-        return self._stream.read_count
-
     def first_stage(self, head_rows: int) -> StreamedUnits:
         """The scheduled items of ``Stage(0)`` as they come (see :class:`StreamedUnits`)."""
         return StreamedUnits(self, head_rows)

@@ -57,8 +57,6 @@ class FooterStream:
         self._stopped = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name='petastorm-footer-stream')
-        #: footers read so far (for tests and diagnostics).
-        self.read_count = 0
 
     def __len__(self) -> int:
         """The number of data files (footers) of the stream."""
@@ -140,7 +138,6 @@ class FooterStream:
                     window = min(2 * self._threads, window + 2)
                     with self._changed:
                         self._footers.append(footer)
-                        self.read_count += 1
                         if len(self._footers) == len(self._paths):
                             self._store.reads.footers = dict(zip(self._paths, self._footers, strict=True))
                         self._changed.notify_all()
