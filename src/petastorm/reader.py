@@ -92,7 +92,9 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         seed: makes the whole order (row groups, drop partitions, row shuffles) reproducible, identical for every
             pool kind and worker count. Row groups are re-shuffled every epoch from ``(seed, epoch)``.
         shuffle_rows: shuffle rows inside each row group (or drop partition).
-        shuffle_row_groups: shuffle the order of row groups every epoch.
+        shuffle_row_groups: shuffle the order of row groups every epoch. A shuffle of every row group needs them all
+            known: with False, a plain store without a ``_metadata`` summary delivers its first batch while the
+            footers of its later files are still read (docs/storage.md, "Planning at scale").
         shuffle_row_drop_partitions: split every row group into this many disjoint row ranges read separately.
         predicate: a :class:`~petastorm.predicates.PredicateBase`; its fields are read and decoded first.
         rowgroup_selector: a row-group selector (needs row-group indexes in the metadata).
