@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NoReturn
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -77,10 +78,9 @@ class FooterStream:
         """
         with self._changed:
             self._changed.wait_for(lambda: len(self._footers) > index or self._error is not None or self._stopped)
-            if len(self._footers) > index:
-                return self._footers[index]
-            self._raise_why_not()
-            raise AssertionError('unreachable')
+            if len(self._footers) <= index:
+                self._raise_why_not()
+            return self._footers[index]
 
     def footers(self) -> dict[str, pq.FileMetaData] | None:
         """Every footer by path, once all are read (the store's ``reads.footers`` from then on); None if stopped.
@@ -114,7 +114,7 @@ class FooterStream:
         if self._thread.is_alive() or self._thread.ident is not None:
             self._thread.join()
 
-    def _raise_why_not(self) -> None:
+    def _raise_why_not(self) -> NoReturn:
         if self._error is not None:
             raise self._error
         raise FooterStreamStopped(f'the footers of {self._store.url} were no longer read: the reader was stopped')
