@@ -6,8 +6,8 @@ Stores of 1,000 and 10,000 Parquet files (100 rows of two columns each), plain o
 fresh process: ``make_batch_reader`` (ours, thread pool; ``ours-in-order`` with ``shuffle_row_groups=False``,
 which reads as ``pyarrow.dataset`` does and does not wait for every footer), ``pyarrow.dataset`` scanning the
 files (its own lazy planning: it reads a footer only when it reaches the file), Hugging Face ``datasets``
-streaming, and the raw limit that plans as we do (every footer first, 4 threads). The table gives the median seconds to the first batch over
-the rounds and the requests the server answered until then.
+streaming, and the raw limit that plans as we do (every footer first, 4 threads). The table gives the median
+seconds to the first batch over the rounds and the requests the server answered until then.
 
 With ``--ranks 8`` it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8 rank
 processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one epoch
