@@ -25,7 +25,7 @@ from petastorm.reading.streamed_plan import can_stream
 from petastorm.store.opening import open_any_store
 from support.gated_fs import GatedLocalHandler
 
-FILES = 30
+FILES = 80  # more than one round of footer reads (64 at once from a remote filesystem): streamed
 ROWS = 10  # per file, in two row groups of 5
 FREE = 4  # files whose footers and rows are not held back
 
@@ -200,3 +200,11 @@ def test_a_batch_stream_starts_its_pass_before_the_last_footer(store):
         ids = [int(i) for batch in [first, *batches] for i in batch['id']]
         assert ids == list(range(FILES * ROWS))
         assert stream.state_dict()['in_progress'] is False  # the pass is complete: its rows were known at its end
+
+
+def test_a_store_read_in_one_round_of_footers_keeps_its_unified_schema(tmp_path):
+    paths = _write_store(tmp_path / 'store', files=3)
+    pq.write_table(pa.table({'id': np.arange(5, dtype=np.int64), 'y': np.zeros(5)}), paths[1])
+    options = validate_options(dataset_url_or_urls=str(tmp_path / 'store'), shuffle_row_groups=False,
+                               batched_output=True)
+    assert not can_stream(options, open_any_store(str(tmp_path / 'store')))  # planned first: schemas unified

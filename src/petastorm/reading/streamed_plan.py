@@ -20,9 +20,11 @@ would have made up front: the same layout, the same seeded order, the same posit
   ``plan_file=`` or a ``torch.distributed`` job (they share one whole plan: :mod:`petastorm.reading.job_plan`);
 * a store whose metadata gives the row groups already (they cost no footer).
 
-A store without Petastorm metadata has its schema inferred: streamed, it is the first file's, and every later
-file is checked against it as its footer arrives; a file whose schema differs raises :class:`SchemaError` (the
-files of such a store are unified only when the plan is made whole, before the first batch).
+A store without Petastorm metadata has its schema inferred from its files' footers, their schemas unified. Such a
+store is streamed only when it has more files than one round of footer reads (16 from local disk, 64 from remote
+storage), which plans in one round trip anyway and keeps its unified schema; a larger one streamed takes the
+first file's schema, and every later file is checked against it as its footer arrives: a file whose schema differs
+raises :class:`SchemaError` (its files are unified only when the plan is made whole, before the first batch).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from petastorm.plan import RowMatches, ScheduledItem, ShardLayout, ShardSpec, St
 from petastorm.reading.options import ReaderOptions
 from petastorm.store import keys
 from petastorm.store.footer_stream import FooterStream, FooterStreamStopped
+from petastorm.store.footers import footer_threads
 from petastorm.store.model import ParquetStore
 from petastorm.store.pieces import RowGroupPiece
 from petastorm.store.plain import PlainStore
@@ -64,7 +67,8 @@ def can_stream(options: ReaderOptions, dataset: ParquetStore) -> bool:
             and shard.count <= len(dataset.files) and options.filters is None and options.rowgroup_selector is None
             and not options.count_rows and not isinstance(options.schema_fields, NGram)
             and options.reader_pool_type in ('thread', 'dummy') and options.cache_type in (None, 'null')
-            and options.plan_file is None and not _partition_predicate(options, dataset))
+            and options.plan_file is None and not _partition_predicate(options, dataset)
+            and (has_petastorm_metadata(dataset) or len(dataset.files) > footer_threads(dataset.filesystem)))
 
 
 def _plans_from_footers(dataset: ParquetStore) -> bool:

@@ -19,11 +19,10 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NoReturn
 
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormError
-from petastorm.store.footers import LOCAL_FOOTER_THREADS, REMOTE_FOOTER_THREADS, read_data_file_footer, store_data_files
+from petastorm.store.footers import footer_threads, read_data_file_footer, store_data_files
 from petastorm.store.model import ParquetStore
 
 __all__ = ['FIRST_WINDOW', 'FooterStream', 'FooterStreamStopped']
@@ -51,8 +50,7 @@ class FooterStream:
     def __init__(self, store: ParquetStore, threads: int | None = None) -> None:
         self._store = store
         self._paths = list(store.files)
-        remote = not isinstance(store.filesystem, pafs.LocalFileSystem)
-        self._threads = threads or (REMOTE_FOOTER_THREADS if remote else LOCAL_FOOTER_THREADS)
+        self._threads = threads or footer_threads(store.filesystem)
         self._footers: list[pq.FileMetaData] = []
         self._error: BaseException | None = None
         self._stopped = False

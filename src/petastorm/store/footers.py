@@ -35,6 +35,7 @@ __all__ = [
     'REMOTE_FOOTER_THREADS',
     'data_file_schema',
     'footer_row_counts',
+    'footer_threads',
     'metadata_row_counts',
     'read_data_file_footer',
     'read_footer',
@@ -49,6 +50,11 @@ __all__ = [
 #: footers read at a time from local disk (parsing them is the cost) and from remote storage (a round trip each).
 LOCAL_FOOTER_THREADS = 16
 REMOTE_FOOTER_THREADS = 64
+
+
+def footer_threads(filesystem: pafs.FileSystem) -> int:
+    """Footers read at once from ``filesystem``: :data:`LOCAL_FOOTER_THREADS` or :data:`REMOTE_FOOTER_THREADS`."""
+    return LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
 
 
 def read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
@@ -91,8 +97,7 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles
 
     if not paths:
         return {}
-    threads = LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
-    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
+    with ThreadPoolExecutor(max_workers=min(footer_threads(filesystem), len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 
 
