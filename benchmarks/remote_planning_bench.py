@@ -3,10 +3,11 @@
 Stores of 1,000 and 10,000 Parquet files (100 rows of two columns each), plain or with a ``_metadata`` summary
 (pyarrow's ``write_metadata``), served by ``petastorm.test_util.s3_server`` behind a
 ``petastorm.test_util.delay_proxy`` (10 ms one way by default), as in ``remote_bench.py``. For each store, in a
-fresh process: ``make_batch_reader`` (ours, thread pool), ``pyarrow.dataset`` scanning the files (its own lazy
-planning: it reads a footer only when it reaches the file), Hugging Face ``datasets`` streaming, and the raw limit
-that plans as we do (every footer first, 4 threads). The table gives the median seconds to the first batch over
-the rounds and the requests the server answered until then.
+fresh process: ``make_batch_reader`` (ours, thread pool; ``ours-in-order`` with ``shuffle_row_groups=False``,
+which reads as ``pyarrow.dataset`` does and does not wait for every footer), ``pyarrow.dataset`` scanning the
+files (its own lazy planning: it reads a footer only when it reaches the file), Hugging Face ``datasets``
+streaming, and the raw limit that plans as we do (every footer first, 4 threads). The table gives the median
+seconds to the first batch over the rounds and the requests the server answered until then.
 
 With ``--ranks 8`` it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8 rank
 processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one epoch
@@ -39,8 +40,9 @@ from remote_bench import BUCKET, run_case, server_stats, serving  # noqa: E402
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
-SYSTEMS = ('ours', 'arrow-dataset', 'hf', 'raw-bytes')
-NAMES = {'ours': 'ours', 'arrow-dataset': 'pyarrow.dataset', 'hf': 'HF datasets streaming',
+SYSTEMS = ('ours', 'ours-in-order', 'arrow-dataset', 'hf', 'raw-bytes')
+NAMES = {'ours': 'ours', 'ours-in-order': 'ours, shuffle_row_groups=False', 'arrow-dataset': 'pyarrow.dataset',
+         'hf': 'HF datasets streaming',
          'raw-bytes': 'raw pyarrow, every footer first'}
 
 

@@ -93,7 +93,9 @@ def make_reader(dataset_url: str | list[str], schema_fields: Any = None, reader_
         seed: makes the whole order (row groups, drop partitions, row shuffles) reproducible, identical for every
             pool kind and worker count. Row groups are re-shuffled every epoch from ``(seed, epoch)``.
         shuffle_rows: shuffle rows inside each row group (or drop partition).
-        shuffle_row_groups: shuffle the order of row groups every epoch.
+        shuffle_row_groups: shuffle the order of row groups every epoch. A shuffle of every row group needs them all
+            known: with False, a plain store without a ``_metadata`` summary delivers its first batch while the
+            footers of its later files are still read (docs/storage.md, "Planning at scale").
         shuffle_row_drop_partitions: split every row group into this many disjoint row ranges read separately.
         predicate: a :class:`~petastorm.predicates.PredicateBase`; its fields are read and decoded first.
         rowgroup_selector: a row-group selector (needs row-group indexes in the metadata).
@@ -264,15 +266,25 @@ class Reader:
         self.num_epochs = options.num_epochs
         # Opt-in profile of where the time goes (benchmarks); None costs nothing per work item.
         self._stage_totals = StageTotals() if time_stages else None
-        setup = set_up_reader(options, time_stages=time_stages)
+        setup = set_up_reader(options, time_stages=time_stages, stream=True)
         if setup.schema_inferred and not options.batched_output:
             logger.info(PLAIN_PARQUET_NOTE, options.dataset_url_or_urls)
         self.dataset, self.schema, self.ngram, self.cache = setup.dataset, setup.schema, setup.ngram, setup.cache
         self.read_context = setup.context
-        self._passes = ReaderPasses(options, setup, self._stage_totals)
+        try:
+            self._passes = ReaderPasses(options, setup, self._stage_totals)
+        except BaseException:
+            if setup.streamed is not None:
+                setup.streamed.join()  # the thread reading footers behind the reader
+            raise
         self.info = self._passes.info
-        logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
-                    len(setup.layout.items), options.reader_pool_type, options.workers_count)
+        if setup.planned is not None:
+            logger.info('reading %s: %d work items per epoch, %s pool with %d workers', options.dataset_url_or_urls,
+                        len(setup.planned.layout.items), options.reader_pool_type, options.workers_count)
+        else:
+            logger.info('reading %s while its %d footers are read, %s pool with %d workers',
+                        options.dataset_url_or_urls, len(setup.dataset.files), options.reader_pool_type,
+                        options.workers_count)
 
     @property
     def stopped(self) -> bool:

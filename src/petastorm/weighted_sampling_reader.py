@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from petastorm.reading.batch import ColumnBatch
-from petastorm.reading.source import ColumnSource, ItemSource, SourceInfo, positions_of
+from petastorm.reading.source import ItemSource, SourceInfo, is_column_source, positions_of
 
 __all__ = ['WeightedSamplingReader']
 
@@ -140,7 +140,7 @@ class WeightedSamplingReader:
     @property
     def resumable(self) -> bool:
         """Every reader is a column source with positions: loaders over the mix can save their position."""
-        return all(isinstance(r, ColumnSource) and positions_of(r) is not None for r in self._readers)
+        return all(is_column_source(r) and positions_of(r) is not None for r in self._readers)
 
     @property
     def num_rows_per_pass(self) -> int | None:
@@ -189,7 +189,7 @@ class WeightedSamplingReader:
         Rows carry ``row_ids`` naming their reader and their row in it, so that a loader can save its position.
         ``first_rows`` changes nothing: a mix draws per batch of its readers, whose batches stay whole row groups.
         """
-        if not all(isinstance(r, ColumnSource) for r in self._readers):
+        if not all(is_column_source(r) for r in self._readers):
             # Reader-like objects without columns: their items, gathered into columns (no position).
             yield from ItemSource(self).column_batches()
             return
@@ -406,7 +406,7 @@ def _mix_state(choice_rng: Mapping[str, Any], exhausted: bool, readers: list[Any
 
 def _endless(reader: Any) -> bool:
     """Whether a mixed reader is endless (``num_epochs=None``; a reader-like object when it says so)."""
-    if isinstance(reader, ColumnSource):
+    if is_column_source(reader):
         return reader.info.endless
     return bool(getattr(reader, 'endless', False))
 

@@ -59,6 +59,7 @@ from petastorm.plan.shard import (
     resolve_shard,
 )
 from petastorm.plan.state import STATE_VERSION, ReaderState, every_rank, rank_states
+from petastorm.plan.streamed import streamed_first_epoch
 
 __all__ = [
     'AUTO', 'RANK_ENVIRONMENT', 'REMAINDER_POLICIES', 'SHARD_MODES', 'STATE_VERSION', 'Cursor', 'ReaderState',
@@ -68,5 +69,5 @@ __all__ = [
     'position_state', 'rank_share', 'rank_states',
     'remainder_rows', 'remaining_runs', 'resolve_shard', 'restored_stage', 'row_permutation', 'runs_length',
     'runs_of_rows', 'select_row_groups', 'shard_items', 'share_size', 'slice_runs',
-    'split_drop_partitions', 'split_head', 'unit_rows', 'units_of_runs',
+    'split_drop_partitions', 'split_head', 'streamed_first_epoch', 'unit_rows', 'units_of_runs',
 ]

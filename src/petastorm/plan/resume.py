@@ -46,7 +46,7 @@ class Cursor:
     """
 
     stage: Stage
-    units: tuple[ScheduledItem, ...]
+    units: Sequence[ScheduledItem]
     main_from: int
     index: int
     num_rows: int

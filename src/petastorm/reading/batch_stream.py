@@ -67,15 +67,35 @@ def _columns(table: Table, as_tuple: bool) -> Table:
 
 
 class _Pass:
-    """One pass being served: its generator of ``(rows, batch)``, and what it delivered so far."""
+    """One pass being served: its generator of ``(rows, batch)``, and what it delivered so far.
 
-    def __init__(self, batches: Generator[tuple[int, Any], None, None], expected_rows: int | None) -> None:
+    ``expected_rows`` is asked when first needed, not when the pass starts: a reader whose plan is made as its
+    footers arrive knows the rows of a pass only once every footer is read, and its first batch does not wait.
+    """
+
+    def __init__(self, batches: Generator[tuple[int, Any], None, None],
+                 expected_rows: Callable[[], int | None]) -> None:
         self.batches = batches
-        self.expected_rows = expected_rows  # rows the pass delivers in all, when known in advance
+        self._expected_rows = expected_rows
+        self._expected: tuple[int | None] | None = None
         self.rows = 0
         self.batches_delivered = 0
-        self.complete = False  # its last row was delivered (the end may not have been asked for)
         self.broken = False  # an interrupt went through its generator: its buffers cannot be trusted
+
+    @property
+    def expected_rows(self) -> int | None:
+        """Rows the pass delivers in all, when known in advance (asked once)."""
+        if self._expected is None:
+            self._expected = (self._expected_rows(),)
+        return self._expected[0]
+
+    @property
+    def complete(self) -> bool:
+        """Its last row was delivered (the end may not have been asked for)."""
+        if not self.batches_delivered:
+            return False
+        expected = self.expected_rows
+        return expected is not None and self.rows >= expected
 
 
 class BatchStream:
@@ -126,7 +146,7 @@ class BatchStream:
     @property
     def in_progress(self) -> bool:
         """A pass has delivered rows and has rows left."""
-        return self._pass is not None and not self._pass.complete and self._pass.batches_delivered > 0
+        return self._pass is not None and self._pass.batches_delivered > 0 and not self._pass.complete
 
     @property
     def error(self) -> BaseException | None:
@@ -144,6 +164,10 @@ class BatchStream:
         if rows is None:
             return None
         return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
+
+    def _expected_rows(self) -> int | None:
+        """The rows the source's current pass delivers, when known in advance."""
+        return self._rows_delivered_by(self.source.num_rows_this_pass)
 
     def _rows_delivered_by(self, rows: int | None) -> int | None:
         """The rows a pass over ``rows`` source rows delivers (``drop_last`` leaves the short tail out)."""
@@ -185,7 +209,7 @@ class BatchStream:
             source.restart()  # the last pass ran out: the next one (what a reader's reset() does then)
         self._restored = False
         self._needs_new_pass = False
-        self._pass = _Pass(self._stream(self._passes_done), self._rows_delivered_by(source.num_rows_this_pass))
+        self._pass = _Pass(self._stream(self._passes_done), self._expected_rows)
 
     def _close_pass(self) -> None:
         if self._pass is not None:
@@ -200,8 +224,7 @@ class BatchStream:
         if state is not None:
             self.source.restart(state['reader'])
             self._restored = True
-        self._pass = _Pass(self._stream(self._passes_done),
-                           self._rows_delivered_by(self.source.num_rows_this_pass))
+        self._pass = _Pass(self._stream(self._passes_done), self._expected_rows)
 
     def _serve(self, token: int) -> Iterator[Any]:
         current = None
@@ -229,8 +252,6 @@ class BatchStream:
                 raise
             current.rows += rows
             current.batches_delivered += 1
-            if current.expected_rows is not None and current.rows >= current.expected_rows:
-                current.complete = True
             yield batch
 
     def _stream(self, pass_index: int) -> Generator[tuple[int, Any], None, None]:
@@ -317,6 +338,8 @@ class BatchStream:
         a distributed run (see :meth:`petastorm.reader.Reader.load_state_dict`).
         """
         self.check_resumable('load_state_dict')
+        if self._pass is not None:
+            _ = self._pass.complete  # asked of the source while it still reads that pass (an old iterator asks)
         self._close_pass()
         # Saved between passes: the next iteration is a whole new pass after the saved one.
         self.source.restart(state['reader'], new_pass=not state.get('in_progress'))

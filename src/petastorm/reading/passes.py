@@ -16,8 +16,9 @@ Every rule of a reader's pass lives here; :class:`~petastorm.reader.Reader` asks
 * **Held rows.** A consumer (a loader's buffers) may hold rows it took but did not hand on: the state then
   counts them as not delivered, so a restored reader reads them first.
 
-:class:`ReaderPosition` holds where the reader is (not thread-safe); :class:`ReaderPasses` holds the lock and
-the pass being read. The bookkeeping is the pure functions of :mod:`petastorm.plan`.
+:class:`~petastorm.reading.position.ReaderPosition` holds where the reader is (not thread-safe);
+:class:`ReaderPasses` holds the lock and the pass being read. The bookkeeping is the pure functions of
+:mod:`petastorm.plan`.
 """
 
 from __future__ import annotations
@@ -26,28 +27,17 @@ import dataclasses
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow.fs as pafs
 
 from petastorm.plan import (
-    Cursor,
     ReaderState,
-    RowMatches,
-    ScheduledItem,
     ShardLayout,
-    Stage,
-    check_state,
-    cursor_row_ids,
-    cursor_stage,
     kept_rows,
     merge_runs,
-    pass_stages,
-    position_state,
     rank_states,
-    restored_stage,
 )
 from petastorm.plan.runs import run_table_of_rows
 from petastorm.pools import default_max_bytes_in_flight, make_pool
@@ -55,21 +45,19 @@ from petastorm.pools.base import WorkerPool
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.delivery import deliver
 from petastorm.reading.options import ReaderOptions
+from petastorm.reading.position import ReaderPosition, UnitTag
 from petastorm.reading.setup import ReaderSetup
 from petastorm.reading.source import SourceInfo
 from petastorm.reading.worker import ReadContext, prefetch_item, read_item
 from petastorm.stage_timing import StageTotals
 
-__all__ = ['STOPPED_MESSAGE', 'ReaderPasses', 'ReaderPosition', 'UnitTag', 'start_pool']
+__all__ = ['STOPPED_MESSAGE', 'ReaderPasses', 'start_pool']
 
 logger = logging.getLogger(__name__)
 
 STOPPED_MESSAGE = ('Trying to read a sample after a reader created by make_reader/make_batch_reader has stopped. '
                    'This may happen if the make_reader/make_batch_reader context manager has exited but you try '
                    'to read a sample from the reader.')
-
-#: What each submitted unit is: its stage, the stage's units, the index of the first non-pending unit, its index.
-UnitTag = tuple[Stage, tuple[ScheduledItem, ...], int, int]
 
 
 def start_pool(options: ReaderOptions, context: ReadContext) -> WorkerPool:
@@ -83,153 +71,6 @@ def start_pool(options: ReaderOptions, context: ReadContext) -> WorkerPool:
                      initial_in_flight=workers if remote else None)
     pool.start(read_item, context)
     return pool
-
-
-class ReaderPosition:
-    """The position of one reader (not thread-safe: :class:`ReaderPasses` holds its lock around every call).
-
-    Args:
-        layout: the shard's layout of epochs.
-        num_epochs: epochs per pass (None: forever).
-    """
-
-    def __init__(self, layout: ShardLayout, num_epochs: int | None) -> None:
-        self._layout = layout
-        self._num_epochs = num_epochs
-        self._next_epoch = 0
-        self._first = Stage(0)
-        self._pass_start = 0
-        self._cursor: Cursor | None = None
-        self._delivered = 0
-        self.started = False
-        #: rows the consumer needs first: the first item of a pass is read in two when it has more than twice as
-        #: many (0: never; see :meth:`petastorm.plan.ShardLayout.units`).
-        self.head_rows = 0
-        self.new_pass()
-
-    @property
-    def layout(self) -> ShardLayout:
-        """The shard's layout (its seed is the saved one after :meth:`restore`)."""
-        return self._layout
-
-    def new_pass(self, stage: Stage | None = None, pass_start: int | None = None) -> None:
-        """The next reading is a pass of ``num_epochs`` epochs from ``pass_start`` (default: after the last pass)."""
-        pass_start = self._next_epoch if pass_start is None else pass_start
-        self._first = Stage(pass_start) if stage is None else stage
-        self._pass_start = pass_start
-        self._next_epoch = pass_start + (self._num_epochs or 0)
-        self._cursor = None
-        self.started = False
-
-    def stages(self) -> Iterator[Stage]:
-        """The stages of the current pass."""
-        return pass_stages(self._layout, self._first, self._pass_start, self._num_epochs)
-
-    def _stage_units(self, stages: Iterator[Stage]) -> Iterator[tuple[Stage, list[ScheduledItem], int]]:
-        """``(stage, its scheduled items, index of the first that is not pending)`` of a pass's stages."""
-        head_rows = self.head_rows
-        for stage in stages:
-            scheduled, main_from = self._layout.units(stage, head_rows)
-            head_rows = 0  # only the pass's first item: later ones are read while earlier ones are consumed
-            yield stage, scheduled, main_from
-
-    def units(self, tags: deque[UnitTag]) -> Iterator[ScheduledItem]:
-        """Every scheduled item of the pass, in reading order; each one's tag is appended to ``tags`` first."""
-        for stage, scheduled, main_from in self._stage_units(self.stages()):
-            units = tuple(scheduled)
-            for index, unit in enumerate(units):
-                tags.append((stage, units, main_from, index))
-                yield unit
-
-    def begin(self, tag: UnitTag, batch: ColumnBatch) -> None:
-        """The result ``batch`` of the unit tagged ``tag`` is being handed out; nothing of it delivered yet."""
-        stage, units, main_from, index = tag
-        self._cursor = Cursor(stage, units, main_from, index, batch.num_rows, batch.positions, batch.untracked)
-        self._delivered = 0
-
-    def delivered(self, rows: int | None = None) -> None:
-        """``rows`` more rows of the current result reached the caller (None: all of them)."""
-        # Called once per row by make_reader's iteration: a counter, not a new cursor.
-        assert self._cursor is not None, 'delivered() before begin()'
-        self._delivered = self._cursor.num_rows if rows is None else self._delivered + rows
-
-    def row_ids(self) -> np.ndarray | None:
-        """Numbers naming the rows of the current result across epochs (None when a transform hid them)."""
-        assert self._cursor is not None, 'row_ids() before begin()'
-        return cursor_row_ids(self._cursor)
-
-    def rows_this_pass(self, matches: RowMatches | None = None, whole: bool = False) -> int:
-        """Rows the pass delivers from where it starts (walks the stages).
-
-        Args:
-            matches: the rows each row group keeps through the filters (None: before filters).
-            whole: count the pass from the start of its first epoch, even when it was restored in the middle.
-        """
-        shuffle_rows = self._layout.shuffle_rows
-        return sum(kept_rows(unit, shuffle_rows, matches) for unit in self._units(whole))
-
-    def units_this_pass(self, matches: RowMatches | None = None) -> int:
-        """Scheduled items (batches of a batch reader) the pass delivers: those with a row through ``matches``."""
-        if matches is None:
-            return sum(len(scheduled) for _, scheduled, _ in self._stage_units(self.stages()))
-        shuffle_rows = self._layout.shuffle_rows
-        return sum(1 for unit in self._units(False) if kept_rows(unit, shuffle_rows, matches))
-
-    def _units(self, whole: bool) -> Iterator[ScheduledItem]:
-        stages = pass_stages(self._layout, Stage(self._pass_start), self._pass_start, self._num_epochs) if whole \
-            else self.stages()
-        for _, scheduled, _ in self._stage_units(stages):
-            yield from scheduled
-
-    @property
-    def restarted(self) -> bool:
-        """True when the current pass does not start at the beginning of its first epoch."""
-        return self._first != Stage(self._pass_start)
-
-    def state(self) -> ReaderState:
-        """The state from which a new reader delivers exactly the rows not delivered yet."""
-        return self.state_later()()
-
-    def state_later(self) -> Callable[[], ReaderState]:
-        """:meth:`state` as of now, made when called.
-
-        What it needs is captured (the cursor is replaced, never changed, as results are handed out); its work is
-        left to the call.
-        """
-        layout, first, pass_start, num_epochs = self._layout, self._first, self._pass_start, self._num_epochs
-        cursor = None if self._cursor is None else (self._cursor, self._delivered)
-
-        def made() -> ReaderState:
-            current = None if cursor is None else dataclasses.replace(cursor[0], delivered=cursor[1])
-            return position_state(layout, cursor_stage(current, first), pass_start, num_epochs)
-
-        return made
-
-    def restore(self, states: Sequence[ReaderState], seed: int | None, table_version_change: str = 'refuse') -> None:
-        """Continue from saved states (one, or every rank's), checked against this layout; before reading.
-
-        Args:
-            states: the saved states.
-            seed: the seed the reader was made with (None: unseeded, it adopts the saved one).
-            table_version_change: ``'refuse'`` states saved on another version of the table, or
-                ``'restart_epoch'``: read the saved epoch from its start on this reader's version.
-
-        Raises:
-            ValueError: a state does not match this reader's layout and options.
-            RuntimeError: reading has started.
-        """
-        changed = [check_state(one, self._layout, f'load_state_dict (state {index})', table_version_change)
-                   for index, one in enumerate(states)]
-        if seed is not None and states[0].seed != seed:
-            raise ValueError(f'the state was saved with seed={states[0].seed}, this reader has seed={seed}')
-        if self.started:
-            raise RuntimeError('load_state_dict() must be called before reading from the reader')
-        # An unseeded reader adopts the saved order.
-        self._layout = self._layout.with_seed(states[0].seed)
-        if any(changed):  # positions of another table version name other rows: the saved epoch starts again
-            self.new_pass(Stage(min(s.epoch for s in states)), states[0].pass_start)
-            return
-        self.new_pass(restored_stage(states, self._layout), states[0].pass_start)
 
 
 class ReaderPasses:
@@ -251,7 +92,8 @@ class ReaderPasses:
                                seed=options.seed, transform_spec=options.transform_spec,
                                endless=options.num_epochs is None)
         self._stage_totals = stage_totals
-        self._position = ReaderPosition(setup.layout, options.num_epochs)
+        self._position = ReaderPosition(None if setup.planned is None else setup.planned.layout, options.num_epochs,
+                                        streamed=setup.streamed)
         self._pool = start_pool(options, setup.context)
         self._lock = threading.Lock()
         #: True once :meth:`stop` was called.
@@ -426,6 +268,8 @@ class ReaderPasses:
         """Stop reading (non-blocking)."""
         self.stopped = True
         self._pool.stop()
+        if self._setup.streamed is not None:
+            self._setup.streamed.stop()
 
     def join(self) -> None:
         """Wait until every worker has finished (the streams of a stopped reader are closed first)."""
@@ -436,6 +280,8 @@ class ReaderPasses:
                 except (RuntimeError, ValueError):  # closing a generator another thread is running
                     logger.debug('reader output was still running when joined')
         self._pool.join()
+        if self._setup.streamed is not None:
+            self._setup.streamed.join()  # the thread reading footers, stopped if it still was
         data_files = self._setup.context.data_files
         if data_files is not None:
             data_files.close()  # the threads that fetched row groups ahead
@@ -487,7 +333,6 @@ class ReaderPasses:
         with self._lock:
             later = self._position.state_later()
         return lambda: _holding(later(), held_rows())
-
 
     def load(self, state: Any) -> None:
         """Continue from a saved state (or the list of every rank's), before reading."""

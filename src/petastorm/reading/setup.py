@@ -7,11 +7,17 @@ processes and later runs, :mod:`petastorm.reading.job_plan`), load its schema an
 epochs (``_plan``), build the one context every worker receives (``_read_context``), and tell whether the rows of
 an epoch are known before reading them, counting them when asked (:mod:`petastorm.reading.counting`). The Ray
 datasource plans its read tasks with it too, without a reader.
+
+A reader (``stream=True``) of a plain store whose row groups only its footers give does not wait for them when
+the order of its first epoch allows (:mod:`petastorm.reading.streamed_plan`): the footers are read behind it, and
+the plan (``ReaderSetup.layout``, ``rows_known``, ``row_matches``) is made, by the same functions, when it is
+first asked for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +36,14 @@ from petastorm.reading.counting import epoch_rows, in_threads
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
 from petastorm.reading.job_plan import share_plan
 from petastorm.reading.options import NULL_CACHE, ReaderOptions
+from petastorm.reading.streamed_plan import PlannedEpochs, StreamedPlan, can_stream
 from petastorm.reading.worker import ReadContext, read_whole_row_group
 from petastorm.store.filters import columns_of_expression, filter_expression
 from petastorm.store.footers import store_data_files
 from petastorm.store.model import FilterStatistics, ParquetStore
 from petastorm.store.opening import open_any_store
 from petastorm.store.pieces import RowGroupPiece
+from petastorm.store.plain import PlainStore, warn_if_deprecated_metadata
 from petastorm.transform import transform_schema
 from petastorm.unischema import Unischema, UnischemaField, struct_leaf_paths, struct_type_of_field
 
@@ -52,13 +60,10 @@ class ReaderSetup:
         ngram: the NGram given as ``schema_fields``, or None.
         cache: the cache of raw row groups (a ``NullCache`` unless asked for); its owner cleans it up.
         context: what every worker receives.
-        layout: this shard's epochs.
-        rows_known: the rows each epoch delivers are known before reading: no NGram, no batch transform function
-            (which may drop rows), and the rows a predicate or filters keep were counted (``count_rows``),
-            decided by the footers' statistics, or chosen by partition directories.
-        row_matches: the rows each row group keeps through the predicate and filters, where not all of them (by
-            piece index; see :func:`petastorm.plan.kept_rows`); None when every row of the layout is delivered.
+        planned: the layout and what is known of the rows (None while ``streamed`` plans: see the properties).
         schema_inferred: the store has no Petastorm metadata: its schema was inferred from the Parquet schema.
+        streamed: the plan being made as the store's footers are read, when the first epoch does not wait for it
+            (:mod:`petastorm.reading.streamed_plan`); its owner stops and joins it.
     """
 
     dataset: ParquetStore
@@ -66,38 +71,95 @@ class ReaderSetup:
     ngram: NGram | None
     cache: CacheBase
     context: ReadContext
-    layout: ShardLayout
-    rows_known: bool
-    row_matches: RowMatches | None = None
+    planned: PlannedEpochs | None
     schema_inferred: bool = False
+    streamed: StreamedPlan | None = None
+
+    def epochs(self) -> PlannedEpochs:
+        """The plan: made already, or made now from every footer (waiting for them)."""
+        if self.planned is not None:
+            return self.planned
+        assert self.streamed is not None, 'a ReaderSetup without a plan plans as its footers come'
+        return self.streamed.planned()
+
+    @property
+    def layout(self) -> ShardLayout:
+        """This shard's epochs (waits for the whole plan)."""
+        return self.epochs().layout
+
+    @property
+    def rows_known(self) -> bool:
+        """The rows each epoch delivers are known before reading.
+
+        No NGram, no batch transform function (which may drop rows), and the rows a predicate or filters keep
+        were counted (``count_rows``), decided by the footers' statistics, or chosen by partition directories.
+        """
+        return self.epochs().rows_known
+
+    @property
+    def row_matches(self) -> RowMatches | None:
+        """The rows each row group keeps through the predicate and filters, where not all of them.
+
+        By piece index (see :func:`petastorm.plan.kept_rows`); None when every row of the layout is delivered.
+        """
+        return self.epochs().row_matches
 
 
-def set_up_reader(options: ReaderOptions, *, time_stages: bool = False) -> ReaderSetup:
+def set_up_reader(options: ReaderOptions, *, time_stages: bool = False, stream: bool = False) -> ReaderSetup:
     """Open the store of ``options`` and plan its read.
 
     Args:
         options: checked reader options.
         time_stages: the workers measure the seconds of each stage (see :mod:`petastorm.stage_timing`).
+        stream: plan as the footers come when the options allow (for a reader, which stops and joins
+            ``ReaderSetup.streamed``); otherwise every footer is read here.
 
     Raises:
-        Whatever opening the store, reading its metadata and planning raise, before any data is read.
+        Whatever opening the store, reading its metadata and planning raise, before any data is read (while
+        streaming, what reading a later footer raises comes when its rows or the whole plan are asked for).
     """
     ngram = options.schema_fields if isinstance(options.schema_fields, NGram) else None
     check_ngram_options(ngram, options)
     cache = make_cache(options.cache_type, options.cache_location, options.cache_size_limit,
                        options.cache_row_size_estimate, options.cache_extra_settings)
     dataset = _open_store(options, cache)
+    # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
+    seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
+    if stream and isinstance(dataset, PlainStore) and can_stream(options, dataset):
+        return _set_up_streamed(options, dataset, cache, ngram, seed, time_stages)
     fields = _select_fields(options, dataset)
     expression = filter_expression(options.filters)
     pieces = dataset.row_groups()
     fields = _with_category_codes(options, dataset, pieces, fields)
     statistics = dataset.filter_statistics(expression) if expression is not None else None
-    layout = _plan(options, dataset, pieces, fields, statistics)
-    context = _read_context(options, dataset, pieces, fields, expression, ngram, cache, time_stages)
+    context = _read_context(options, dataset, tuple(pieces), fields, expression, ngram, cache, time_stages)
+    planned = _planned(options, dataset, pieces, fields, statistics, seed, context)
+    return ReaderSetup(dataset, fields.schema, ngram, cache, context, planned, fields.inferred)
+
+
+def _set_up_streamed(options: ReaderOptions, dataset: PlainStore, cache: CacheBase, ngram: NGram | None, seed: int,
+                     time_stages: bool) -> ReaderSetup:
+    """``set_up_reader`` for a store planned as its footers come: the plan is made when first asked for."""
+    warn_if_deprecated_metadata(dataset)
+    streamed = StreamedPlan(dataset, options.shard, seed, options.shuffle_row_drop_partitions)
+    try:
+        streamed.start()
+        fields = _select_fields(options, dataset)
+        context = _read_context(options, dataset, streamed.pieces, fields, None, ngram, cache, time_stages)
+    except BaseException:
+        streamed.join()
+        raise
+    streamed.finish_with(lambda: _planned(options, dataset, streamed.all_pieces(), fields, None, seed, context))
+    return ReaderSetup(dataset, fields.schema, ngram, cache, context, None, fields.inferred, streamed)
+
+
+def _planned(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,
+             statistics: FilterStatistics | None, seed: int, context: ReadContext) -> PlannedEpochs:
+    """This shard's epochs, and what is known of their rows before reading them."""
+    layout = _plan(options, dataset, pieces, fields, statistics, seed)
     rows_known, row_matches = epoch_rows(options, context, layout, pieces, statistics,
                                          worker_predicate=context.predicate is not None)
-    return ReaderSetup(dataset, fields.schema, ngram, cache, context, layout, rows_known, row_matches,
-                       fields.inferred)
+    return PlannedEpochs(layout, rows_known, row_matches)
 
 
 @dataclass(frozen=True)
@@ -185,7 +247,7 @@ def _with_category_codes(options: ReaderOptions, dataset: ParquetStore, pieces: 
 
 
 def _plan(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,
-          statistics: FilterStatistics | None) -> ShardLayout:
+          statistics: FilterStatistics | None, seed: int) -> ShardLayout:
     """This shard's epochs over the row groups the partition predicate, the selector and the statistics keep."""
     selected = select_row_groups(
         pieces, fields.stored, partition_predicate=options.predicate if fields.partition_predicate else None,
@@ -193,8 +255,6 @@ def _plan(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPi
         indexes=load_row_group_indexes(dataset) if options.rowgroup_selector is not None else None,
         matching=statistics.matching if statistics is not None else None,
         url=dataset.url)
-    # Unseeded readers draw a seed here: every epoch's order is then known, so that positions can be saved.
-    seed = options.seed if options.seed is not None else int(np.random.default_rng().integers(2**62))
     layout = make_layout(pieces, selected, options.shard, seed=seed, shuffle_row_groups=options.shuffle_row_groups,
                          shuffle_rows=options.shuffle_rows, drop_partitions=options.shuffle_row_drop_partitions,
                          table_version=dataset.version_key())
@@ -204,7 +264,7 @@ def _plan(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPi
     return layout
 
 
-def _read_context(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,
+def _read_context(options: ReaderOptions, dataset: ParquetStore, pieces: Sequence[RowGroupPiece], fields: _Fields,
                   expression: Any, ngram: NGram | None, cache: CacheBase, time_stages: bool) -> ReadContext:
     """The one context every worker receives."""
     candidates = list(dict.fromkeys(list(fields.stored.fields) + list(dataset.partition_names)))
@@ -212,7 +272,7 @@ def _read_context(options: ReaderOptions, dataset: ParquetStore, pieces: list[Ro
     file_columns, unified_types = _conformance(dataset, fields.read)
     view = fields.view
     return ReadContext(
-        filesystem=dataset.filesystem, pieces=tuple(pieces), fields=tuple(view.fields.values()),
+        filesystem=dataset.filesystem, pieces=pieces, fields=tuple(view.fields.values()),
         predicate_fields=() if fields.partition_predicate else tuple(fields.predicate_fields),
         predicate=None if fields.partition_predicate else options.predicate, batched_output=options.batched_output,
         shuffle_rows=options.shuffle_rows, filter_expression=expression, filter_columns=filter_columns,

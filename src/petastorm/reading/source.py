@@ -19,6 +19,7 @@ probe readers for what they can do.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from petastorm.transform import TransformSpec
 from petastorm.unischema import Unischema
 
 __all__ = ['ColumnSource', 'ItemSource', 'PositionSource', 'SourceInfo', 'as_column_source', 'check_no_ngram',
-           'check_reader', 'positions_of']
+           'check_reader', 'is_column_source', 'positions_of']
 
 # Rows of a row-yielding reader-like object gathered into one batch of columns.
 _ROWS_PER_BATCH = 1024
@@ -143,9 +144,29 @@ class PositionSource(Protocol):
 
 def positions_of(source: Any) -> PositionSource | None:
     """``source`` as a :class:`PositionSource` when it can name every row it delivers, else None."""
-    if isinstance(source, PositionSource) and source.resumable:
+    if _has_members(source, PositionSource) and source.resumable:
         return source
     return None
+
+
+def is_column_source(obj: Any) -> bool:
+    """``isinstance(obj, ColumnSource)``, without reading its properties.
+
+    Python before 3.12 reads every member of a protocol to check an instance against it: a reader's
+    ``num_rows_this_pass`` would wait for the whole plan of a store planned as its footers arrive.
+    """
+    return _has_members(obj, ColumnSource)
+
+
+def _has_members(obj: Any, protocol: type) -> bool:
+    """Whether ``obj`` has every member of ``protocol``, looked up as Python 3.12 does (no property is run)."""
+    missing = object()
+    return all(inspect.getattr_static(obj, name, missing) is not missing for name in _members(protocol))
+
+
+def _members(protocol: type) -> frozenset[str]:
+    return frozenset(name for name in vars(protocol) if not name.startswith('_')) | \
+        frozenset(getattr(protocol, '__annotations__', {}))
 
 
 def check_reader(consumer: str, reader: Any) -> None:
@@ -187,7 +208,7 @@ def as_column_source(consumer: str, reader: Any) -> ColumnSource:
         TypeError: ``reader`` is not a reader (see :func:`check_reader`).
     """
     check_reader(consumer, reader)
-    if isinstance(reader, ColumnSource):
+    if is_column_source(reader):
         return reader
     return ItemSource(reader)
 

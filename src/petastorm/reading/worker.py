@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,8 @@ class ReadContext:
 
     Attributes:
         filesystem: where the files are.
-        pieces: every row group of the dataset, by piece index.
+        pieces: every row group of the dataset, by piece index (a list that grows while a thread pool's reader
+            plans as the footers come: an item is read only once its row group is in it).
         fields: the fields to deliver (before the transform), in output order.
         predicate_fields: fields the predicate needs (read and decoded first).
         predicate: row filter or None.
@@ -82,7 +84,7 @@ class ReadContext:
     """
 
     filesystem: pafs.FileSystem
-    pieces: tuple[RowGroupPiece, ...]
+    pieces: Sequence[RowGroupPiece]
     fields: tuple[UnischemaField, ...]
     predicate_fields: tuple[UnischemaField, ...] = ()
     predicate: PredicateBase | None = None

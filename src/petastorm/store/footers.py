@@ -35,7 +35,9 @@ __all__ = [
     'REMOTE_FOOTER_THREADS',
     'data_file_schema',
     'footer_row_counts',
+    'footer_threads',
     'metadata_row_counts',
+    'read_data_file_footer',
     'read_footer',
     'read_footers',
     'store_data_files',
@@ -48,6 +50,11 @@ __all__ = [
 #: footers read at a time from local disk (parsing them is the cost) and from remote storage (a round trip each).
 LOCAL_FOOTER_THREADS = 16
 REMOTE_FOOTER_THREADS = 64
+
+
+def footer_threads(filesystem: pafs.FileSystem) -> int:
+    """Footers read at once from ``filesystem``: :data:`LOCAL_FOOTER_THREADS` or :data:`REMOTE_FOOTER_THREADS`."""
+    return LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
 
 
 def read_footer(files: DataFiles, path: str) -> pq.FileMetaData:
@@ -90,8 +97,7 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles
 
     if not paths:
         return {}
-    threads = LOCAL_FOOTER_THREADS if isinstance(filesystem, pafs.LocalFileSystem) else REMOTE_FOOTER_THREADS
-    with ThreadPoolExecutor(max_workers=min(threads, len(paths))) as pool:
+    with ThreadPoolExecutor(max_workers=min(footer_threads(filesystem), len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 
 
@@ -110,6 +116,11 @@ def footer_row_counts(filesystem: pafs.FileSystem, paths: list[str]) -> dict[str
             ``PetastormMetadataError`` and a ``CorruptDataError``.
     """
     return {path: _row_counts(metadata) for path, metadata in read_footers(filesystem, paths).items()}
+
+
+def read_data_file_footer(files: DataFiles, path: str) -> pq.FileMetaData:
+    """The footer of the data file ``path`` read through ``files`` (see :func:`read_footers` for the errors)."""
+    return _footer_of_data_file(files, path)
 
 
 def _row_counts(metadata: pq.FileMetaData) -> list[int]:
@@ -133,6 +144,8 @@ def _footer_of_data_file(files: DataFiles, path: str, url: str | None = None) ->
 def store_footers(store: ParquetStore) -> dict[str, pq.FileMetaData]:
     """The footers of every data file of the store, read once (and kept in ``store.reads``)."""
     reads = store.reads
+    if reads.footers is None and reads.footer_stream is not None:
+        reads.footers = reads.footer_stream.footers()  # a reader's stream is reading them (None: it was stopped)
     if reads.footers is None:
         reads.footers = read_footers(store.filesystem, list(store.files), store_data_files(store))
     return reads.footers

@@ -137,13 +137,21 @@ def listed_data_files(filesystem: pafs.FileSystem, listing: StoreListing, url: A
     if listing.has_subdirectories:
         entries = tuple(filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
     files = [i for i in entries
-             if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, root))]
+             if i.type == pafs.FileType.File and not _is_hidden(_relative(i.path, root))]
     files = _parquet_files_only(files, url or root)
     if split is not None:
         files = _one_split(files, root, split, url or root)
     else:
         _note_splits(files, root, url or root)
     return sorted(files, key=lambda i: i.path)
+
+
+def _relative(path: str, root: str) -> str:
+    """``path`` relative to ``root`` (cut off when it is under it, as listed paths are: 100,000 are listed)."""
+    prefix = root.rstrip('/') + '/'
+    if path.startswith(prefix) and '/.' not in path and '//' not in path[len(prefix):]:
+        return path[len(prefix):]
+    return posixpath.relpath(path, root)
 
 
 def _parquet_files_only(files: list[pafs.FileInfo], shown: Any) -> list[pafs.FileInfo]:
@@ -199,7 +207,7 @@ def _note_splits(files: list[pafs.FileInfo], root: str, shown: Any) -> None:
     """Warn when the files are of several splits (train, validation, test), which a store read as one mixes."""
     splits: dict[str, str] = {}
     for info in files:
-        found = split_of(posixpath.relpath(info.path, root))
+        found = split_of(_relative(info.path, root))
         if found is None:
             return  # not a layout of splits
         splits.setdefault(*found)
@@ -221,7 +229,7 @@ def _one_split(files: list[pafs.FileInfo], root: str, split: str, shown: Any) ->
     counts: dict[str, int] = {}
     kept = []
     for info in files:
-        found = split_of(posixpath.relpath(info.path, root))
+        found = split_of(_relative(info.path, root))
         name = found[0] if found is not None else '(none named)'
         counts[name] = counts.get(name, 0) + 1
         if name == wanted:

@@ -144,6 +144,8 @@ class StoreReads:
             (:mod:`petastorm.store.saved_plan`): no footer is read for them then.
         footer_bytes: the footers that came with a saved plan, as Parquet metadata bytes by path: the files a
             reader opens need not be asked for them.
+        footer_stream: the :class:`~petastorm.store.footer_stream.FooterStream` reading the footers behind a
+            reader, when one is: what needs every footer waits for it instead of reading them again.
     """
 
     data_files: DataFiles | None = None
@@ -153,6 +155,7 @@ class StoreReads:
     unified: UnifiedSchema | None = None
     row_counts: dict[str, list[int]] | None = None
     footer_bytes: dict[str, bytes] | None = None
+    footer_stream: Any = None
 
 
 @dataclass(frozen=True)

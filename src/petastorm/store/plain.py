@@ -23,7 +23,7 @@ from petastorm.store.footers import data_file_schema, metadata_row_counts, store
 from petastorm.store.model import FilterStatistics, ParquetStore, StoreSchema, check_no_missing_files
 from petastorm.store.pieces import RowGroupPiece, partition_keys_of
 
-__all__ = ['SUMMARY_HINT_FILES', 'PlainStore']
+__all__ = ['SUMMARY_HINT_FILES', 'PlainStore', 'warn_if_deprecated_metadata']
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class PlainStore(ParquetStore):
         """Hive partition column names (``name=value`` directories), outermost first."""
         names: list[str] = []
         for path in self.files:
+            if '=' not in path:
+                continue  # in no partition directory (100,000 files are looked at without parsing each)
             for name, _ in partition_keys_of(self.relpath(path)):
                 if name not in names:
                     names.append(name)
@@ -61,15 +63,19 @@ class PlainStore(ParquetStore):
         check_no_missing_files(self, _metadata_file_names(self), self.metadata_path)
         counts = self.reads.row_counts or metadata_row_counts(self)
         if counts is None:
-            _warn_if_deprecated_metadata(self)
+            warn_if_deprecated_metadata(self)
             _tell_a_summary_would_help(self)
             counts = store_footer_row_counts(self)
         pieces: list[RowGroupPiece] = []
         for path in self.files:
-            # (a path without '=' is in no partition directory: 100,000 files are listed without asking each)
-            partition = partition_keys_of(self.relpath(path)) if self.root and '=' in path else ()
-            pieces.extend([RowGroupPiece(path, i, n, partition) for i, n in enumerate(counts[path])])
+            pieces.extend(self.file_pieces(path, counts[path]))
         return pieces
+
+    def file_pieces(self, path: str, row_counts: list[int]) -> list[RowGroupPiece]:
+        """The pieces of one data file, whose row groups have ``row_counts`` rows (see :meth:`row_groups`)."""
+        # (a path without '=' is in no partition directory: 100,000 files are listed without asking each)
+        partition = partition_keys_of(self.relpath(path)) if self.root and '=' in path else ()
+        return [RowGroupPiece(path, i, n, partition) for i, n in enumerate(row_counts)]
 
     def logical_schema(self) -> StoreSchema:
         """The data files' Arrow schemas unified (:mod:`petastorm.store.unify`), and the hive directories' values.
@@ -84,6 +90,8 @@ class PlainStore(ParquetStore):
         partitions: dict[str, list[str]] = {}
         if self.root:
             for path in self.files:
+                if '=' not in path:
+                    continue
                 for name, value in partition_keys_of(self.relpath(path)):
                     partitions.setdefault(name, []).append(value)
         return StoreSchema(unified.schema, partitions, unified.describe() if unified.differs else '')
@@ -145,7 +153,7 @@ def _tell_a_summary_would_help(store: ParquetStore) -> None:
                    display_url(url), len(store.files), display_url(url))
 
 
-def _warn_if_deprecated_metadata(store: ParquetStore) -> None:
+def warn_if_deprecated_metadata(store: ParquetStore) -> None:
     """Petastorm datasets from before row-group maps carry a schema but no row-group information."""
     has_schema = keys.SCHEMA_JSON_KEY in store.metadata_kv or keys.UNISCHEMA_KEY in store.metadata_kv
     has_row_groups = keys.ROW_GROUPS_JSON_KEY in store.metadata_kv or keys.ROW_GROUPS_PER_FILE_KEY in \

@@ -24,7 +24,7 @@ import numpy as np
 from petastorm._optional import import_optional
 from petastorm._warnings import warn_user
 from petastorm.columns import ListColumn, MaskedColumn, densified, num_rows
-from petastorm.reading.source import ColumnSource, as_column_source
+from petastorm.reading.source import ColumnSource, as_column_source, is_column_source
 from petastorm.tf_utils._convert import (
     RaggedColumnError,
     column_for_tf,
@@ -85,7 +85,7 @@ def make_petastorm_dataset(reader: Any, *, ragged: bool = False) -> Any:
 
     # A reader-like object without column batches of its own (a WeightedSamplingReader, which picks a reader per
     # element) is read element by element, so that TensorFlow never makes it read ahead.
-    own_columns = isinstance(reader, ColumnSource)
+    own_columns = is_column_source(reader)
 
     def generate() -> Iterator[Any]:
         if source.last_row_consumed:
