@@ -226,16 +226,16 @@ def test_a_position_read_long_after_it_was_taken_is_the_one_of_its_step(url, cas
         made['lists'] += 1
         return partial(self, into)
 
-    from petastorm.reading import passes
+    from petastorm.reading import position
 
-    reader_state = passes.position_state
+    reader_state = position.position_state
 
     def counted_reader(*args, **kwargs):
         made['reader'] += 1
         return reader_state(*args, **kwargs)
 
     monkeypatch.setattr(PieceQueue, 'partial', counted)
-    monkeypatch.setattr(passes, 'position_state', counted_reader)
+    monkeypatch.setattr(position, 'position_state', counted_reader)
     whole, _ = _run(url, num_epochs=1, **case)
     at_once, later = [], []
     with _loader(url, num_epochs=1, **case) as loader:
