@@ -128,9 +128,17 @@ def _emulator(cloud: str):
 
 
 def upload(filesystem, local: str) -> None:
-    """The tree ``local`` copied into the bucket (container) ``bench``."""
-    import pyarrow.fs as pafs
+    """The tree ``local`` copied into the bucket (container) ``bench``, 16 objects at a time (pyarrow's
+    ``copy_files`` sends them one after the other to GCS)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     filesystem.create_dir(BUCKET)
-    pafs.copy_files(local, BUCKET, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem,
-                    use_threads=True)
+
+    def put(path: str) -> None:
+        with open(path, 'rb') as source, filesystem.open_output_stream(
+                f'{BUCKET}/{os.path.relpath(path, local)}') as out:
+            out.write(source.read())
+
+    paths = [os.path.join(directory, name) for directory, _, names in os.walk(local) for name in names]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, paths))
