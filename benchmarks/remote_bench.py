@@ -55,7 +55,7 @@ from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from remote_services import BUCKET, CLIENT_ENVIRONMENT, Service, serving  # noqa: E402
+from remote_services import BUCKET, CLIENT_ENVIRONMENT, Service, exit_on_terminate, serving  # noqa: E402
 
 CASES = os.path.join(HERE, 'remote_cases.py')
 IMAGE_ROWS = 24_000
@@ -283,6 +283,7 @@ def main() -> None:
     parser.add_argument('--hello-rows', type=int, default=2_000, help='rows of a stand-in hello-world store')
     parser.add_argument('--out-json', help='write every result here')
     args = parser.parse_args()
+    exit_on_terminate()
     stores = args.stores.split(',')
     systems = [s for s in args.systems.split(',') if s != 'petastorm' or args.anchor_python]
     prepare_stores(args.data_root, stores, args.scalar_rows, args.hello_rows)

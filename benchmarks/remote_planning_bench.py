@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from remote_bench import run_case  # noqa: E402
-from remote_services import BUCKET, server_stats, serving  # noqa: E402
+from remote_services import BUCKET, exit_on_terminate, server_stats, serving  # noqa: E402
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument('--timeout', type=float, default=600)
     parser.add_argument('--ranks', type=int, default=0, help='also run jobs of this many ranks (0: none)')
     args = parser.parse_args()
+    exit_on_terminate()
     counts = [int(n) for n in args.files.split(',')]
     systems = args.systems.split(',')
     stores = [(files, summary) for files in counts for summary in (False, True)]

@@ -66,6 +66,13 @@ def start_process(command: list[str], stack: ExitStack) -> str:
     return line
 
 
+def exit_on_terminate() -> None:
+    """Make SIGTERM leave this process as an exception would, so that the servers and proxies it started stop too."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def _post_or_get(url: str, reset: bool) -> dict:
     request = urllib.request.Request(url, method='POST' if reset else 'GET')
     with urllib.request.urlopen(request, timeout=30) as answer:
