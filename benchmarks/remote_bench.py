@@ -50,13 +50,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from remote_services import BUCKET, CLIENT_ENVIRONMENT, Service, exit_on_terminate, serving  # noqa: E402
+
 CASES = os.path.join(HERE, 'remote_cases.py')
-BUCKET = 'bench'
 IMAGE_ROWS = 24_000
 SYSTEM_ORDER = ('ours', 'raw', 'raw-bytes', 'petastorm', 'hf', 'ray', 'ours-disk-cache', 'ours-decoded-cache',
                 'ours-local')
@@ -100,6 +101,36 @@ def write_image_store(path: str, rows: int, row_group_mb: float = 2) -> None:
                   file_size_mb=max(8, 4 * row_group_mb), mode='overwrite')
 
 
+def write_scalar_store(path: str, rows: int, files: int = 10) -> None:
+    """A stand-in for Petastorm 0.13.1's ``scalars`` (plain Parquet, no Petastorm metadata): ``id`` and nine
+    float32, float64 and int32 columns in ``files`` files."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(0)
+    per_file = -(-rows // files)
+    for index in range(files):
+        ids = np.arange(index * per_file, min(rows, (index + 1) * per_file), dtype=np.int64)
+        columns = {'id': ids}
+        for column in range(9):
+            kind = (np.float32, np.float64, np.int32)[column % 3]
+            values = rng.random(len(ids)) * 1000
+            columns[f'c{column}'] = values.astype(kind)
+        pq.write_table(pa.table(columns), os.path.join(path, f'part-{index:05d}.parquet'))
+
+
+def write_hello_store(path: str, rows: int) -> None:
+    """A stand-in for Petastorm 0.13.1's ``hello_world``: its schema (a PNG and a 4-d array per row), our writer."""
+    from bench_datasets import HelloSchema, hello_rows
+
+    from petastorm import write_dataset
+
+    write_dataset('file://' + path, HelloSchema, hello_rows(rows), row_group_size_mb=32, file_size_mb=64,
+                  mode='overwrite')
+
+
 def link_tree(source: str, target: str) -> None:
     """``target`` as a tree of hard links to ``source``'s files (copies across devices)."""
     for directory, _, files in os.walk(source):
@@ -120,79 +151,37 @@ def store_rows(path: str) -> int:
                if name.endswith('.parquet') and not name.startswith(('_', '.')))
 
 
-# ------------------------------------------------------------------------------------------ server and proxies
-
-
-def _start(command: list[str], stack: ExitStack) -> tuple[subprocess.Popen, str]:
-    """A child process that prints ``listening on URL ...`` once ready: the process and its first line."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    stack.callback(_stop, process)
-    line = process.stdout.readline() if process.stdout else ''
-    if not line.startswith('listening on '):
-        raise RuntimeError(f'{command[2]} did not start: {line!r}')
-    return process, line
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-@contextmanager
-def serving(root: str, delays: list[int]):
-    """The server over ``root`` and a proxy per delay: ``(server endpoint, {delay: proxy endpoint})``."""
-    with ExitStack() as stack:
-        _, line = _start([sys.executable, '-m', 'petastorm.test_util.s3_server', '--root', root], stack)
-        server = line.split()[2]
-        proxies = {}
-        for delay in delays:
-            _, line = _start([sys.executable, '-m', 'petastorm.test_util.delay_proxy', '--upstream',
-                              server.split('://')[1], '--delay-ms', str(delay)], stack)
-            proxies[delay] = line.split()[2]
-        yield server, proxies
-
-
-def server_stats(server: str, reset: bool) -> dict:
-    request = urllib.request.Request(server + '/_stats', method='POST' if reset else 'GET')
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.loads(answer.read())
-
-
 # ------------------------------------------------------------------------------------------------- the cases
 
 
-def run_case(python: str, system: str, url: str, endpoint: str, server: str, workers: int, timeout: float,
-             first_only: bool = False, local_root: str | None = None) -> dict:
-    """One case in a fresh process (see ``remote_cases.py``), with the requests and bytes the server answered."""
-    server_stats(server, reset=True)
+def run_case(python: str, system: str, url: str, endpoint: str, counter: Callable[[bool], dict] | None,
+             workers: int, timeout: float, first_only: bool = False, local_root: str | None = None) -> dict:
+    """One case in a fresh process (see ``remote_cases.py``), with the requests (or connections) and bytes that
+    ``counter`` counted meanwhile."""
+    if counter is not None:
+        counter(True)
     command = [python, CASES, system, url, endpoint, '--workers', str(workers)] + (['--first-only'] * first_only)
     command += ['--local-root', local_root] if local_root else []
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env={**CLIENT_ENVIRONMENT, **os.environ})
     except subprocess.TimeoutExpired:
         return {'error': f'no result in {timeout:.0f} s'}
-    stats = server_stats(server, reset=True)
+    counted = counter(True) if counter is not None else {}
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
     if done.returncode or not lines:
         tail = (done.stderr.strip().splitlines() or ['(no output)'])[-1]
         return {'error': tail[:200]}
-    result = json.loads(lines[-1])
-    result['requests'] = stats['total_requests']
-    result['requests_by_kind'] = stats['requests']
-    result['bytes'] = stats['bytes_sent']
-    return result
+    return {**json.loads(lines[-1]), **counted}
 
 
-def capacity(python: str, server: str, proxies: dict[int, str]) -> list[tuple[str, float]]:
+def capacity(python: str, service: Service) -> list[tuple[str, float]]:
     """MB/s of every object read whole by 8 threads: straight from the server, then through each proxy."""
     rows = []
-    for name, endpoint in [('server', server)] + [(f'proxy {d} ms', e) for d, e in proxies.items()]:
-        result = run_case(python, 'capacity', f's3://{BUCKET}', endpoint, server, 8, 600)
-        rows.append((name, result['bytes'] / result['seconds'] / 1e6 if 'error' not in result else float('nan')))
+    for name, endpoint in [('server', service.server)] + [(f'proxy {d} ms', e) for d, e in service.proxies.items()]:
+        result = run_case(python, 'capacity', service.url(), endpoint, None, 8, 600)
+        # the capacity case's "rows" are the bytes it read
+        rows.append((name, result['rows'] / result['seconds'] / 1e6 if 'error' not in result else float('nan')))
     return rows
 
 
@@ -210,16 +199,24 @@ def median(results: list[dict], key: str) -> float:
     return statistics.median(values) if values else float('nan')
 
 
-def table(results: dict, stores: list[str], delays: list[int], systems: list[str], rows_of: dict[str, int]) -> str:
+def _count(runs: list[dict], key: str) -> str:
+    values = [r[key] for r in runs if 'error' not in r and r.get(key) is not None]
+    return f'{statistics.median(values):,.0f}' if values else '-'
+
+
+def table(results: dict, cloud: str, stores: list[str], delays: list[int], systems: list[str],
+          rows_of: dict[str, int]) -> str:
+    """One table per store of ``cloud``: each system at each delay (medians over the rounds)."""
+    counted = 'requests' if cloud == 's3' else 'connections'
     lines = []
     for store in stores:
-        lines += ['', f'### {store} ({rows_of[store]:,} rows)', '',
-                  '| one-way delay | system | rows/s | first batch s | vs raw | requests | MB | peak RSS MB |',
+        lines += ['', f'### {cloud}: {store} ({rows_of[store]:,} rows)', '',
+                  f'| one-way delay | system | rows/s | first batch s | vs raw | {counted} | MB | peak RSS MB |',
                   '|---:|---|---:|---:|---:|---:|---:|---:|']
         for delay in delays:
-            raw = median(results[store, delay, 'raw'], 'seconds') if 'raw' in systems else float('nan')
+            raw = median(results[cloud, store, delay, 'raw'], 'seconds') if 'raw' in systems else float('nan')
             for system in systems:
-                runs = results[store, delay, system]
+                runs = results[cloud, store, delay, system]
                 if not runs:
                     continue
                 errors = [r['error'] for r in runs if 'error' in r]
@@ -229,57 +226,82 @@ def table(results: dict, stores: list[str], delays: list[int], systems: list[str
                 seconds = median(runs, 'seconds')
                 lines.append(
                     f'| {delay} ms | {SYSTEM_NAMES[system]} | {rows_of[store] / seconds:,.0f} | '
-                    f'{median(runs, "first_batch"):.2f} | {raw / seconds:.2f} | {median(runs, "requests"):,.0f} | '
+                    f'{median(runs, "first_batch"):.2f} | {raw / seconds:.2f} | {_count(runs, counted)} | '
                     f'{median(runs, "bytes") / 1e6:,.0f} | {median(runs, "peak_rss") / 1e6:,.0f} |')
     return '\n'.join(lines)
+
+
+def prepare_stores(data_root: str, stores: list[str], scalar_rows: int, hello_rows: int) -> None:
+    """Write the stores ``data_root`` lacks: the image stores, and stand-ins for Petastorm 0.13.1's."""
+    for name, row_group_mb in (('images', 2), ('images_big', 32)):
+        if name in stores and not os.path.isdir(os.path.join(data_root, name)):
+            print(f'writing the image store {name} ({IMAGE_ROWS:,} rows) under {data_root}', flush=True)
+            write_image_store(os.path.join(data_root, name), IMAGE_ROWS, row_group_mb)
+    if 'scalars' in stores and not os.path.isdir(os.path.join(data_root, 'scalars')):
+        print(f'writing a stand-in scalar store ({scalar_rows:,} rows) under {data_root}', flush=True)
+        write_scalar_store(os.path.join(data_root, 'scalars'), scalar_rows)
+    if 'hello_world' in stores and not os.path.isdir(os.path.join(data_root, 'hello_world')):
+        print(f'writing a stand-in hello-world store ({hello_rows:,} rows) under {data_root}', flush=True)
+        write_hello_store(os.path.join(data_root, 'hello_world'), hello_rows)
+
+
+def run_cloud(args: argparse.Namespace, cloud: str, root: str, stores: list[str], systems: list[str],
+              rows_of: dict[str, int], results: dict) -> None:
+    """Every case of ``cloud`` (its server and proxies up meanwhile), ``args.rounds`` times in rotated orders."""
+    delays = [int(d) for d in args.delays.split(',')]
+    with serving(root, delays, cloud) as service:
+        print(f"## {cloud}: set-up capacity, every object read whole by 8 threads of pyarrow's client\n")
+        for name, rate in capacity(sys.executable, service):
+            print(f'- {name}: {rate:,.0f} MB/s')
+        cases = [(store, delay, system) for store in stores for delay in delays for system in systems
+                 if _runs_at(system, delay, delays) and (system != 'petastorm' or cloud == 's3')]
+        for round_index in range(args.rounds):
+            shift = round_index * len(cases) // max(1, args.rounds)
+            for store, delay, system in cases[shift:] + cases[:shift]:
+                python = args.anchor_python if system == 'petastorm' else sys.executable
+                result = run_case(python, system, service.url(store), service.proxies[delay],
+                                  service.counters[delay], args.workers, args.timeout, local_root=root)
+                if 'error' not in result and result['rows'] != rows_of[store]:
+                    result = {'error': f'read {result["rows"]} rows, the store has {rows_of[store]}'}
+                results[cloud, store, delay, system].append(result)
+                shown = result.get('error') or f'{result["seconds"]:.2f} s, first {result["first_batch"]:.2f} s'
+                print(f'  round {round_index + 1}: {cloud} {store} {delay} ms {system}: {shown}', flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--data-root', required=True, help='holds scalars/ and hello_world/ (make_datasets.py)')
     parser.add_argument('--anchor-python', help="the python of Petastorm 0.13.1's side environment")
+    parser.add_argument('--clouds', default='s3', help='s3, gcs (fake-gcs-server), azure (Azurite)')
     parser.add_argument('--delays', default='0,10,50', help='one-way delays in ms')
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--stores', default='scalars,hello_world,images')
     parser.add_argument('--systems', default=','.join(SYSTEM_ORDER))
     parser.add_argument('--workers', type=int, default=4, help='threads of every reader that takes a number')
     parser.add_argument('--timeout', type=float, default=600, help='seconds before a case counts as failed')
+    parser.add_argument('--scalar-rows', type=int, default=5_000_000, help='rows of a stand-in scalar store')
+    parser.add_argument('--hello-rows', type=int, default=2_000, help='rows of a stand-in hello-world store')
     parser.add_argument('--out-json', help='write every result here')
     args = parser.parse_args()
-    delays = [int(d) for d in args.delays.split(',')]
+    exit_on_terminate()
     stores = args.stores.split(',')
     systems = [s for s in args.systems.split(',') if s != 'petastorm' or args.anchor_python]
-    for name, row_group_mb in (('images', 2), ('images_big', 32)):
-        if name in stores and not os.path.isdir(os.path.join(args.data_root, name)):
-            print(f'writing the image store {name} ({IMAGE_ROWS:,} rows) under {args.data_root}', flush=True)
-            write_image_store(os.path.join(args.data_root, name), IMAGE_ROWS, row_group_mb)
+    prepare_stores(args.data_root, stores, args.scalar_rows, args.hello_rows)
     rows_of = {store: store_rows(os.path.join(args.data_root, store)) for store in stores}
 
     results: dict = defaultdict(list)
+    clouds = args.clouds.split(',')
     with tempfile.TemporaryDirectory(prefix='remote-bench-') as root:
         for store in stores:
             link_tree(os.path.join(args.data_root, store), os.path.join(root, BUCKET, store))
-        with serving(root, delays) as (server, proxies):
-            print('## set-up capacity: every object read whole by 8 threads of pyarrow\'s S3 client\n')
-            for name, rate in capacity(sys.executable, server, proxies):
-                print(f'- {name}: {rate:,.0f} MB/s')
-            cases = [(store, delay, system) for store in stores for delay in delays for system in systems
-                     if _runs_at(system, delay, delays)]
-            for round_index in range(args.rounds):
-                shift = round_index * len(cases) // max(1, args.rounds)
-                for store, delay, system in cases[shift:] + cases[:shift]:
-                    python = args.anchor_python if system == 'petastorm' else sys.executable
-                    result = run_case(python, system, f's3://{BUCKET}/{store}', proxies[delay], server, args.workers,
-                                      args.timeout, local_root=root)
-                    if 'error' not in result and result['rows'] != rows_of[store]:
-                        result = {'error': f'read {result["rows"]} rows, the store has {rows_of[store]}'}
-                    results[store, delay, system].append(result)
-                    shown = result.get('error') or f'{result["seconds"]:.2f} s, first {result["first_batch"]:.2f} s'
-                    print(f'  round {round_index + 1}: {store} {delay} ms {system}: {shown}', flush=True)
-    print(table(results, stores, delays, systems, rows_of))
+        for cloud in clouds:
+            run_cloud(args, cloud, root, stores, systems, rows_of, results)
+    delays = [int(d) for d in args.delays.split(',')]
+    for cloud in clouds:
+        print(table(results, cloud, stores, delays, systems, rows_of))
     if args.out_json:
         with open(args.out_json, 'w') as out:
-            json.dump({f'{s}|{d}|{y}': v for (s, d, y), v in results.items()}, out, indent=1)
+            json.dump({'|'.join(map(str, key)): value for key, value in results.items()}, out, indent=1)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
-"""One read of one store from an S3-compatible endpoint, by one system, in a fresh process: the cases of remote_bench.
+"""One read of one store from S3, GCS or Azure (an endpoint on loopback), by one system, in a fresh process: the
+cases of remote_bench.
 
 Run by ``remote_bench.py`` as ``python remote_cases.py SYSTEM STORE_URL ENDPOINT [--workers W] [--batch-size B]``; it
 prints one JSON line: rows, seconds for the epoch (from making the reader to its last batch), seconds to the first
@@ -17,11 +18,13 @@ The systems, each read as its users read it, with every image and array decoded:
   refused by the new dataset API), so it gets s3fs through pyarrow's legacy ``S3FSWrapper``, whose ``walk`` is given
   the synchronous ``ls`` that today's s3fs keeps (its ``_ls`` became a coroutine).
 * ``hf``: Hugging Face ``datasets`` streaming (``load_dataset('parquet', streaming=True)``, Arrow format).
-* ``ray``: Ray Data ``read_parquet`` with pyarrow's ``S3FileSystem`` and ``map_batches`` decoding (Ray's own
+* ``ray``: Ray Data ``read_parquet`` with pyarrow's client of the cloud and ``map_batches`` decoding (Ray's own
   parallel tasks); the clock starts after ``ray.init``, which a training job pays once.
-* ``raw``: the limit: pyarrow's ``S3FileSystem`` listing the files and reading their row groups (the same columns,
-  pre-buffered) with as many threads as the others have workers, then decoding them; ``raw-bytes`` skips the
-  decoding.
+* ``raw``: the limit: pyarrow's client of the cloud (``S3FileSystem``, ``GcsFileSystem``, ``AzureFileSystem``)
+  listing the files and reading their row groups (the same columns, pre-buffered) with as many threads as the
+  others have workers, then decoding them; ``raw-bytes`` skips the decoding.
+
+On GCS and Azure, ``hf`` reads through gcsfs and adlfs (fsspec), as its users do; Petastorm 0.13.1 runs on S3 only.
 
 * ``ours-disk-cache``, ``ours-decoded-cache``: a first epoch from S3 fills ``cache_type='local-disk'`` (raw row
   groups) or ``'local-disk-decoded'``; the clock times the second epoch, served by the cache. ``ours-local``: the
@@ -90,14 +93,32 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def s3_options(endpoint: str) -> dict:
+def store_options(url: str, endpoint: str) -> dict:
+    """The ``storage_options`` of a store at ``endpoint``: the S3 server's, fake-gcs-server's or Azurite's."""
+    scheme = url.split('://', 1)[0]
+    if scheme == 'gs':
+        return {'endpoint_url': endpoint, 'token': 'anon', 'project': 'bench'}
+    if scheme == 'abfs':
+        from petastorm.fs.settings.azure import DEVELOPMENT_ACCOUNT, DEVELOPMENT_KEY
+
+        return {'connection_string': f'DefaultEndpointsProtocol=http;AccountName={DEVELOPMENT_ACCOUNT};'
+                                     f'AccountKey={DEVELOPMENT_KEY};BlobEndpoint={endpoint}/{DEVELOPMENT_ACCOUNT};'}
     return dict(ACCESS, client_kwargs={'endpoint_url': endpoint})
 
 
-def arrow_s3(endpoint: str):
+def arrow_filesystem(url: str, endpoint: str):
+    """pyarrow's own client of the store's cloud at ``endpoint`` (S3, GCS or Azure)."""
     import pyarrow.fs as pafs
 
-    host = endpoint.split('://', 1)[1]
+    scheme, host = url.split('://', 1)[0], endpoint.split('://', 1)[1]
+    if scheme == 'gs':
+        return pafs.GcsFileSystem(anonymous=True, scheme='http', endpoint_override=host, project_id='bench')
+    if scheme == 'abfs':
+        from petastorm.fs.settings.azure import DEVELOPMENT_ACCOUNT, DEVELOPMENT_KEY
+
+        return pafs.AzureFileSystem(account_name=DEVELOPMENT_ACCOUNT, account_key=DEVELOPMENT_KEY,
+                                    blob_storage_authority=host, dfs_storage_authority=host,
+                                    blob_storage_scheme='http', dfs_storage_scheme='http')
     return pafs.S3FileSystem(endpoint_override=host, scheme='http', access_key=ACCESS['key'],
                              secret_key=ACCESS['secret'], region='us-east-1')
 
@@ -126,7 +147,7 @@ def petastorm_decoders(url: str, endpoint: str) -> dict:
     from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 
     try:
-        schema = get_schema_from_dataset_url(url, storage_options=s3_options(endpoint))
+        schema = get_schema_from_dataset_url(url, storage_options=store_options(url, endpoint))
     except PetastormMetadataError:
         return {}
     return {field.name: (lambda column, field=field: field.codec.decode_column(field, column))
@@ -144,13 +165,13 @@ def decode_table(table, decoders: dict) -> int:
 
 
 def read_ours(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
-    return _read_all(url, workers, clock, storage_options=s3_options(endpoint))
+    return _read_all(url, workers, clock, storage_options=store_options(url, endpoint))
 
 
 def read_ours_in_order(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
     """``ours`` with ``shuffle_row_groups=False``, as ``pyarrow.dataset`` reads: the first rows come while the
     footers of a store without a ``_metadata`` summary are still being read."""
-    return _read_all(url, workers, clock, storage_options=s3_options(endpoint), shuffle_row_groups=False)
+    return _read_all(url, workers, clock, storage_options=store_options(url, endpoint), shuffle_row_groups=False)
 
 
 def _read_all(url: str, workers: int, clock: dict | None, **reader_args: object) -> int:
@@ -172,9 +193,9 @@ def _read_cached(url: str, endpoint: str, workers: int, clock: dict, cache_type:
     with tempfile.TemporaryDirectory(prefix='remote-cache-') as directory:
         cache = {'cache_type': cache_type, 'cache_location': directory, 'cache_size_limit': 1 << 40,
                  'cache_row_size_estimate': 1 << 10, 'cache_extra_settings': {'cleanup': False}}
-        _read_all(url, workers, None, storage_options=s3_options(endpoint), **cache)
+        _read_all(url, workers, None, storage_options=store_options(url, endpoint), **cache)
         clock['start'] = time.perf_counter()
-        return _read_all(url, workers, clock, storage_options=s3_options(endpoint), **cache)
+        return _read_all(url, workers, clock, storage_options=store_options(url, endpoint), **cache)
 
 
 def read_ours_disk_cache(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
@@ -216,7 +237,7 @@ def _read_through_loader(url: str, endpoint: str, workers: int, batch_size: int,
 
     rows = 0
     reader = make_batch_reader(url, reader_pool_type='thread', workers_count=workers, seed=0,
-                               storage_options=s3_options(endpoint))
+                               storage_options=store_options(url, endpoint))
     with BatchedDataLoader(_WholeItems(reader) if whole_first_item else reader, batch_size=batch_size) as loader:
         for batch in loader:
             first_batch(clock)
@@ -229,7 +250,7 @@ def read_ours_local(url: str, endpoint: str, workers: int, batch_size: int, cloc
     return _read_all('file://' + os.path.join(clock['local_root'], bucket_path(url)), workers, clock)
 
 
-def _legacy_s3fs(endpoint: str):
+def _legacy_s3fs(url: str, endpoint: str):
     import pyarrow.filesystem as legacy_fs
     import s3fs
 
@@ -245,16 +266,16 @@ def _legacy_s3fs(endpoint: str):
             for directory in directories:
                 yield from self.walk(f'{path}/{directory}', refresh)
 
-    return Wrapper(s3fs.S3FileSystem(**s3_options(endpoint)))
+    return Wrapper(s3fs.S3FileSystem(**store_options(url, endpoint)))
 
 
 def read_petastorm(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
     from petastorm import make_batch_reader, make_reader
     from petastorm.etl.dataset_metadata import get_schema_from_dataset_url
 
-    filesystem = _legacy_s3fs(endpoint)
+    filesystem = _legacy_s3fs(url, endpoint)
     try:
-        get_schema_from_dataset_url(url, storage_options=s3_options(endpoint))
+        get_schema_from_dataset_url(url, storage_options=store_options(url, endpoint))
         petastorm_dataset = True
     except Exception:  # plain Parquet (its exception types moved between releases)
         petastorm_dataset = False
@@ -280,7 +301,7 @@ def read_hf(url: str, endpoint: str, workers: int, batch_size: int, clock: dict)
     decoders = petastorm_decoders(url, endpoint)
     clock['start'] = time.perf_counter()
     dataset = load_dataset('parquet', data_files={'train': f'{url}/*.parquet'}, split='train', streaming=True,
-                           storage_options=s3_options(endpoint)).with_format('arrow')
+                           storage_options=store_options(url, endpoint)).with_format('arrow')
     rows = 0
     for table in dataset.iter(batch_size=batch_size):
         rows += decode_table(table, decoders)
@@ -294,7 +315,8 @@ def read_ray(url: str, endpoint: str, workers: int, batch_size: int, clock: dict
     decoders = petastorm_decoders(url, endpoint)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level='ERROR')
     clock['start'] = time.perf_counter()
-    dataset = ray.data.read_parquet(bucket_path(url), filesystem=arrow_s3(endpoint), file_extensions=['parquet'])
+    dataset = ray.data.read_parquet(bucket_path(url), filesystem=arrow_filesystem(url, endpoint),
+                                    file_extensions=['parquet'])
     if decoders:
         def decode(table):
             return {name: decoders[name](table.column(name)) if name in decoders else table.column(name).to_numpy()
@@ -316,7 +338,7 @@ def _raw_read(url: str, endpoint: str, workers: int, clock: dict, decoders: dict
     # pyarrow's dataset discovery keeps each file's size from the listing, so no file is asked for its size again;
     # the footers are read once, then each row group's column chunks in coalesced requests (pre_buffer).
     file_format = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
-    dataset = ds.dataset(bucket_path(url), filesystem=arrow_s3(endpoint), format=file_format)
+    dataset = ds.dataset(bucket_path(url), filesystem=arrow_filesystem(url, endpoint), format=file_format)
     fragments = list(dataset.get_fragments())
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda fragment: fragment.ensure_complete_metadata(), fragments))
@@ -344,7 +366,7 @@ def read_arrow_dataset(url: str, endpoint: str, workers: int, batch_size: int, c
     """``pyarrow.dataset`` used as its documentation shows: one scanner over the files, pyarrow's own threads."""
     import pyarrow.dataset as ds
 
-    dataset = ds.dataset(bucket_path(url), filesystem=arrow_s3(endpoint), format='parquet')
+    dataset = ds.dataset(bucket_path(url), filesystem=arrow_filesystem(url, endpoint), format='parquet')
     rows = 0
     for batch in dataset.to_batches():
         first_batch(clock)
@@ -358,7 +380,7 @@ def read_capacity(url: str, endpoint: str, workers: int, batch_size: int, clock:
 
     import pyarrow.fs as pafs
 
-    fs = arrow_s3(endpoint)
+    fs = arrow_filesystem(url, endpoint)
     infos = [info for info in fs.get_file_info(pafs.FileSelector(bucket_path(url), recursive=True)) if info.is_file]
     with ThreadPoolExecutor(workers) as pool:
         return sum(pool.map(lambda info: len(fs.open_input_file(info.path).read()), infos))
@@ -397,7 +419,7 @@ def versions(system: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('system', choices=sorted(SYSTEMS))
-    parser.add_argument('url', help='s3://bucket/store')
+    parser.add_argument('url', help='s3://bucket/store, gs://bucket/store or abfs://container/store')
     parser.add_argument('endpoint', help='http://127.0.0.1:PORT')
     parser.add_argument('--workers', type=int, default=4)
     parser.add_argument('--batch-size', type=int, default=256)
@@ -405,7 +427,7 @@ def main() -> None:
     parser.add_argument('--local-root', help='the directory the server serves (for ours-local)')
     args = parser.parse_args()
     warnings.simplefilter('ignore')
-    for module in PRELOAD[args.system]:
+    for module in PRELOAD[args.system] + (['petastorm.fs.settings.azure'] if args.url.startswith('abfs') else []):
         importlib.import_module(module)
     rss = PeakRss()
     clock = {'start': time.perf_counter(), 'first_only': args.first_only, 'local_root': args.local_root}

@@ -1,4 +1,5 @@
-"""Time to the first batch from stores of many small files on S3 behind latency: does planning grow with the files?
+"""Time to the first batch from stores of many small files on S3 (or GCS, Azure) behind latency: does planning grow
+with the files?
 
 Stores of 1,000 and 10,000 Parquet files (100 rows of two columns each), plain or with a ``_metadata`` summary
 (pyarrow's ``write_metadata``), served by ``petastorm.test_util.s3_server`` behind a
@@ -15,8 +16,12 @@ between them. The ranks plan once (rank 0 reads the footers and broadcasts the p
 those of the one reader plus each rank's listing and own data. The table gives the job's requests against the one
 reader's, the slowest rank's first batch, and whether every row was read once.
 
+With ``--cloud gcs`` or ``--cloud azure`` the stores are uploaded to fake-gcs-server or Azurite (see
+``remote_services.py``), whose proxy counts connections, not requests; jobs of ranks run on S3 only.
+
 Usage:
     python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8]
+        [--cloud s3|gcs|azure]
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from remote_bench import BUCKET, run_case, server_stats, serving  # noqa: E402
+from remote_bench import run_case  # noqa: E402
+from remote_services import BUCKET, exit_on_terminate, server_stats, serving  # noqa: E402
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
@@ -66,12 +72,14 @@ def write_many(directory: str, files: int, summary: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--files', default='1000,10000')
+    parser.add_argument('--cloud', default='s3', help='s3, gcs (fake-gcs-server) or azure (Azurite)')
     parser.add_argument('--delay-ms', type=int, default=10)
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--systems', default=','.join(SYSTEMS))
     parser.add_argument('--timeout', type=float, default=600)
     parser.add_argument('--ranks', type=int, default=0, help='also run jobs of this many ranks (0: none)')
     args = parser.parse_args()
+    exit_on_terminate()
     counts = [int(n) for n in args.files.split(',')]
     systems = args.systems.split(',')
     stores = [(files, summary) for files in counts for summary in (False, True)]
@@ -79,22 +87,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix='planning-bench-') as root:
         for files, summary in stores:
             write_many(os.path.join(root, BUCKET, _name(files, summary)), files, summary)
-        with serving(root, [args.delay_ms]) as (server, proxies):
+        with serving(root, [args.delay_ms], args.cloud) as service:
+            endpoint, counter = service.proxies[args.delay_ms], service.counters[args.delay_ms]
             cases = [(store, system) for store in stores for system in systems]
             for round_index in range(args.rounds):
                 shift = round_index * len(cases) // max(1, args.rounds)
                 for (files, summary), system in cases[shift:] + cases[:shift]:
-                    result = run_case(sys.executable, system, f's3://{BUCKET}/{_name(files, summary)}',
-                                      proxies[args.delay_ms], server, 4, args.timeout, first_only=True)
+                    result = run_case(sys.executable, system, service.url(_name(files, summary)), endpoint, counter,
+                                      4, args.timeout, first_only=True)
                     results[files, summary, system].append(result)
-                    shown = result.get('error') or f'{result["first_batch"]:.2f} s, {result["requests"]} requests'
+                    shown = result.get('error') or f'{result["first_batch"]:.2f} s, {_counted(result)}'
                     print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
                           flush=True)
-            jobs = {files: _job_case(f's3://{BUCKET}/{_name(files, False)}', proxies[args.delay_ms], server,
-                                     args.ranks, files * 100, args.timeout)
-                    for files in counts} if args.ranks > 1 else {}
-    print(f'\n### Time to the first batch, S3 at {args.delay_ms} ms one way\n')
-    print('| files | _metadata | system | first batch s | requests |')
+            jobs = {files: _job_case(service.url(_name(files, False)), endpoint, service.server, args.ranks,
+                                     files * 100, args.timeout)
+                    for files in counts} if args.ranks > 1 and args.cloud == 's3' else {}
+    print(f'\n### Time to the first batch, {args.cloud} at {args.delay_ms} ms one way\n')
+    print(f'| files | _metadata | system | first batch s | {"requests" if args.cloud == "s3" else "connections"} |')
     print('|---:|---|---|---:|---:|')
     for files, summary in stores:
         for system in systems:
@@ -105,7 +114,7 @@ def main() -> None:
                 continue
             print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | '
                   f'{statistics.median(r["first_batch"] for r in runs):.2f} | '
-                  f'{statistics.median(r["requests"] for r in runs):,.0f} |')
+                  f'{statistics.median(r["requests"] or r["connections"] for r in runs):,.0f} |')
     if jobs:
         print(f'\n### A job of {args.ranks} ranks against one reader, one epoch, no _metadata, {args.delay_ms} ms\n')
         print('| files | one reader: requests | job: requests | job / reader | slowest first batch s | '
@@ -151,6 +160,12 @@ def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> list[dict
     if failed:
         raise RuntimeError(f'a rank failed: {failed[0][-2000:]}')
     return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in outputs]
+
+
+def _counted(result: dict) -> str:
+    if result.get('requests') is not None:
+        return f'{result["requests"]} requests'
+    return f'{result["connections"]} connections'
 
 
 def _name(files: int, summary: bool) -> str:

@@ -118,7 +118,7 @@ class MissingDataFilesError(StorageNotFoundError, PetastormMetadataError):
 
 
 class DataFileChangedError(StorageError):
-    """A data file changed (its size, or its ETag where the storage gives one) after the reader planned its read.
+    """A data file changed (its size, or its ETag or generation where the storage gives one) after its read was planned.
 
     The row groups planned from the old file may not be those of the new one, so nothing more is read from it;
     the message names the file's URL. Make a new reader to read the new contents.

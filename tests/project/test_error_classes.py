@@ -24,6 +24,9 @@ INTERNAL_SIGNALS: dict[str, str] = {
     'petastorm.fs._errors:ShortReadError':
         'a ranged read cut short, raised for the retry loop to try again; PetastormErrors are never retried, and '
         'when the retries run out it is translated into a StorageError naming the URL (only its __cause__)',
+    'petastorm.fs._versions:VersionGone':
+        'a read of the listed version of an object refused by the store, raised to the fsspec layer, which raises '
+        'DataFileChangedError naming the URL in its place (only its __cause__)',
     'petastorm.test_util._s3_requests:ErrorReply':
         'the loopback S3 server\'s way out of a request handler: caught by its connection and sent as the HTTP '
         'error answer',

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from petastorm.fs._native_clouds import has_native_azure
 from petastorm.fs.settings.azure import DEVELOPMENT_ACCOUNT, DEVELOPMENT_KEY
+from support.subprocesses import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 #: where ``make azurite`` installs the emulator.
@@ -75,13 +76,7 @@ class _Emulator:
         raise NotImplementedError
 
     def stop(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop_process(self._process)
         self._log_file.close()
         self.log.unlink(missing_ok=True)
 

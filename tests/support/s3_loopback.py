@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from support.subprocesses import stop_process
+
 BUCKET = 'petastorm-test'
 ACCESS_KEY = 'AKIAPETASTORMTEST'
 SECRET_KEY = 'petastorm-secret-never-shown-0123456789'
@@ -73,13 +75,7 @@ class MotoServer:
         return {'key': ACCESS_KEY, 'secret': SECRET_KEY, 'endpoint_url': endpoint or self.endpoint, **extra}
 
     def stop(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop_process(self._process)
         self._log.close()
         os.unlink(self._log.name)
 

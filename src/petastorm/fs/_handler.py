@@ -9,8 +9,9 @@
   ranged GET on object stores), so projecting columns or reading one row group never downloads a whole file.
   The tail of each file (where the Parquet footer lives) is kept in a small cache, so the footer is fetched
   once per file and process, not once per row group;
-* a file that changed after it was listed is noticed, not read as a mix of two versions: on S3 every ranged read
-  carries the listed ETag (``If-Match``), and on every store a read of a file's tail asks for one byte more than
+* a file that changed after it was listed is noticed, not read as a mix of two versions: through s3fs, gcsfs and
+  adlfs every ranged read names the listed version (the ETag or GCS generation: :mod:`petastorm.fs._versions`),
+  and on every store a read of a file's tail asks for one byte more than
   the listed size (a file that grew answers with it; one that shrank answers short), so
   :class:`~petastorm.errors.DataFileChangedError` names the file instead.
 """
@@ -32,7 +33,6 @@ from petastorm.fs._errors import (
     ShortReadError,
     classify,
     is_ambiguous_refusal,
-    is_changed,
     is_transient,
     safe_cause,
     secrets_of,
@@ -40,6 +40,7 @@ from petastorm.fs._errors import (
 )
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
 from petastorm.fs._throttle import limit_for
+from petastorm.fs._versions import VersionGone, listed_version, read_version, version_name
 
 T = TypeVar('T')
 
@@ -103,7 +104,8 @@ class StorageHandler(pafs.FSSpecHandler):
         self.scheme = scheme
         self.retry = retry
         self._sizes: OrderedDict[str, int] = OrderedDict(known_sizes or {})
-        # ETags of listed files, sent back as If-Match on S3 (s3fs): a rewritten object then fails the read.
+        # Version tags of listed files (ETags, GCS generations), sent with every read (petastorm.fs._versions): a
+        # rewritten object then fails the read.
         self._etags: dict[str, str] = dict(known_etags or {})
         self._sizes_lock = threading.Lock()
         self._tails = _LruBytes(_TAIL_CACHE_BYTES)
@@ -177,12 +179,12 @@ class StorageHandler(pafs.FSSpecHandler):
                 self._etags.pop(self._sizes.popitem(last=False)[0], None)
 
     def _create_file_info(self, path: str, info: dict) -> pafs.FileInfo:
-        # FSSpecHandler builds every FileInfo of a listing or a lookup here, from fsspec's details: keep the ETag
-        # (FileInfo has no place for it).
-        etag = info.get('ETag') if info.get('type') == 'file' else None
-        if isinstance(etag, str) and etag:
+        # FSSpecHandler builds every FileInfo of a listing or a lookup here, from fsspec's details: keep the version
+        # tag (ETag, generation), for which FileInfo has no place.
+        version = listed_version(self.fs, info)
+        if version is not None:
             with self._sizes_lock:
-                self._etags[path.rstrip('/')] = etag
+                self._etags[path.rstrip('/')] = version
         found = pafs.FSSpecHandler._create_file_info(path, info)
         if found.mtime is not None or found.type != pafs.FileType.File:
             return found
@@ -248,32 +250,18 @@ class StorageHandler(pafs.FSSpecHandler):
         return self._run(f'reading bytes {start}-{end} of', path, fetch)
 
     def _get(self, path: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``path`` (fewer at its end), on S3 only if it still has its listed ETag."""
+        """Bytes ``[start, end)`` of ``path`` (fewer at its end), of its listed version where the store tags them."""
         with self._sizes_lock:
-            etag = self._etags.get(path.rstrip('/'))
-        if etag is None or not hasattr(self.fs, '_call_s3'):
-            return self.fs.cat_file(path, start=start, end=end)
-        from fsspec.asyn import sync
-
-        bucket, key, version = self.fs.split_path(path)
-        extra = {'VersionId': version} if version else {}
-
-        async def get() -> bytes:
-            answer = await self.fs._call_s3('get_object', Bucket=bucket, Key=key, Range=f'bytes={start}-{end - 1}',
-                                            IfMatch=etag, **extra)
-            try:
-                return await answer['Body'].read()
-            finally:
-                answer['Body'].close()
-
+            version = self._etags.get(path.rstrip('/'))
+        if version is None:
+            return self.fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
         try:
-            return sync(self.fs.loop, get)
-        except Exception as err:
-            if is_changed(err):
-                raise DataFileChangedError(
-                    f'{self.url_of(path)} changed after it was listed: its ETag was {etag} and is another now. Its '
-                    f'row groups were planned from the old object; make a new reader to read the new one') from err
-            raise
+            return read_version(self.fs, path, start, end, version)
+        except VersionGone as err:
+            raise DataFileChangedError(
+                f'{self.url_of(path)} changed after it was listed: its {version_name(self.fs)} was {version} and is '
+                f'another now. Its row groups were planned from the old object; make a new reader to read the new '
+                f'one') from err
 
     def _check_size(self, path: str, size: int) -> None:
         """After a short read: raise DataFileChangedError if the file is no longer ``size`` bytes long."""

@@ -32,6 +32,18 @@ __all__ = ['azure_endpoint', 'check_cloud_credentials', 'gcs_endpoint_of', 'has_
            'native_azure_filesystem', 'native_gcs_filesystem']
 
 
+#: what a missing credential is called per cloud (``gcs``: Google's), and what to do about it.
+_MISSING = {
+    True: ('Google Cloud credentials found',
+           "Log in with `gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service "
+           "account's key file, or pass storage_options={'token': 'anon'} for a public bucket"),
+    False: ('Azure storage account named',
+            "Pass account_name (with account_key, sas_token, or nothing for Azure's default credentials) or "
+            "connection_string in storage_options, or set AZURE_STORAGE_ACCOUNT_NAME or "
+            "AZURE_STORAGE_CONNECTION_STRING"),
+}
+
+
 def check_cloud_credentials(scheme: str, url: str, storage_options: dict | None, *, gcs: bool) -> None:
     """Refuse a GCS (``gcs=True``) or Azure URL whose credentials are nowhere to be found, saying where we looked.
 
@@ -40,27 +52,24 @@ def check_cloud_credentials(scheme: str, url: str, storage_options: dict | None,
     """
     if gcs:
         looked = missing_credentials(read_gcs_settings(storage_options, url), os.environ)
-        if looked:
-            raise StorageCredentialsError(
-                f'no Google Cloud credentials found for {display_url(url)}: looked at {looked}. Log in with '
-                f'`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service '
-                f"account's key file, or pass storage_options={{'token': 'anon'}} for a public bucket")
-        return
-    looked = missing_account(read_azure_settings(storage_options, url), os.environ)
+    else:
+        looked = missing_account(read_azure_settings(storage_options, url), os.environ)
     if looked:
-        raise StorageCredentialsError(
-            f'no Azure storage account named for {display_url(url)}: looked at {looked}. Pass account_name (with '
-            f'account_key, sas_token, or nothing for Azure\'s default credentials) or connection_string in '
-            f'storage_options, or set AZURE_STORAGE_ACCOUNT_NAME or AZURE_STORAGE_CONNECTION_STRING')
+        what, advice = _MISSING[gcs]
+        raise StorageCredentialsError(f'no {what} for {display_url(url)}: looked at {looked}. {advice}')
+
+
+def _native(filesystem: type[pafs.FileSystem], arguments: dict[str, Any] | None) -> pafs.FileSystem | None:
+    """pyarrow's client made with ``arguments``, its I/O pool grown first; None without arguments."""
+    if arguments is None:
+        return None
+    grow_io_pool()
+    return filesystem(**arguments)
 
 
 def native_gcs_filesystem(url: str, storage_options: dict | None) -> pafs.FileSystem | None:
     """pyarrow's ``GcsFileSystem`` for a ``gs://`` URL when its options mean the same to it (None: use gcsfs)."""
-    arguments = pyarrow_gcs_arguments(read_gcs_settings(storage_options, url), os.environ)
-    if arguments is None:
-        return None
-    grow_io_pool()
-    return pafs.GcsFileSystem(**arguments)
+    return _native(pafs.GcsFileSystem, pyarrow_gcs_arguments(read_gcs_settings(storage_options, url), os.environ))
 
 
 def gcs_endpoint_of(url: str, storage_options: dict | None) -> str | None:
@@ -92,11 +101,8 @@ def native_azure_filesystem(url: str, storage_options: dict | None) -> pafs.File
     """
     if not has_native_azure():
         return None
-    arguments = pyarrow_azure_arguments(read_azure_settings(storage_options, url), os.environ, _azure_names())
-    if arguments is None:
-        return None
-    grow_io_pool()
-    return pafs.AzureFileSystem(**arguments)
+    return _native(pafs.AzureFileSystem,
+                   pyarrow_azure_arguments(read_azure_settings(storage_options, url), os.environ, _azure_names()))
 
 
 def azure_endpoint(url: str, storage_options: dict | None) -> Any:

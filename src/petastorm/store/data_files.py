@@ -176,7 +176,8 @@ class DataFiles:
         the row group, the others take its table, or its error: the row group is fetched and decompressed once.
 
         Raises:
-            DataFileChangedError: the file's size is not what the listing said.
+            DataFileChangedError: the file's size is not what the listing said, or the version of it that was
+                opened is gone (GCS).
             OSError, pyarrow.ArrowException: what the filesystem or the Parquet reader raised.
         """
         if readers <= 1:
@@ -223,7 +224,31 @@ class DataFiles:
     def _read_open(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
         handle, footer = self._open(path)
         with self._transfers.holding(_stored_bytes(footer, row_group, columns)):
-            return pq.ParquetFile(handle, metadata=footer, pre_buffer=True).read_row_group(row_group, columns=columns)
+            try:
+                return pq.ParquetFile(handle, metadata=footer, pre_buffer=True).read_row_group(row_group,
+                                                                                               columns=columns)
+            except FileNotFoundError as err:
+                self._check_version_gone(path, err)
+                raise
+
+    def _check_version_gone(self, path: str, err: FileNotFoundError) -> None:
+        """After a read of an open file found nothing: raise DataFileChangedError if the file is there now.
+
+        pyarrow's GCS client reads the generation of the object it opened; once the object is rewritten (in a
+        bucket without versioning) that generation is gone, and the read finds nothing where a file is.
+        """
+        with self._lock:
+            self._opened.pop(path, None)
+        try:
+            there = self.filesystem.get_file_info(path).type == pafs.FileType.File
+        except (pa.ArrowException, OSError):
+            return  # the failed read is what is reported
+        if there:
+            raise DataFileChangedError(
+                f'data file {file_url(self.filesystem, path)} changed while it was read: the version opened is '
+                f'gone and another is there now, so the row groups planned from it may not be its row groups. '
+                f'Make a new reader to read the new contents (writers that replace files should write new names '
+                f'instead)') from err
 
     def _open(self, path: str, kept_footer: bool = True) -> tuple[pa.NativeFile, pq.FileMetaData]:
         """The file opened (its size checked) and its footer, kept for this process's next reads of it.

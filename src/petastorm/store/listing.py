@@ -104,7 +104,38 @@ def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
     entries = [entry for entry in entries if entry.path.rstrip('/') != root.rstrip('/')]
     if entries:
         return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries))
-    return StoreListing(root, filesystem.get_file_info(root))
+    info = filesystem.get_file_info(root)
+    if info.type == pafs.FileType.Directory and _leaves_out_implied_directories(filesystem):
+        # pyarrow's GCS client leaves out of a listing that is not recursive the directories that only the names
+        # of the objects under them imply (apache/arrow#35993): a partitioned store or a table's directory looks
+        # empty. A recursive listing has their objects.
+        entries = _direct_children(root, filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
+        return StoreListing(root, info, tuple(entries))
+    return StoreListing(root, info)
+
+
+def _leaves_out_implied_directories(filesystem: pafs.FileSystem) -> bool:
+    """Whether the listings of ``filesystem`` that are not recursive leave out implied directories (GCS's)."""
+    gcs = getattr(pafs, 'GcsFileSystem', None)
+    return gcs is not None and isinstance(filesystem, gcs)
+
+
+def _direct_children(root: str, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
+    """The entries directly under ``root``, from a recursive listing of it.
+
+    Its files there, and a directory for each first name of a deeper path.
+    """
+    children: dict[str, pafs.FileInfo] = {}
+    prefix = root.rstrip('/') + '/'
+    for info in infos:
+        name, slash, _ = info.path[len(prefix):].partition('/')
+        if not info.path.startswith(prefix) or not name:
+            continue
+        if slash:
+            children.setdefault(name, pafs.FileInfo(prefix + name, pafs.FileType.Directory))
+        else:
+            children[name] = info
+    return [children[name] for name in sorted(children)]
 
 
 def list_data_files(filesystem: pafs.FileSystem, root: str, url: Any = None) -> list[str]:

@@ -164,8 +164,9 @@ def test_an_fsspec_listing_without_a_time_has_none():
 
 
 class _Handler:
-    """What _create_file_info uses of a handler: where it keeps ETags."""
+    """What _create_file_info uses of a handler: its client (none here: no version tags) and where it keeps them."""
 
     def __init__(self) -> None:
+        self.fs = None
         self._sizes_lock = threading.Lock()
         self._etags: dict[str, str] = {}

@@ -77,8 +77,11 @@ def test_gcs_options_pyarrow_cannot_take_stay_with_gcsfs(options):
 def test_gcs_options_for_the_table_libraries():
     options = {'endpoint_url': EMULATOR, 'project': 'p', 'token': 'anon', 'gcs.oauth2.token': 't',
                'google_service_account': '/k.json'}
+    # pyiceberg's pyarrow file IO has no anonymous access: its gcsfs one is named
     assert iceberg_io_properties(GS, options) == {'gcs.service.host': EMULATOR, 'gcs.project-id': 'p',
-                                                  'gcs.token': 'anon', 'gcs.oauth2.token': 't'}
+                                                  'gcs.token': 'anon', 'gcs.oauth2.token': 't',
+                                                  'py-io-impl': 'pyiceberg.io.fsspec.FsspecFileIO'}
+    assert 'py-io-impl' not in iceberg_io_properties(GS, {'endpoint_url': EMULATOR})
     assert delta_storage_options(GS, options) == {'google_service_account': '/k.json'}
     assert delta_storage_options(GS, {'token': '/keys/sa.json'}) == {'google_service_account': '/keys/sa.json'}
 

@@ -240,6 +240,15 @@ def parameter_names(*functions: Callable[..., Any]) -> tuple[frozenset[str], boo
     return frozenset(names), open_ended
 
 
+def fsspec_class_names(cls: type, *more: Callable[..., Any]) -> frozenset[str]:
+    """The keyword names an fsspec filesystem class takes: its classes' ``__init__``, fsspec's listings cache's
+    and ``more``'s."""
+    import fsspec.dircache
+
+    inits = [c.__dict__['__init__'] for c in cls.__mro__ if '__init__' in c.__dict__ and c is not object]
+    return parameter_names(*inits, fsspec.dircache.DirCache.__init__, *more)[0]
+
+
 def canonical_options(settings: Sequence[Setting], values: Mapping[str, Any],
                       dicts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The settings under their fsspec client's names (each setting's first name), the dict options merged in."""

@@ -31,7 +31,7 @@ from petastorm.fs.settings._table import (
     Cloud,
     Setting,
     canonical_options,
-    parameter_names,
+    fsspec_class_names,
     read_options,
 )
 
@@ -103,12 +103,9 @@ def _installed_adlfs_names() -> frozenset[str]:
     """The keyword names of the installed adlfs (its classes' signatures and fsspec's listings cache)."""
     try:
         import adlfs
-        import fsspec.dircache
     except ImportError:
         return frozenset()
-    inits = [cls.__dict__['__init__'] for cls in adlfs.AzureBlobFileSystem.__mro__ if '__init__' in cls.__dict__
-             and cls is not object]
-    return parameter_names(*inits, fsspec.dircache.DirCache.__init__)[0]
+    return fsspec_class_names(adlfs.AzureBlobFileSystem)
 
 
 AZURE = Cloud(client='adlfs', settings=AZURE_SETTINGS, dict_options=(), client_names=_ADLFS_NAMES,

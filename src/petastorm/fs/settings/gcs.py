@@ -30,8 +30,8 @@ from petastorm.fs.settings._table import (
     Setting,
     canonical_options,
     endpoint_parts,
+    fsspec_class_names,
     library_options,
-    parameter_names,
     read_options,
 )
 
@@ -86,13 +86,10 @@ _DEFAULT_TOKENS = (None, 'google_default')
 def _installed_gcsfs_names() -> frozenset[str]:
     """The keyword names of the installed gcsfs (its classes' signatures and fsspec's listings cache)."""
     try:
-        import fsspec.dircache
         import gcsfs
     except ImportError:
         return frozenset()
-    inits = [cls.__dict__['__init__'] for cls in gcsfs.GCSFileSystem.__mro__ if '__init__' in cls.__dict__
-             and cls is not object]
-    return parameter_names(*inits, fsspec.dircache.DirCache.__init__)[0]
+    return fsspec_class_names(gcsfs.GCSFileSystem)
 
 
 GCS = Cloud(client='gcsfs', settings=GCS_SETTINGS, dict_options=('session_kwargs',), client_names=_GCSFS_NAMES,
@@ -215,7 +212,9 @@ def gcs_iceberg_properties(settings: GcsSettings, environ: Mapping[str, str]) ->
     """The file IO properties of pyiceberg: the table's settings by pyiceberg's names, then those in its form."""
     properties = library_options(GCS_SETTINGS, _library_values(settings, environ), 'iceberg')
     if settings.token == 'anon':
-        properties['gcs.token'] = 'anon'  # pyiceberg's gcsfs file IO passes it on as gcsfs's token
+        # pyiceberg's gcsfs file IO passes it on as gcsfs's token; its pyarrow file IO has no anonymous access (it
+        # would wait for Google's credentials), so the gcsfs one is named
+        properties.update({'gcs.token': 'anon', 'py-io-impl': 'pyiceberg.io.fsspec.FsspecFileIO'})
     return {**properties, **settings.iceberg_properties}
 
 

@@ -25,6 +25,7 @@ from petastorm.fs.settings._table import (
     Cloud,
     Setting,
     canonical_options,
+    fsspec_class_names,
     library_options,
     parameter_names,
     read_options,
@@ -76,14 +77,11 @@ ENDPOINT_VARIABLES = ('AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL')
 def _installed_s3fs_names() -> frozenset[str]:
     """The keyword names of the installed s3fs (its classes' signatures and aiobotocore's session's)."""
     try:
-        import fsspec.dircache
         import s3fs
         from aiobotocore.session import AioSession
     except ImportError:
         return frozenset()
-    inits = [cls.__dict__['__init__'] for cls in s3fs.S3FileSystem.__mro__ if '__init__' in cls.__dict__
-             and cls is not object]
-    return parameter_names(*inits, fsspec.dircache.DirCache.__init__, AioSession.__init__)[0]
+    return fsspec_class_names(s3fs.S3FileSystem, AioSession.__init__)
 
 
 @functools.cache
