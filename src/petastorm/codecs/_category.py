@@ -12,6 +12,7 @@ this codec and :class:`~petastorm.codecs.ClassLabelCodec`, as Hugging Face ``Cla
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,7 +104,7 @@ class CategoryCodec(LabelNames):
             if pa.types.is_null(value_type):
                 raise CodecError(f'categories must be values (strings, integers, ...), got {values!r}')
         super().__init__(value_type)
-        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        repeated = sorted({str(v) for v, n in collections.Counter(values).items() if n > 1})
         if repeated:
             raise CodecError(f'categories must be distinct; repeated: {repeated}')
         self.categories = values
