@@ -22,7 +22,8 @@ The systems, each read as its users read it, with every image and array decoded:
   parallel tasks); the clock starts after ``ray.init``, which a training job pays once.
 * ``raw``: the limit: pyarrow's client of the cloud (``S3FileSystem``, ``GcsFileSystem``, ``AzureFileSystem``)
   listing the files and reading their row groups (the same columns, pre-buffered) with as many threads as the
-  others have workers, then decoding them; ``raw-bytes`` skips the decoding.
+  others have workers, then decoding them; ``raw-bytes`` skips the decoding. Its clock, as ours, includes reading
+  the schema that says how to decode (``_common_metadata``, with the same client, while the files are listed).
 
 On GCS and Azure, ``hf`` reads through gcsfs and adlfs (fsspec), as its users do; Petastorm 0.13.1 runs on S3 only.
 
@@ -150,6 +151,11 @@ def petastorm_decoders(url: str, endpoint: str) -> dict:
         schema = get_schema_from_dataset_url(url, storage_options=store_options(url, endpoint))
     except PetastormMetadataError:
         return {}
+    return _decoders_of(schema)
+
+
+def _decoders_of(schema) -> dict:
+    """``{column: decode(arrow column) -> values}`` for the fields of a Unischema that a codec decodes."""
     return {field.name: (lambda column, field=field: field.codec.decode_column(field, column))
             for field in schema.fields.values() if field.codec is not None and
             type(field.codec).__name__ != 'ScalarCodec'}
@@ -330,22 +336,52 @@ def read_ray(url: str, endpoint: str, workers: int, batch_size: int, clock: dict
     return rows
 
 
-def _raw_read(url: str, endpoint: str, workers: int, clock: dict, decoders: dict) -> int:
+def _decoders_of_kv(kv: dict) -> dict:
+    """:func:`petastorm_decoders` from the key-value metadata of a store's ``_common_metadata`` (empty: none)."""
+    from petastorm.metadata.legacy import unischema_from_legacy_pickle
+    from petastorm.metadata.schema_json import unischema_from_json
+    from petastorm.store.keys import SCHEMA_JSON_KEY, UNISCHEMA_KEY
+
+    if SCHEMA_JSON_KEY in kv:
+        return _decoders_of(unischema_from_json(kv[SCHEMA_JSON_KEY]))
+    if UNISCHEMA_KEY in kv:
+        return _decoders_of(unischema_from_legacy_pickle(kv[UNISCHEMA_KEY]))
+    return {}
+
+
+def _raw_decoders(filesystem, path: str) -> dict:
+    """The decoders of a store's Petastorm fields, read with pyarrow's own client from ``_common_metadata`` (none
+    for plain Parquet, where that file is missing)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with filesystem.open_input_file(f'{path}/_common_metadata') as handle:
+            kv = pq.read_metadata(handle).metadata or {}
+    except FileNotFoundError:
+        return {}
+    return _decoders_of_kv(kv)
+
+
+def _raw_read(url: str, endpoint: str, workers: int, clock: dict, decode: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.dataset as ds
 
     # pyarrow's dataset discovery keeps each file's size from the listing, so no file is asked for its size again;
-    # the footers are read once, then each row group's column chunks in coalesced requests (pre_buffer).
+    # the footers are read once, then each row group's column chunks in coalesced requests (pre_buffer). The
+    # schema that says how to decode (``_common_metadata``) is read meanwhile, inside the clock as ours reads it.
+    filesystem = arrow_filesystem(url, endpoint)
     file_format = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
-    dataset = ds.dataset(bucket_path(url), filesystem=arrow_filesystem(url, endpoint), format=file_format)
-    fragments = list(dataset.get_fragments())
     with ThreadPoolExecutor(workers) as pool:
+        decoders = pool.submit(_raw_decoders, filesystem, bucket_path(url)) if decode else None
+        dataset = ds.dataset(bucket_path(url), filesystem=filesystem, format=file_format)
+        fragments = list(dataset.get_fragments())
         list(pool.map(lambda fragment: fragment.ensure_complete_metadata(), fragments))
         row_groups = [row_group for fragment in fragments for row_group in fragment.split_by_row_group()]
+        decoding = decoders.result() if decoders is not None else {}
         rows = 0
         # Decoders release the GIL: the pool's threads decode as the readers' workers do.
-        for count in pool.map(lambda row_group: decode_table(row_group.to_table(use_threads=False), decoders),
+        for count in pool.map(lambda row_group: decode_table(row_group.to_table(use_threads=False), decoding),
                               row_groups):
             first_batch(clock)
             rows += count
@@ -353,13 +389,11 @@ def _raw_read(url: str, endpoint: str, workers: int, clock: dict, decoders: dict
 
 
 def read_raw(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
-    decoders = petastorm_decoders(url, endpoint)
-    clock['start'] = time.perf_counter()
-    return _raw_read(url, endpoint, workers, clock, decoders)
+    return _raw_read(url, endpoint, workers, clock, decode=True)
 
 
 def read_raw_bytes(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
-    return _raw_read(url, endpoint, workers, clock, {})
+    return _raw_read(url, endpoint, workers, clock, decode=False)
 
 
 def read_arrow_dataset(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
@@ -394,7 +428,7 @@ PRELOAD = {'ours': ['petastorm.reader'], 'ours-in-order': ['petastorm.reader'],
            'ours-disk-cache': ['petastorm.reader'],
            'ours-decoded-cache': ['petastorm.reader'], 'ours-local': ['petastorm.reader'],
            'petastorm': ['petastorm.reader'], 'hf': ['datasets', 'petastorm'], 'ray': ['ray', 'ray.data', 'petastorm'],
-           'raw': ['pyarrow.dataset', 'petastorm'], 'raw-bytes': ['pyarrow.dataset'],
+           'raw': ['pyarrow.dataset', 'petastorm.reader'], 'raw-bytes': ['pyarrow.dataset'],
            'arrow-dataset': ['pyarrow.dataset'], 'capacity': ['pyarrow.fs']}
 
 SYSTEMS = {'ours': read_ours, 'ours-in-order': read_ours_in_order, 'ours-loader': read_ours_loader,
