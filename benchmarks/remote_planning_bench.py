@@ -16,7 +16,7 @@ between them. The ranks plan once (rank 0 reads the footers and broadcasts the p
 those of the one reader plus each rank's listing and own data. The table gives the job's requests against the one
 reader's, the slowest rank's first batch, and whether every row was read once.
 
-With ``--cloud gcs`` or ``--cloud azure`` the stores are uploaded to fake-gcs-server or Azurite (see
+With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-server or uploaded to Azurite (see
 ``remote_services.py``), whose proxy counts connections, not requests; jobs of ranks run on S3 only.
 
 Usage:

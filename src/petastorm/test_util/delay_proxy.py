@@ -145,9 +145,12 @@ class _Direction:
     def _close_sink(self) -> None:
         self.timer = None
         if self.sink is not None and not self.sink.is_closing():
-            if self.sink.can_write_eof():
+            if not self.sink.can_write_eof():
+                self.sink.close()
+                return
+            try:
                 self.sink.write_eof()
-            else:
+            except OSError:  # the receiver went away meanwhile (ENOTCONN): nothing is left to close politely
                 self.sink.close()
 
     def _release(self) -> None:
