@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                'petastorm.transform', 'petastorm.predicates', 'petastorm.selectors', 'petastorm.ngram',
                'petastorm.generator')),
     ('storage', ('petastorm.fs', 'petastorm.fs_utils', 'petastorm.hdfs', 'petastorm.store', 'petastorm.metadata',
-                 'petastorm.writer', 'petastorm.cache', 'petastorm.local_disk_cache', 'petastorm.tables')),
+                 'petastorm.writer', 'petastorm.writing', 'petastorm.cache', 'petastorm.local_disk_cache', 'petastorm.tables')),
     ('plan', ('petastorm.plan',)),
     ('execution', ('petastorm.reading.worker', 'petastorm.reading.batch', 'petastorm.reading.column_transform',
                    'petastorm.pools', 'petastorm.shuffle', 'petastorm.workers_pool', 'petastorm.reader_impl')),
