@@ -243,6 +243,7 @@ class TokenStream:
     def _batches(self) -> Generator[dict[str, np.ndarray], None, None]:
         if self._saved_rows is not None or any(feed.restoring for feed in self.feeds):
             self._finish_restore()
+        self._restoring = False
         while True:
             block = self._next_block()
             if block is None:
@@ -366,10 +367,14 @@ class TokenStream:
 
     def _finish_batch(self, block: RowBlock) -> dict[str, np.ndarray]:
         counts = self._counts
-        real = block.source >= 0
-        per_source = np.bincount(block.source[real], weights=block.lengths[real], minlength=len(self.feeds))
-        counts.tokens = [int(a + b) for a, b in zip(counts.tokens, per_source.tolist(), strict=True)]
-        counts.padding += int(block.tokens.size - block.lengths.sum())
+        delivered = int(block.lengths.sum())  # a row of padding only has none
+        if len(self.feeds) == 1:
+            counts.tokens = [counts.tokens[0] + delivered]  # a new list: a position taken before holds the old
+        else:
+            real = block.source >= 0
+            per_source = np.bincount(block.source[real], weights=block.lengths[real], minlength=len(self.feeds))
+            counts.tokens = [int(a + b) for a, b in zip(counts.tokens, per_source.tolist(), strict=True)]
+        counts.padding += int(block.tokens.size) - delivered
         counts.steps += 1
         counts.total_steps += 1
         return batch_arrays(block, self.spec)
