@@ -36,6 +36,7 @@ from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
 from petastorm.reading.media_paths import resolve_media_paths
+from petastorm.shuffle import take_rows
 from petastorm.stage_timing import StageClock, lap
 from petastorm.store.data_files import DataFiles
 from petastorm.store.pieces import RowGroupPiece
@@ -376,16 +377,17 @@ def _take_rows(table: pa.Table, names: list[str], selection: np.ndarray | None) 
 
 
 def gather_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """Rows ``rows`` of ``table``, in that order: a slice (no copy) when they are consecutive, else a ``take``.
+    """Rows ``rows`` of ``table``, in that order: a slice (no copy) when they are consecutive, else gathered.
 
     An unshuffled part of a row group is consecutive rows; slicing it also spares a process the first ``take``,
-    which initialises pyarrow's compute functions (about 0.2 s, on the way to the first batch).
+    which initialises pyarrow's compute functions (about 0.2 s, on the way to the first batch). Shuffled rows are
+    gathered by :func:`petastorm.shuffle.take_rows` (ragged number lists a row's range at a time).
     """
     count = len(rows)
     # The span check is a cheap reject of shuffled rows before looking at every step.
     if count and int(rows[-1]) - int(rows[0]) == count - 1 and bool(np.all(np.diff(rows) == 1)):
         return table.slice(int(rows[0]), count)
-    return table.take(pa.array(rows))
+    return take_rows(table, rows)
 
 
 def _make_batch(ctx: ReadContext, columns: dict[str, Column], kept: _Kept, scheduled: ScheduledItem,
