@@ -22,9 +22,8 @@ it is installed (a quarter of a CPU second once per process), which a reader of 
 from __future__ import annotations
 
 import errno
-import threading
-
 import functools
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -41,8 +40,7 @@ __all__ = ['SizedFile', 'changed_file_error', 'check_unchanged', 'opens_with_lis
 
 @functools.cache
 def _dataset_module() -> Any:
-    """``pyarrow.dataset``, imported at the first file read by its listed size: importing it imports pandas
-    (where installed), which a process reading local files or through our fsspec layer never needs."""
+    """``pyarrow.dataset``, imported at the first file read by its listed size (see the module docstring)."""
     import pyarrow.dataset
 
     return pyarrow.dataset
