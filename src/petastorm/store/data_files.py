@@ -236,7 +236,7 @@ class DataFiles:
             return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(row_group, columns=columns)
 
     def _read_open(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
-        sized = self._sized_file(path)
+        sized = self._sized_file(path) if self._reads_by_size(path) else None
         if sized is not None:
             footer = self._sized_footer(sized)
             with self._transfers.holding(_stored_bytes(footer, row_group, columns)):
@@ -285,6 +285,19 @@ class DataFiles:
             else:
                 self._sized.move_to_end(path)
         return sized
+
+    def _reads_by_size(self, path: str) -> bool:
+        """Whether a row group of ``path`` is read by its listed size (:meth:`_sized_file`).
+
+        Not when its footer came otherwise (the saved plan, the disk cache) and was not read here: the read by size
+        would read the footer again (pyarrow takes none given), the same request as the ``HEAD`` of opening the
+        file, with more bytes.
+        """
+        with self._lock:
+            sized = self._sized.get(path)
+        if sized is not None and sized.footer_read:
+            return True
+        return path not in self.known_footers and self.footers is None
 
     def _sized_footer(self, sized: SizedFile) -> pq.FileMetaData:
         """The footer of ``sized``; the first read of one (a round trip) is timed for :meth:`prefetch`."""
