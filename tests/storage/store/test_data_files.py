@@ -270,3 +270,19 @@ def test_a_loaders_split_first_item_asks_the_store_what_a_whole_one_does(server,
     assert sizes == [[10_000] * 4, [100, 9_900] + [10_000] * 3]
     assert requests[0] == requests[1]
     assert (fetched_ahead > 0) == bool(delay)
+
+
+def test_a_footer_that_came_with_the_plan_is_not_read_again(server):
+    # Reading by the listed size would read the footer again (pyarrow's fragments take none given): opening the
+    # file costs the same one request, a HEAD, and checks its size first.
+    fs = _s3(server)
+    path = _write(server, 'planned.parquet')
+    files = _listed(fs, path)
+    sink = pa.BufferOutputStream()
+    pq.ParquetFile(os.path.join(server.root, path)).metadata.write_metadata_file(sink)
+    files.known_footers[path] = sink.getvalue().to_pybytes()
+    server.reset_stats()
+    assert files.footer(path).num_row_groups == 4
+    assert server.stats().requests == {}
+    assert files.read_row_group(path, 3, ['id']).column('id')[0].as_py() == 30_000
+    assert server.stats().requests == {'HEAD': 1, 'GET': 1}
