@@ -5,12 +5,12 @@ costs three: the client asks for the file's size when it opens it (pyarrow's S3 
 footer is read to find the row group, then its column chunks. :class:`DataFiles` keeps, per process, what the
 first read of a file learned, so that the next row groups of the file cost one request each:
 
-* on pyarrow's S3 client, a file of a listed size is read without asking its size
+* on pyarrow's S3 and Azure clients, a file of a listed size is read without asking its size
   (:mod:`~petastorm.store.sized_files`): its footer is one request (unless planning read it in this process), each
   row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
   then, to tell a file that changed or vanished since it was listed;
-* on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 for a file of no
-  listed size or a read of some leaves of a struct, the opened file and its footer: the first row group of a file
+* on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
+  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and its footer: the first row group of a file
   costs its open (the size, compared with the listed one), its footer (unless planning read it in this process)
   and its column chunks; every later one its column chunks only, fetched in few coalesced requests;
 * on local disk, the file is memory-mapped for each row group (pages are read from the page cache in place), its
@@ -106,7 +106,7 @@ class DataFiles:
         self.known_footers: dict[str, bytes] = {}
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
-        #: on S3, the files of a listed size read without asking their size (:mod:`~petastorm.store.sized_files`).
+        #: on S3 and Azure, the files of a listed size read without asking their size (:mod:`~petastorm.store.sized_files`).
         self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
         self._lock = threading.Lock()

@@ -1,8 +1,8 @@
 """Data files opened with the size their listing gave: a footer in one request, a row group without a ``HEAD``.
 
-pyarrow's S3 client asks an object's size (a ``HEAD``) whenever a file is opened by its path, before reading a
-byte of it: reading a footer the plain way costs that request and the read of the file's end. Opened with a size
-already known it asks nothing; pyarrow's Python API opens a file that way only as a ``pyarrow.dataset`` fragment
+pyarrow's S3 and Azure clients ask an object's size (a ``HEAD``) whenever a file is opened by its path, before
+reading a byte of it: reading a footer the plain way costs that request and the read of the file's end. Opened
+with a size already known they ask nothing; pyarrow's Python API opens a file that way only as a ``pyarrow.dataset`` fragment
 made with ``file_size=``. A :class:`SizedFile` is such a fragment of one data file: its footer is one ranged read
 of the file's end, and each of its row groups one read of their column chunks (pyarrow coalesces them).
 
@@ -12,8 +12,8 @@ size fails to read as Parquet (the end of the listed size is not a footer; a row
 where the footer said, or past the end), and the error raised is then :class:`~petastorm.errors.DataFileChangedError`
 naming its URL, or ``FileNotFoundError`` for a file that is gone.
 
-Only S3 gains: pyarrow's GCS client asks for the object's metadata on every open, with a size or without (its
-generation), so there the open file is kept instead (:class:`~petastorm.store.data_files.DataFiles`).
+Only S3 and Azure gain: pyarrow's GCS client asks for the object's metadata on every open, with a size or
+without (its generation), so there the open file is kept instead (:class:`~petastorm.store.data_files.DataFiles`).
 
 ``pyarrow.dataset`` is imported at the first such read, not with this module: importing it imports pandas where
 it is installed (a quarter of a CPU second once per process), which a reader of local files never needs.
@@ -36,6 +36,10 @@ from petastorm.fs._files import file_url
 
 __all__ = ['SizedFile', 'changed_file_error', 'check_unchanged', 'opens_with_listed_size']
 
+#: pyarrow's clients that ask a file's size when it is opened by path, and not when opened by a known size.
+_SIZED_FILESYSTEMS: tuple[type, ...] = (pafs.S3FileSystem,) + tuple(
+    kind for kind in (getattr(pafs, 'AzureFileSystem', None),) if kind is not None)  # Azure: pyarrow 16 and later
+
 
 
 @functools.cache
@@ -47,8 +51,8 @@ def _dataset_module() -> Any:
 
 
 def opens_with_listed_size(filesystem: pafs.FileSystem) -> bool:
-    """Whether :class:`SizedFile` saves ``filesystem``'s request for a file's size: pyarrow's S3 client."""
-    return isinstance(filesystem, pafs.S3FileSystem)
+    """Whether :class:`SizedFile` saves ``filesystem``'s request for a file's size: pyarrow's S3 and Azure clients."""
+    return isinstance(filesystem, _SIZED_FILESYSTEMS)
 
 
 def changed_file_error(filesystem: pafs.FileSystem, path: str, listed: int, actual: int) -> DataFileChangedError:

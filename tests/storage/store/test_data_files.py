@@ -286,3 +286,29 @@ def test_a_footer_that_came_with_the_plan_is_not_read_again(server):
     assert server.stats().requests == {}
     assert files.read_row_group(path, 3, ['id']).column('id')[0].as_py() == 30_000
     assert server.stats().requests == {'HEAD': 1, 'GET': 1}
+
+
+def test_azure_footers_are_one_request_and_row_groups_need_no_head():
+    # pyarrow's Azure client asks a blob's size on every open by path, as its S3 client does.
+    from petastorm.fs import resolve_url
+    from support.cloud_emulators import Azurite, azurite_missing
+    from support.s3_loopback import FaultProxy
+
+    if azurite_missing():
+        pytest.skip(azurite_missing())
+    with Azurite() as server, FaultProxy(server.port) as proxy:
+        direct = resolve_url('abfs://sized', server.storage_options())[0]
+        direct.create_dir('sized')
+        with direct.open_output_stream('sized/f.parquet') as out:
+            pq.write_table(pa.table({'id': np.arange(4_000)}), out, row_group_size=1_000)
+        fs = resolve_url('abfs://sized', server.storage_options(proxy.endpoint))[0]
+        assert keeps_files_open(fs)
+        files = _listed(fs, 'sized/f.parquet')
+        proxy.reset()
+        assert files.footer('sized/f.parquet').num_row_groups == 4
+        assert files.read_row_group('sized/f.parquet', 2, ['id']).column('id')[0].as_py() == 2_000
+        assert [request.method for request in proxy.requests] == ['GET', 'GET']  # the footer, the row group
+        with direct.open_output_stream('sized/f.parquet') as out:  # rewritten with another size
+            pq.write_table(pa.table({'id': np.arange(3_000)}), out, row_group_size=1_000)
+        with pytest.raises(DataFileChangedError, match='sized/f.parquet'):
+            DataFiles(fs, dict(files.sizes)).footer('sized/f.parquet')
