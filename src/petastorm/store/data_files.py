@@ -10,9 +10,10 @@ first read of a file learned, so that the next row groups of the file cost one r
   row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
   then, to tell a file that changed or vanished since it was listed;
 * on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
-  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and its footer: the first row group of a file
-  costs its open (the size, compared with the listed one), its footer (unless planning read it in this process)
-  and its column chunks; every later one its column chunks only, fetched in few coalesced requests;
+  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and
+  its footer: the first row group of a file costs its open (the size, compared with the listed one), its footer
+  (unless planning read it in this process) and its column chunks; every later one its column chunks only,
+  fetched in few coalesced requests;
 * on local disk, the file is memory-mapped for each row group (pages are read from the page cache in place), its
   size compared with the listed one;
 * through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footer bytes and ETags itself), the file is
@@ -106,7 +107,7 @@ class DataFiles:
         self.known_footers: dict[str, bytes] = {}
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
-        #: on S3 and Azure, the files of a listed size read without asking their size (:mod:`~petastorm.store.sized_files`).
+        #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
         self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
         self._lock = threading.Lock()

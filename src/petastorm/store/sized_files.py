@@ -2,9 +2,10 @@
 
 pyarrow's S3 and Azure clients ask an object's size (a ``HEAD``) whenever a file is opened by its path, before
 reading a byte of it: reading a footer the plain way costs that request and the read of the file's end. Opened
-with a size already known they ask nothing; pyarrow's Python API opens a file that way only as a ``pyarrow.dataset`` fragment
-made with ``file_size=``. A :class:`SizedFile` is such a fragment of one data file: its footer is one ranged read
-of the file's end, and each of its row groups one read of their column chunks (pyarrow coalesces them).
+with a size already known they ask nothing; pyarrow's Python API opens a file that way only as a
+``pyarrow.dataset`` fragment made with ``file_size=``. A :class:`SizedFile` is such a fragment of one data file:
+its footer is one ranged read of the file's end, and each of its row groups one read of their column chunks
+(pyarrow coalesces them).
 
 The ``HEAD`` also showed a file that changed since it was listed (another size) or vanished. Here the reads go
 ahead on the listed size and a failed one asks for the size then (:func:`check_unchanged`): a file of another
