@@ -4,8 +4,8 @@ The store is synthesized in memory: a plain store whose listing names 100,000 fi
 ``petastorm.store.saved_plan``) gives 10 row groups of 100 rows each, so what is measured is planning itself: the
 plan's bytes encoded and adopted (what a job's ranks and a plan file exchange), the row groups listed as pieces,
 selected, and laid out for one shard of 64 (``shard_mode`` by row groups and by rows), with the first epoch's
-order drawn. Each step is timed, then run again under ``tracemalloc`` for its peak Python allocation; the
-process's resident size is printed at the end.
+order drawn and shard 0's scheduled items in it. Each step is timed, then run again under ``tracemalloc`` for its
+peak Python allocation; the process's resident size is printed at the end.
 
 Usage:
     python benchmarks/planning_scale_bench.py [--files 100000] [--row-groups 10] [--shards 64]
@@ -21,6 +21,7 @@ import tracemalloc
 import pyarrow.fs as pafs
 
 from petastorm.plan import ShardSpec, make_layout, select_row_groups
+from petastorm.plan.layout import Stage
 from petastorm.store.plain import PlainStore
 from petastorm.store.saved_plan import adopt_plan, encode_plan
 from petastorm.unischema import Unischema
@@ -68,6 +69,7 @@ def main() -> None:
             pieces, selected, ShardSpec(0, args.shards, mode), seed=1, shuffle_row_groups=True, shuffle_rows=False,
             drop_partitions=1))
         _measure(f'order of epoch 0 ({mode})', lambda layout=layout: layout.ordered(0))
+        _measure(f"shard 0's items of epoch 0 ({mode})", lambda layout=layout: layout.units(Stage(0)))
     print(f'\nplan bytes: {len(data) / 2**20:.1f} MB; row groups: {len(pieces):,}; resident size at the end: '
           f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB')
 

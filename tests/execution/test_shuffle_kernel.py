@@ -28,6 +28,7 @@ def test_kernel_is_built_where_a_compiler_is(monkeypatch):
     monkeypatch.delenv('PETASTORM_NO_COMPILED_SHUFFLE', raising=False)
     assert callable(built.pack)
     assert callable(built.draw)
+    assert callable(built.gather)
     assert compiled_shuffle_in_use()
     assert _records.kernel_in_use() is built
 

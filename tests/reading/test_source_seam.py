@@ -47,7 +47,7 @@ def test_a_reader_is_both_and_describes_what_it_delivers(url):
         assert as_column_source('test', reader) is reader
         assert positions_of(reader) is reader
         assert reader.info == SourceInfo(schema=reader.schema, ngram=None, batched_output=True, seed=3,
-                                         transform_spec=None, endless=True)
+                                         transform_spec=None, endless=True, sized=False)
         assert (reader.seed, reader.batched_output, reader.endless) == (3, True, True)
 
 

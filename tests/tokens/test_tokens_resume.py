@@ -276,3 +276,31 @@ def test_a_position_goes_through_torch_save_pickle_and_copies_as_plain_data(url,
     assert loaded == state
     tail, _ = _run(url, state=loaded, num_epochs=1, packing='first_fit', shuffle_buffer=5)
     assert _same(whole[:4] + tail, whole)
+
+
+@pytest.mark.parametrize('case', [dict(packing='concat'), dict(packing='first_fit', shuffle_buffer=5, pack_window=4),
+                                  dict(packing='concat', weights=[0.7, 0.3], shuffle_buffer=4)],
+                         ids=['concat', 'first_fit-shuffled', 'mixture-shuffled'])
+def test_a_position_taken_with_its_batch_is_the_one_taken_when_asked(url, case):
+    """Once state_dict() was called, the next batch takes the position as it is made: a loader asked every step
+    gives, at every step, the counts a loader asked only then takes on the spot, and restores the same stream (the
+    documents it names may differ: held since the reader's last batch and handed out, or not held any more)."""
+    source = [url, url] if 'weights' in case else url
+    whole, _ = _run(source, num_epochs=1, **case)
+    every = []
+    with _loader(source, num_epochs=1, **case) as loader:
+        for _batch in loader:
+            every.append(json.loads(json.dumps(loader.state_dict())))
+    steps = [2, len(every) // 2, len(every) - 2]
+    asked = {}
+    with _loader(source, num_epochs=1, **case) as loader:
+        for step, _batch in enumerate(loader, start=1):
+            if step in steps:
+                asked[step] = json.loads(json.dumps(loader.state_dict()))
+    assert len(every) == len(whole) > 8
+    assert len(asked) == len(steps)
+    for step, state in asked.items():
+        assert {**every[step - 1], 'sources': None} == {**state, 'sources': None}, step
+        for saved in (every[step - 1], state):
+            tail, _ = _run(source, state=saved, num_epochs=1, **case)
+            assert _same(whole[:step] + tail, whole), step

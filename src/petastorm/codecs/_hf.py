@@ -5,7 +5,7 @@ it was given (PNG for arrays, the original file for images read from disk: JPEG,
 or only a path. :class:`HFImageCodec` decodes a whole column of them: plain PNGs and JPEGs through the fast decoders
 of :class:`~petastorm.codecs.CompressedImageCodec`, straight into the column's array, anything else through
 Pillow (which ``datasets`` itself uses, so the pixels are those it gives). Rows stored as a path only are read by
-the reader from the dataset's directory before decoding (see :func:`petastorm.reading.worker.resolve_image_paths`).
+the reader from the dataset's directory before decoding (see :func:`petastorm.reading.media_paths.resolve_media_paths`).
 """
 
 from __future__ import annotations

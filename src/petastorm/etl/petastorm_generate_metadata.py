@@ -24,7 +24,6 @@ import os
 import posixpath
 import pydoc
 import sys
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -39,9 +38,9 @@ from petastorm.errors import PetastormMetadataError, PetastormMetadataGeneration
 from petastorm.etl.dataset_metadata import get_schema, open_dataset
 from petastorm.etl.materialize import write_petastorm_metadata
 from petastorm.fs import resolve_url
-from petastorm.fs._files import move_file
+from petastorm.metadata.write import write_summary
 from petastorm.store import keys
-from petastorm.store.listing import SUMMARY_METADATA, list_data_files
+from petastorm.store.listing import list_data_files
 from petastorm.store.pieces import partition_keys_of
 from petastorm.unischema import Unischema
 
@@ -126,42 +125,6 @@ def _check_fields_are_columns(schema: Unischema, root: str, footers: dict[str, p
                 f'Unischema the data was written with (--unischema_class, unischema_class=...).')
 
 
-def _replace_file(filesystem: pafs.FileSystem, target: str, write: Any) -> None:
-    """Write ``target`` through a temporary sibling renamed into place, then drop Hadoop's stale checksum."""
-    directory, name = posixpath.split(target)
-    temporary = posixpath.join(directory, f'.{name}.{uuid.uuid4().hex}.tmp')
-    try:
-        with filesystem.open_output_stream(temporary) as out:
-            write(out)
-        move_file(filesystem, temporary, target)
-    finally:
-        if filesystem.get_file_info(temporary).type == pafs.FileType.File:
-            filesystem.delete_file(temporary)
-    crc = posixpath.join(directory, f'.{name}.crc')
-    if filesystem.get_file_info(crc).type == pafs.FileType.File:
-        filesystem.delete_file(crc)
-
-
-def _write_summary_metadata(filesystem: pafs.FileSystem, root: str,
-                            footers: dict[str, pq.FileMetaData]) -> None:
-    """Write ``root/_metadata``: every file's row groups, each tagged with the file's path relative to ``root``."""
-    summary: pq.FileMetaData | None = None
-    for path in sorted(footers):
-        footer = footers[path]
-        footer.set_file_path(posixpath.relpath(path, root))
-        if summary is None:
-            summary = footer
-            continue
-        try:
-            summary.append_row_groups(footer)
-        except (RuntimeError, pa.ArrowException) as err:
-            raise PetastormMetadataGenerationError(
-                f'cannot write a _metadata summary for {root}: {path} has a different Parquet schema than the '
-                f'files before it ({err}): a summary describes files of one schema.') from err
-    if summary is not None:
-        _replace_file(filesystem, posixpath.join(root, SUMMARY_METADATA), summary.write_metadata_file)
-
-
 def _stored_schema(dataset_url: str, storage_options: dict | None, filesystem: Any) -> Unischema | None:
     """The schema stored in the dataset, or None for a plain Parquet store (no metadata names a schema)."""
     store = open_dataset(dataset_url, storage_options=storage_options, filesystem=filesystem)
@@ -216,18 +179,18 @@ def generate_petastorm_metadata(spark: Any, dataset_url: str, unischema_class: s
         raise PetastormMetadataGenerationError(f'{dataset_url} holds no Parquet data files to describe')
     logger.info('reading the footers of %s of %s', counted(len(paths), 'file'), dataset_url)
     footers = _read_footers(fs, paths, progress, f'reading the footers of {dataset_url}')
+    by_name = {posixpath.relpath(path, root): footer for path, footer in sorted(footers.items())}
     if schema is None:
         logger.info('%s is plain Parquet: writing the _metadata summary of its %s', dataset_url,
                     counted(len(paths), 'file'))
-        _write_summary_metadata(fs, root, footers)
+        write_summary(fs, root, by_name)
         return
     _check_fields_are_columns(schema, root, footers, dataset_url)
-    row_groups = {posixpath.relpath(path, root): [footer.row_group(i).num_rows
-                                                  for i in range(footer.num_row_groups)]
-                  for path, footer in sorted(footers.items())}
+    row_groups = {name: [footer.row_group(i).num_rows for i in range(footer.num_row_groups)]
+                  for name, footer in by_name.items()}
     if use_summary_metadata:
         logger.info('writing the _metadata summary of %s', counted(len(paths), 'file'))
-        _write_summary_metadata(fs, root, footers)
+        write_summary(fs, root, by_name)
     write_petastorm_metadata(fs, root, schema, dataset_url, row_groups)
 
 

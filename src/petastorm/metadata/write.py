@@ -1,6 +1,8 @@
-"""Writing ``_common_metadata``: the schema and row-group map that turn a Parquet store into a dataset.
+"""Writing a dataset's metadata files: ``_common_metadata`` and the ``_metadata`` summary.
 
-Used by every writer: the Spark-free :func:`petastorm.write_dataset` and Spark's ``materialize_dataset``. The
+``_common_metadata`` holds the schema and row-group map that turn a Parquet store into a dataset; the summary
+holds every row group's footer. Used by every writer: the Spark-free :func:`petastorm.write_dataset`, Spark's
+``materialize_dataset`` and ``petastorm-generate-metadata.py``. The
 metadata file is written last and atomically (a temporary file renamed into place), so a store without it is
 never mistaken for a complete dataset.
 """
@@ -11,7 +13,8 @@ import json
 import logging
 import posixpath
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -26,7 +29,7 @@ from petastorm.store.footers import footer_row_counts
 from petastorm.store.listing import COMMON_METADATA, SUMMARY_METADATA, list_data_files
 from petastorm.unischema import Unischema
 
-__all__ = ['update_common_metadata', 'write_dataset_metadata']
+__all__ = ['replace_file', 'update_common_metadata', 'write_dataset_metadata', 'write_summary']
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +65,52 @@ def update_common_metadata(filesystem: pafs.FileSystem, root: str, updates: Mapp
         else:
             merged[key] = value
     schema = schema.with_metadata(merged)
-    target = posixpath.join(root, COMMON_METADATA)
-    temporary = posixpath.join(root, f'.{COMMON_METADATA}.{uuid.uuid4().hex}.tmp')
+    replace_file(filesystem, posixpath.join(root, COMMON_METADATA), lambda out: pq.write_metadata(schema, out))
+
+
+def write_summary(filesystem: pafs.FileSystem, root: str, footers: Mapping[str, pq.FileMetaData]) -> None:
+    """Write ``root/_metadata``: every file's row groups in one footer, each tagged with its file's path.
+
+    Args:
+        filesystem: where the dataset lives.
+        root: dataset directory.
+        footers: each data file's footer by its path relative to ``root`` (the footers are tagged in place).
+
+    Raises:
+        PetastormMetadataGenerationError: a file's Parquet schema differs from those before it (in path order).
+    """
+    summary: pq.FileMetaData | None = None
+    for name in sorted(footers):
+        footer = footers[name]
+        footer.set_file_path(name)
+        if summary is None:
+            summary = footer
+            continue
+        try:
+            summary.append_row_groups(footer)
+        except (RuntimeError, pa.ArrowException) as err:
+            raise PetastormMetadataGenerationError(
+                f'cannot write a _metadata summary for {root}: {name} has a different Parquet schema than the '
+                f'files before it ({err}): a summary describes files of one schema.') from err
+    if summary is not None:
+        replace_file(filesystem, posixpath.join(root, SUMMARY_METADATA), summary.write_metadata_file)
+
+
+def replace_file(filesystem: pafs.FileSystem, target: str, write: Callable[[Any], None]) -> None:
+    """Write ``target`` through a temporary sibling moved into place, then drop Hadoop's stale checksum of it.
+
+    Readers never see a half-written metadata file: the target is the old one or the new one.
+    """
+    directory, name = posixpath.split(target)
+    temporary = posixpath.join(directory, f'.{name}.{uuid.uuid4().hex}.tmp')
     try:
         with filesystem.open_output_stream(temporary) as out:
-            pq.write_metadata(schema, out)
+            write(out)
         move_file(filesystem, temporary, target)
     finally:
         if filesystem.get_file_info(temporary).type == pafs.FileType.File:
             filesystem.delete_file(temporary)
-    crc = posixpath.join(root, f'.{COMMON_METADATA}.crc')  # Hadoop's checksum of the file we just replaced
+    crc = posixpath.join(directory, f'.{name}.crc')  # Spark's (Hadoop's) checksum of the file replaced
     if filesystem.get_file_info(crc).type == pafs.FileType.File:
         filesystem.delete_file(crc)
 

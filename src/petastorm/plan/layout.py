@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from petastorm.plan.items import ScheduledItem, WorkItem, split_head
-from petastorm.plan.order import epoch_order
+from petastorm.plan.order import EpochOrder, epoch_order
 from petastorm.plan.runs import (
     Remainder,
     Run,
@@ -90,7 +90,7 @@ class ShardLayout:
         """The same layout ordered by another seed (a restored reader adopts the saved one)."""
         return dataclasses.replace(self, seed=seed)
 
-    def ordered(self, epoch: int) -> list[ScheduledItem]:
+    def ordered(self, epoch: int) -> EpochOrder:
         """The :func:`~petastorm.plan.order.epoch_order` of an epoch."""
         return epoch_order(self.items, epoch, self.seed, self.shuffle_row_groups)
 

@@ -7,12 +7,14 @@ seed gives the same sequence of rows for every pool kind, worker count and insta
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 import numpy as np
 
 from petastorm.plan.items import ScheduledItem, WorkItem
 
-__all__ = ['RowMatches', 'epoch_order', 'epoch_rng', 'epoch_schedule', 'kept_rows', 'row_permutation', 'unit_rows']
+__all__ = ['EpochOrder', 'RowMatches', 'epoch_order', 'epoch_rng', 'epoch_schedule', 'kept_rows', 'row_permutation',
+           'unit_rows']
 
 # Large prime mixed into per-epoch seeds so that (seed, epoch) streams never collide with user seeds.
 _EPOCH_STREAM = 0x9E3779B1
@@ -35,7 +37,7 @@ def epoch_schedule(items: Sequence[WorkItem], epoch: int, seed: int | None,
 
 
 def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
-                shuffle_row_groups: bool) -> list[ScheduledItem]:
+                shuffle_row_groups: bool) -> EpochOrder:
     """The items of one epoch in reading order, each with ``item_base``, its first position in the global order.
 
     The *global order* of an epoch is every item in this order, each item's rows in their order; position ``p``
@@ -43,11 +45,59 @@ def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
     """
     rng = epoch_rng(seed, epoch)
     order = rng.permutation(len(items)) if shuffle_row_groups else np.arange(len(items))
-    shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items)).tolist()  # drawn as epoch_schedule draws them
+    shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items))  # drawn as epoch_schedule draws them
     rows = np.fromiter((item.num_rows for item in items), dtype=np.int64, count=len(items))[order]
-    bases = (np.cumsum(rows) - rows).tolist()
-    return [ScheduledItem(items[i], epoch, shuffle_seeds[i], item_base=base)
-            for i, base in zip(order.tolist(), bases, strict=True)]
+    return EpochOrder(items, epoch, order, shuffle_seeds[order], np.cumsum(rows) - rows)
+
+
+class EpochOrder(Sequence[ScheduledItem]):
+    """:func:`epoch_order`'s sequence of scheduled items, held as arrays (three numbers an item).
+
+    A shard by rows reads a small part of an epoch of every item of the store (a million row groups, say): only
+    the scheduled items it reads are made, when asked (:meth:`__getitem__`); :attr:`bases` finds them.
+
+    Args:
+        items: the work items.
+        epoch: the epoch.
+        order: the index in ``items`` of each position of the order.
+        shuffle_seeds: the row shuffle's seed of each position.
+        bases: the first position in the global order of each position's item (ascending).
+    """
+
+    def __init__(self, items: Sequence[WorkItem], epoch: int, order: np.ndarray, shuffle_seeds: np.ndarray,
+                 bases: np.ndarray) -> None:
+        self._items = items
+        self.epoch = epoch
+        self._order = order
+        self._seeds = shuffle_seeds
+        #: each scheduled item's ``item_base``, ascending: ``searchsorted`` finds the item of a position.
+        self.bases = bases
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> ScheduledItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ScheduledItem]: ...
+
+    def __getitem__(self, index: int | slice) -> ScheduledItem | list[ScheduledItem]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f'position {index} of an epoch order of {len(self)} items')
+        return ScheduledItem(self._items[int(self._order[index])], self.epoch, int(self._seeds[index]),
+                             item_base=int(self.bases[index]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def row_permutation(num_rows: int, shuffle_seed: int) -> np.ndarray:

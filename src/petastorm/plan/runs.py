@@ -10,7 +10,6 @@ Runs are also how a saved position names the rows not delivered yet.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -18,6 +17,7 @@ from typing import Literal
 import numpy as np
 
 from petastorm.plan.items import ScheduledItem, WorkItem
+from petastorm.plan.order import EpochOrder
 
 __all__ = [
     'EPOCH_SPAN', 'REMAINDER_POLICIES', 'Remainder', 'Run', 'encode_rows', 'merge_runs', 'rank_share',
@@ -137,7 +137,7 @@ def remaining_runs(runs: Sequence[Run], shard_count: int, remainder: Remainder,
     return merge_runs(out)
 
 
-def units_of_runs(runs: Sequence[Run], ordered: Callable[[int], Sequence[ScheduledItem]],
+def units_of_runs(runs: Sequence[Run], ordered: Callable[[int], EpochOrder],
                   narrow: bool) -> list[ScheduledItem]:
     """The scheduled items that read the rows of ``runs``, in that order.
 
@@ -154,9 +154,8 @@ def units_of_runs(runs: Sequence[Run], ordered: Callable[[int], Sequence[Schedul
     segments: list[tuple[ScheduledItem, int, int]] = []  # (item, first, last) positions of the item's order
     for epoch, start, stop in merge_runs(runs):
         items = ordered(epoch)
-        bases = [s.item_base for s in items]
-        index = max(bisect.bisect_right(bases, start) - 1, 0)
-        while index < len(items) and items[index].item_base < stop:
+        index = max(int(np.searchsorted(items.bases, start, side='right')) - 1, 0)
+        while index < len(items) and items.bases[index] < stop:
             scheduled = items[index]
             lo = max(start, scheduled.item_base) - scheduled.item_base
             hi = min(stop, scheduled.item_base + scheduled.item.num_rows) - scheduled.item_base

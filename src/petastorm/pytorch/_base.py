@@ -136,7 +136,11 @@ class LoaderBase(_TorchDataLoader):
             raise ValueError(f'drop_last must be True or False, got {drop_last!r}')
         self._bool_to_uint8 = _check_bool_dtype(type(self).__name__, torch.uint8 if bool_dtype is None
                                                 else bool_dtype)
-        sized = self._source.num_rows_per_pass is not None
+        # Told by the source where it can: a reader planning as its footers arrive knows its count only then, and
+        # making the loader must not wait for that (its first batch does not).
+        sized = self._source.info.sized
+        if sized is None:
+            sized = self._source.num_rows_per_pass is not None
         super().__init__(_SizedReaderDataset(reader, self._source) if sized else _ReaderDataset(reader),
                          batch_size=batch_size, collate_fn=collate_fn,
                          pin_memory=bool(pin_memory), drop_last=bool(drop_last))

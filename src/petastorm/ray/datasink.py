@@ -21,7 +21,8 @@ from petastorm._describe import counted
 from petastorm.errors import SchemaError
 from petastorm.fs import resolve_url
 from petastorm.unischema import Unischema
-from petastorm.writer import StagedWrite, check_write_options, encode_rows
+from petastorm.writer import check_write_options
+from petastorm.writing import StagedWrite, encode_rows
 
 __all__ = ['PetastormDatasink']
 

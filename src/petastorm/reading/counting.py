@@ -21,7 +21,7 @@ from petastorm.reading.worker import ReadContext, row_group_matches
 from petastorm.store.model import FilterStatistics
 from petastorm.store.pieces import RowGroupPiece
 
-__all__ = ['epoch_rows', 'in_threads']
+__all__ = ['epoch_rows', 'in_threads', 'rows_known_unfiltered']
 
 T = TypeVar('T')
 
@@ -46,7 +46,7 @@ def epoch_rows(options: ReaderOptions, context: ReadContext, layout: ShardLayout
     read_here = sorted({item.piece_index for item in layout.items})  # this shard's row groups only
     undecided = [i for i in read_here if worker_predicate or (
         statistics is not None and (pieces[i].path, pieces[i].row_group) not in statistics.matching_all)]
-    countable = context.ngram is None and not _batch_function(options)
+    countable = _countable(options, context)
     if options.count_rows and not countable:
         raise ValueError('count_rows=True cannot count the rows of an NGram reader (its items are windows) or of '
                          'a make_batch_reader whose TransformSpec has a function (it may drop rows): leave '
@@ -54,6 +54,20 @@ def epoch_rows(options: ReaderOptions, context: ReadContext, layout: ShardLayout
     rows_known = countable and (not undecided or options.count_rows)
     row_matches = _count_matches(context, undecided, options.workers_count) if rows_known and undecided else None
     return rows_known, row_matches
+
+
+def rows_known_unfiltered(options: ReaderOptions, context: ReadContext) -> bool:
+    """``rows_known`` of a read that no filters, selector or row counting decide, told before its plan is made.
+
+    What :func:`epoch_rows` gives such a read (a streamed plan's, :mod:`petastorm.reading.streamed_plan`): its rows
+    are known unless its items are not rows or the workers evaluate a predicate.
+    """
+    return _countable(options, context) and context.predicate is None
+
+
+def _countable(options: ReaderOptions, context: ReadContext) -> bool:
+    """The rows delivered are the rows read: no NGram windows, no batch function that may drop rows."""
+    return context.ngram is None and not _batch_function(options)
 
 
 def _count_matches(context: ReadContext, piece_indexes: list[int], workers_count: int) -> RowMatches:

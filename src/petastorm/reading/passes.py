@@ -87,13 +87,13 @@ class ReaderPasses:
     def __init__(self, options: ReaderOptions, setup: ReaderSetup, stage_totals: StageTotals | None) -> None:
         self._options = options
         self._setup = setup
-        #: What the reader delivers; its pass is endless with ``num_epochs=None``.
-        self.info = SourceInfo(schema=setup.schema, ngram=setup.ngram, batched_output=options.batched_output,
-                               seed=options.seed, transform_spec=options.transform_spec,
-                               endless=options.num_epochs is None)
         self._stage_totals = stage_totals
         self._position = ReaderPosition(None if setup.planned is None else setup.planned.layout, options.num_epochs,
                                         streamed=setup.streamed)
+        #: What the reader delivers; its pass is endless with ``num_epochs=None``.
+        self.info = SourceInfo(schema=setup.schema, ngram=setup.ngram, batched_output=options.batched_output,
+                               seed=options.seed, transform_spec=options.transform_spec,
+                               endless=options.num_epochs is None, sized=self._sized())
         self._pool = start_pool(options, setup.context)
         self._lock = threading.Lock()
         #: True once :meth:`stop` was called.
@@ -182,6 +182,13 @@ class ReaderPasses:
                 and self._setup.context.cache is None)
 
     # -- length -------------------------------------------------------------------------------------------------
+
+    def _sized(self) -> bool:
+        """Whether :meth:`rows_per_pass` is known, told without waiting for a streamed plan."""
+        if self._setup.planned is not None:
+            return self.rows_per_pass() is not None
+        # Streamed: no counted rows (row_matches is None), so the rows per epoch are the layout's once it is made.
+        return self._options.num_epochs is not None and self._setup.rows_known
 
     def rows_per_epoch(self) -> int | None:
         """Rows per epoch known before reading (see :attr:`petastorm.reader.Reader.num_rows_per_epoch`)."""

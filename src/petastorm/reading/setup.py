@@ -32,7 +32,7 @@ from petastorm.ngram import NGram
 from petastorm.plan import RowMatches, ShardLayout, make_layout, select_row_groups
 from petastorm.reading.categories import coded_view
 from petastorm.reading.column_transform import TransformTarget
-from petastorm.reading.counting import epoch_rows, in_threads
+from petastorm.reading.counting import epoch_rows, in_threads, rows_known_unfiltered
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
 from petastorm.reading.job_plan import share_plan
 from petastorm.reading.options import NULL_CACHE, ReaderOptions
@@ -64,6 +64,7 @@ class ReaderSetup:
         schema_inferred: the store has no Petastorm metadata: its schema was inferred from the Parquet schema.
         streamed: the plan being made as the store's footers are read, when the first epoch does not wait for it
             (:mod:`petastorm.reading.streamed_plan`); its owner stops and joins it.
+        streamed_rows_known: while ``streamed`` plans, what ``rows_known`` will be (the options tell it).
     """
 
     dataset: ParquetStore
@@ -74,6 +75,7 @@ class ReaderSetup:
     planned: PlannedEpochs | None
     schema_inferred: bool = False
     streamed: StreamedPlan | None = None
+    streamed_rows_known: bool = False
 
     def epochs(self) -> PlannedEpochs:
         """The plan: made already, or made now from every footer (waiting for them)."""
@@ -93,8 +95,11 @@ class ReaderSetup:
 
         No NGram, no batch transform function (which may drop rows), and the rows a predicate or filters keep
         were counted (``count_rows``), decided by the footers' statistics, or chosen by partition directories.
+        Told without waiting for a streamed plan.
         """
-        return self.epochs().rows_known
+        if self.planned is None:
+            return self.streamed_rows_known
+        return self.planned.rows_known
 
     @property
     def row_matches(self) -> RowMatches | None:
@@ -150,7 +155,8 @@ def _set_up_streamed(options: ReaderOptions, dataset: PlainStore, cache: CacheBa
         streamed.join()
         raise
     streamed.finish_with(lambda: _planned(options, dataset, streamed.all_pieces(), fields, None, seed, context))
-    return ReaderSetup(dataset, fields.schema, ngram, cache, context, None, fields.inferred, streamed)
+    return ReaderSetup(dataset, fields.schema, ngram, cache, context, None, fields.inferred, streamed,
+                       rows_known_unfiltered(options, context))
 
 
 def _planned(options: ReaderOptions, dataset: ParquetStore, pieces: list[RowGroupPiece], fields: _Fields,

@@ -53,6 +53,8 @@ class SourceInfo:
         transform_spec: the transform applied in the workers, or None.
         endless: one pass that never ends (``num_epochs=None``): a new iteration continues it instead of
             starting over.
+        sized: whether :attr:`ColumnSource.num_rows_per_pass` is known (not None), told without computing it: a
+            reader whose plan is made as its footers arrive knows the count only then. None: ask it.
     """
 
     schema: Unischema
@@ -61,6 +63,7 @@ class SourceInfo:
     seed: int | None = None
     transform_spec: TransformSpec | None = None
     endless: bool = False
+    sized: bool | None = None
 
 
 @runtime_checkable

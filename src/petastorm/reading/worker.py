@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from petastorm.cache import RowGroupCache, cached_decoded_values
-from petastorm.codecs import AudioCodec, HFImageCodec, VideoCodec, decode_stored_column
+from petastorm.codecs import VideoCodec, decode_stored_column
 from petastorm.columns import Column, is_nested, row_values
 from petastorm.columns import num_rows as column_rows
 from petastorm.errors import (
-    CodecError,
     DecodeFieldError,
     MissingDependencyError,
 )
@@ -37,6 +35,8 @@ from petastorm.plan.row_keys import row_draw_keys
 from petastorm.predicates import PredicateBase, PredicateError
 from petastorm.reading.batch import ColumnBatch
 from petastorm.reading.column_transform import TransformTarget, apply_transform, pandas_column
+from petastorm.reading.media_paths import resolve_media_paths
+from petastorm.shuffle import take_rows
 from petastorm.stage_timing import StageClock, lap
 from petastorm.store.data_files import DataFiles
 from petastorm.store.pieces import RowGroupPiece
@@ -47,7 +47,7 @@ from petastorm.unischema import UnischemaField
 
 __all__ = [
     'ReadContext', 'append_partition_columns', 'decode_columns', 'gather_rows', 'prefetch_item', 'read_item',
-    'read_whole_row_group', 'resolve_image_paths', 'row_group_matches',
+    'read_whole_row_group', 'row_group_matches',
 ]
 
 logger = logging.getLogger(__name__)
@@ -170,65 +170,8 @@ def _read_columns(ctx: ReadContext, piece: RowGroupPiece, names: list[str], row_
     partition_fields = [next((f for f in ctx.fields + ctx.predicate_fields if f.name == name),
                              UnischemaField(name, np.str_, (), None, False))
                         for name in names if name in ctx.partition_names]
-    return resolve_image_paths(ctx, piece, append_partition_columns(table, piece, partition_fields))
-
-
-def resolve_image_paths(ctx: ReadContext, piece: RowGroupPiece, table: pa.Table) -> pa.Table:
-    """``table`` with the files of Hugging Face image, audio and video columns stored as a path only read from it.
-
-    ``datasets`` may store an image (an audio, a video) as its file's path instead of its bytes. A relative path is
-    taken relative to the data file's directory, then its file name alone there; an absolute path as it is. Rows
-    naming one file read it once.
-
-    Raises:
-        CodecError: no file is found for a path (naming the field, the data file, the row group, the row and the
-            places looked at).
-    """
-    for field in ctx.fields:
-        if not isinstance(field.codec, _PATH_CODECS) or field.name not in table.column_names:
-            continue
-        column = table.column(field.name).combine_chunks()
-        if not pa.types.is_struct(column.type) or column.type.get_field_index('path') < 0:
-            continue
-        payloads = column.field('bytes')
-        if not payloads.null_count:
-            continue
-        paths = column.field('path').to_pylist()
-        row_valid = column.is_valid().to_pylist()
-        filled = payloads.to_pylist()
-        kind = getattr(field.codec, 'media_kind', 'image')
-        files: dict[str, bytes] = {}
-        for row, payload in enumerate(filled):
-            if payload is None and row_valid[row] and paths[row] is not None:
-                if paths[row] not in files:
-                    files[paths[row]] = _read_image_file(ctx.filesystem, piece, field.name, row, paths[row], kind)
-                filled[row] = files[paths[row]]
-        resolved = pa.StructArray.from_arrays(
-            [pa.array(filled, type=pa.binary()), column.field('path')], names=['bytes', 'path'],
-            mask=pa.array([not ok for ok in row_valid]) if column.null_count else None)
-        table = table.set_column(table.column_names.index(field.name), field.name, resolved)
-    return table
-
-
-def _read_image_file(filesystem: pafs.FileSystem, piece: RowGroupPiece, name: str, row: int, path: str,
-                     kind: str = 'image') -> bytes:
-    directory = posixpath.dirname(piece.path)
-    candidates = [path] if path.startswith('/') else []
-    candidates += [posixpath.join(directory, path), posixpath.join(directory, posixpath.basename(path))]
-    for candidate in dict.fromkeys(candidates):
-        try:
-            with filesystem.open_input_file(candidate) as handle:
-                return bytes(handle.read())
-        except (FileNotFoundError, OSError):
-            continue
-    raise CodecError(f'field {name!r}, row {row} of row group {piece.row_group} of {piece.path}: the {kind} is stored '
-                     f'as the path {path!r} only, and no file is at {", ".join(dict.fromkeys(candidates))}; keep the '
-                     f'{kind} files next to the data file (paths are taken relative to it), or write the dataset with '
-                     f'the {kind} files embedded (datasets embeds them when they are loaded before to_parquet)')
-
-
-# Codecs of Hugging Face's struct of bytes and path, whose rows may hold a path only.
-_PATH_CODECS = (HFImageCodec, AudioCodec, VideoCodec)
+    return resolve_media_paths(ctx.fields, ctx.filesystem, piece,
+                               append_partition_columns(table, piece, partition_fields))
 
 
 def append_partition_columns(table: pa.Table, piece: RowGroupPiece,
@@ -434,16 +377,17 @@ def _take_rows(table: pa.Table, names: list[str], selection: np.ndarray | None) 
 
 
 def gather_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """Rows ``rows`` of ``table``, in that order: a slice (no copy) when they are consecutive, else a ``take``.
+    """Rows ``rows`` of ``table``, in that order: a slice (no copy) when they are consecutive, else gathered.
 
     An unshuffled part of a row group is consecutive rows; slicing it also spares a process the first ``take``,
-    which initialises pyarrow's compute functions (about 0.2 s, on the way to the first batch).
+    which initialises pyarrow's compute functions (about 0.2 s, on the way to the first batch). Shuffled rows are
+    gathered by :func:`petastorm.shuffle.take_rows` (ragged number lists a row's range at a time).
     """
     count = len(rows)
     # The span check is a cheap reject of shuffled rows before looking at every step.
     if count and int(rows[-1]) - int(rows[0]) == count - 1 and bool(np.all(np.diff(rows) == 1)):
         return table.slice(int(rows[0]), count)
-    return table.take(pa.array(rows))
+    return take_rows(table, rows)
 
 
 def _make_batch(ctx: ReadContext, columns: dict[str, Column], kept: _Kept, scheduled: ScheduledItem,

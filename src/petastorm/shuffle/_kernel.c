@@ -1,5 +1,5 @@
 /*
- * petastorm.shuffle._kernel: the two inner loops of the shuffling buffer, compiled.
+ * petastorm.shuffle._kernel: the inner loops of the shuffling buffer, and of shuffled ragged rows, compiled.
  *
  * The buffer keeps rows as fixed-width records (PackedColumns in petastorm/shuffle/_records.py). Two operations
  * touch every row that passes through it:
@@ -18,8 +18,16 @@
  *       applies to every store (a row can span several stores: its scalars in one, each of its arrays in another).
  *       stores: a sequence of (store buffer, row bytes, fields), fields: (output buffer, offset, bytes).
  *
+ * And one outside the buffer, for the reader's shuffled rows:
+ *
+ *   gather(out, values, itemsize, offsets, rows)
+ *       the ranges of ragged rows (a list column's values) in the order `rows` names them, one after another into
+ *       `out`: row r is values[offsets[r]:offsets[r + 1]] (in items of `itemsize` bytes); offsets and rows are int64.
+ *       What shuffling the rows of a row group does to a list column, one memcpy per row (pyarrow's take of a
+ *       list array builds an index of every value first). Every range is checked against both buffers.
+ *
  * The key comes from the buffer's numpy generator, and petastorm/shuffle/_draw.py replays the same draws with numpy
- * where the kernel is not built or switched off, so both hand out the same rows in the same order. Both functions
+ * where the kernel is not built or switched off, so both hand out the same rows in the same order. The functions
  * release the GIL while they run. Buffers must be C-contiguous; sizes are checked before any byte moves.
  */
 #define PY_SSIZE_T_CLEAN
@@ -393,11 +401,77 @@ static PyObject *shuffle_draw(PyObject *self, PyObject *args)
     return result;
 }
 
+/* The ranges of `rows` copied one after another; -1 (nothing written past a bound) when a row or range is out of
+ * bounds, with the failing row's position in *bad. */
+static int gather_ranges(char *out, Py_ssize_t out_items, const char *values, Py_ssize_t value_items,
+                         Py_ssize_t itemsize, const int64_t *offsets, Py_ssize_t num_offsets, const int64_t *rows,
+                         Py_ssize_t num_rows, Py_ssize_t *bad)
+{
+    Py_ssize_t written = 0;
+    for (Py_ssize_t j = 0; j < num_rows; j++) {
+        int64_t r = rows[j];
+        if (r < 0 || r >= num_offsets - 1) {
+            *bad = j;
+            return -1;
+        }
+        int64_t start = offsets[r], stop = offsets[r + 1];
+        if (start < 0 || stop < start || stop > value_items || written + (stop - start) > out_items) {
+            *bad = j;
+            return -1;
+        }
+        memcpy(out + written * itemsize, values + start * itemsize, (size_t)((stop - start) * itemsize));
+        written += stop - start;
+    }
+    return 0;
+}
+
+static PyObject *shuffle_gather(PyObject *self, PyObject *args)
+{
+    PyObject *out_obj, *values_obj, *offsets_obj, *rows_obj;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "OOnOO", &out_obj, &values_obj, &itemsize, &offsets_obj, &rows_obj)) {
+        return NULL;
+    }
+    if (itemsize <= 0) {
+        PyErr_Format(PyExc_ValueError, "gather: itemsize must be positive, got %zd", itemsize);
+        return NULL;
+    }
+    buffer_list list;
+    if (buffers_init(&list, 4) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_buffer *views = list.views;
+    char *out = take_buffer(&list, out_obj, 0, 1, 1, "gather: out");
+    const char *values = out ? take_buffer(&list, values_obj, 0, 1, 0, "gather: values") : NULL;
+    const char *offsets = values ? take_buffer(&list, offsets_obj, 0, 1, 0, "gather: offsets") : NULL;
+    const char *rows = offsets ? take_buffer(&list, rows_obj, 0, 1, 0, "gather: rows") : NULL;
+    if (rows != NULL) {
+        Py_ssize_t bad = -1;
+        int failed;
+        Py_BEGIN_ALLOW_THREADS
+        failed = gather_ranges(out, views[0].len / itemsize, values, views[1].len / itemsize, itemsize,
+                               (const int64_t *)offsets, views[2].len / 8, (const int64_t *)rows, views[3].len / 8,
+                               &bad);
+        Py_END_ALLOW_THREADS
+        if (failed) {
+            PyErr_Format(PyExc_ValueError, "gather: row %zd of rows names a range outside the values or the output",
+                         bad);
+        } else {
+            result = Py_NewRef(Py_None);
+        }
+    }
+    buffers_release(&list);
+    return result;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"pack", shuffle_pack, METH_VARARGS,
      "pack(store, row_bytes, start, rows, fields): write rows of contiguous columns into fixed-width records."},
     {"draw", shuffle_draw, METH_VARARGS,
      "draw(size, count, key, first, stores): draw rows uniformly at random without replacement into output columns."},
+    {"gather", shuffle_gather, METH_VARARGS,
+     "gather(out, values, itemsize, offsets, rows): the value ranges of ragged rows, in the order rows names them."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,8 @@ of branching on the kind. This package reads data, never a dataset's description
 * :mod:`~petastorm.store.listing`: one look at a store's directory: its data files, their sizes and times, the
   names that are not data, glob patterns.
 * :mod:`~petastorm.store.unify`: one schema for files whose schemas differ, and each file's table made to fit it.
+* :mod:`~petastorm.store.sized_files`: a data file read by its listed size (on S3 and Azure: its footer in one
+  request, its row groups without asking its size).
 * :mod:`~petastorm.store.data_files`: the data files read with as few requests as their filesystem allows (files
   kept open with their footers, row groups fetched ahead far from the storage).
 * :mod:`~petastorm.store.pieces`: a row group as the unit of work (:class:`~petastorm.store.pieces.RowGroupPiece`)

@@ -5,10 +5,15 @@ costs three: the client asks for the file's size when it opens it (pyarrow's S3 
 footer is read to find the row group, then its column chunks. :class:`DataFiles` keeps, per process, what the
 first read of a file learned, so that the next row groups of the file cost one request each:
 
-* on pyarrow's own remote filesystems (S3, GCS, HDFS, or one given as ``filesystem=``), the opened file and its
-  footer: the first row group of a file costs its open (the size, compared with the listed one), its footer
+* on pyarrow's S3 and Azure clients, a file of a listed size is read without asking its size
+  (:mod:`~petastorm.store.sized_files`): its footer is one request (unless planning read it in this process), each
+  row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
+  then, to tell a file that changed or vanished since it was listed;
+* on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
+  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and
+  its footer: the first row group of a file costs its open (the size, compared with the listed one), its footer
   (unless planning read it in this process) and its column chunks; every later one its column chunks only,
-  fetched in few coalesced requests (``pre_buffer``);
+  fetched in few coalesced requests;
 * on local disk, the file is memory-mapped for each row group (pages are read from the page cache in place), its
   size compared with the listed one;
 * through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footer bytes and ETags itself), the file is
@@ -44,6 +49,7 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import DataFileChangedError
 from petastorm.fs._files import file_url
+from petastorm.store.sized_files import SizedFile, changed_file_error, opens_with_listed_size
 
 __all__ = ['DataFiles', 'FooterStore', 'keeps_files_open']
 
@@ -101,13 +107,16 @@ class DataFiles:
         self.known_footers: dict[str, bytes] = {}
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
+        #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
+        self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
+        self._sized: OrderedDict[str, SizedFile] = OrderedDict()
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
         self._fetcher: ThreadPoolExecutor | None = None
         self._closed = False
         self._transfers = _ByteGate(TRANSFER_BUDGET)
-        self._round_trip: float | None = None  # the quickest open seen (a HEAD: one round trip)
+        self._round_trip: float | None = None  # the quickest open or footer read seen (one round trip)
         #: row groups this process asked for ahead of their reads.
         self.fetched_ahead = 0
 
@@ -152,8 +161,11 @@ class DataFiles:
         if self.keeps_open:
             with self._lock:
                 opened = self._opened.get(path)
+                sized = self._sized.get(path)
             if opened is not None:
                 return opened[1]
+            if sized is not None and sized.footer_read:
+                return sized.footer()
         known = self._known_footer(path)
         if known is not None:
             return known
@@ -163,6 +175,9 @@ class DataFiles:
         return self._read_footer(path)
 
     def _read_footer(self, path: str) -> pq.FileMetaData:
+        sized = self._sized_file(path)
+        if sized is not None:
+            return self._sized_footer(sized)
         if self.keeps_open:
             return self._open(path, kept_footer=False)[1]  # footers.footer() is asking: it has none
         with self.filesystem.open_input_file(path) as handle:
@@ -222,6 +237,13 @@ class DataFiles:
             return pq.ParquetFile(handle, pre_buffer=remote).read_row_group(row_group, columns=columns)
 
     def _read_open(self, path: str, row_group: int, columns: list[str]) -> pa.Table:
+        sized = self._sized_file(path) if self._reads_by_size(path) else None
+        if sized is not None:
+            footer = self._sized_footer(sized)
+            with self._transfers.holding(_stored_bytes(footer, row_group, columns)):
+                table = sized.read_row_group(row_group, columns)
+            if table is not None:
+                return table
         handle, footer = self._open(path)
         with self._transfers.holding(_stored_bytes(footer, row_group, columns)):
             try:
@@ -250,6 +272,46 @@ class DataFiles:
                 f'Make a new reader to read the new contents (writers that replace files should write new names '
                 f'instead)') from err
 
+    def _sized_file(self, path: str) -> SizedFile | None:
+        """``path`` as a :class:`SizedFile` kept for this process's reads, where that saves requests (else None)."""
+        size = self.sizes.get(path)
+        if not self._by_size or size is None:
+            return None
+        with self._lock:
+            sized = self._sized.get(path)
+            if sized is None:
+                sized = self._sized[path] = SizedFile(self.filesystem, path, size)
+                while len(self._sized) > _KEPT_FILES:
+                    self._sized.popitem(last=False)
+            else:
+                self._sized.move_to_end(path)
+        return sized
+
+    def _reads_by_size(self, path: str) -> bool:
+        """Whether a row group of ``path`` is read by its listed size (:meth:`_sized_file`).
+
+        Not when its footer came otherwise (the saved plan, the disk cache) and was not read here: the read by size
+        would read the footer again (pyarrow takes none given), the same request as the ``HEAD`` of opening the
+        file, with more bytes.
+        """
+        with self._lock:
+            sized = self._sized.get(path)
+        if sized is not None and sized.footer_read:
+            return True
+        return path not in self.known_footers and self.footers is None
+
+    def _sized_footer(self, sized: SizedFile) -> pq.FileMetaData:
+        """The footer of ``sized``; the first read of one (a round trip) is timed for :meth:`prefetch`."""
+        if sized.footer_read:
+            return sized.footer()
+        started = time.perf_counter()
+        footer = sized.footer()
+        self._saw_round_trip(time.perf_counter() - started)
+        return footer
+
+    def _saw_round_trip(self, took: float) -> None:
+        self._round_trip = took if self._round_trip is None else min(self._round_trip, took)
+
     def _open(self, path: str, kept_footer: bool = True) -> tuple[pa.NativeFile, pq.FileMetaData]:
         """The file opened (its size checked) and its footer, kept for this process's next reads of it.
 
@@ -263,10 +325,9 @@ class DataFiles:
                 return opened
         started = time.perf_counter()
         handle = self.filesystem.open_input_file(path)
-        took = time.perf_counter() - started
-        self._round_trip = took if self._round_trip is None else min(self._round_trip, took)
+        self._saw_round_trip(time.perf_counter() - started)
         self._check_size(path, handle)
-        known = self._known_footer(path) if kept_footer else None
+        known = (self._footer_read_by_size(path) or self._known_footer(path)) if kept_footer else None
         if known is not None:
             opened = handle, known
         elif kept_footer and self.footers is not None:
@@ -279,6 +340,12 @@ class DataFiles:
             while len(self._opened) > _KEPT_FILES:
                 self._opened.popitem(last=False)
         return opened
+
+    def _footer_read_by_size(self, path: str) -> pq.FileMetaData | None:
+        """The footer of ``path`` read as a :class:`SizedFile` (a struct's leaves are then read from it opened)."""
+        with self._lock:
+            sized = self._sized.get(path)
+        return sized.footer() if sized is not None and sized.footer_read else None
 
     def _known_footer(self, path: str) -> pq.FileMetaData | None:
         """The footer of ``path`` that came with the saved plan, or None (none came, or it is unreadable)."""
@@ -297,11 +364,7 @@ class DataFiles:
             return
         actual = handle.size()
         if actual != expected:
-            raise DataFileChangedError(
-                f'data file {file_url(self.filesystem, path)} changed after the reader was made: it had {expected} '
-                f'bytes when listed and has {actual} now, so the row groups planned from it may not be its row '
-                f'groups. Make a new reader to read the new contents (writers that replace files should write new '
-                f'names instead)')
+            raise changed_file_error(self.filesystem, path, expected, actual)
 
 
 def _open_data_file(filesystem: pafs.FileSystem, path: str) -> pa.NativeFile:

@@ -219,7 +219,8 @@ def _read_summary(store: ParquetStore) -> pq.FileMetaData | None:
         store.filesystem.get_file_info(summary).type == pafs.FileType.File
     if not present:
         return None
-    metadata = read_footer(DataFiles(store.filesystem), summary)
+    sizes = {summary: store.summary_size} if store.summary_size is not None else None
+    metadata = read_footer(DataFiles(store.filesystem, sizes), summary)
     if metadata.num_row_groups == 0:
         return None
     named = {metadata.row_group(i).column(0).file_path for i in range(metadata.num_row_groups)}

@@ -186,6 +186,8 @@ class ParquetStore(Store):
     subset: bool = False
     #: whether ``root`` holds a ``_metadata`` summary file, when the listing told (None: not known, ask).
     has_summary: bool | None = None
+    #: the size of that ``_metadata`` when the listing gave it (its read then asks no size).
+    summary_size: int | None = field(default=None, compare=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps.
     reads: StoreReads = field(default_factory=StoreReads, compare=False, repr=False)
 

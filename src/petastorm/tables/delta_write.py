@@ -76,7 +76,7 @@ def file_stats(metadata: pq.FileMetaData) -> str:
 class DeltaWrite:
     """A write of a Petastorm dataset into the Delta table at ``root``, committed as one version or not at all.
 
-    It has the interface of :class:`petastorm.writer.StagedWrite` (:meth:`begin`, :meth:`commit`,
+    It has the interface of :class:`petastorm.writing.StagedWrite` (:meth:`begin`, :meth:`commit`,
     :meth:`roll_back`, :meth:`rolling_back_on_error`), except that the files are written straight into
     :attr:`root` by a roller the writer makes and hands to :meth:`track`.
 
@@ -147,7 +147,7 @@ class DeltaWrite:
                               f'({self.schema})')
 
     def track(self, roller: Any) -> None:
-        """Remember the :class:`petastorm.writer.FileRoller` writing into :attr:`root`, to roll its files back."""
+        """Remember the :class:`petastorm.writing.FileRoller` writing into :attr:`root`, to roll its files back."""
         self._roller = roller
 
     def commit(self, schema: Unischema, row_groups: Mapping[str, list[int]], *, legacy_metadata: bool) -> None:

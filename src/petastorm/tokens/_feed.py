@@ -17,11 +17,18 @@ A restore on the same ranks (:meth:`Feed.restore`) waits for the documents of th
 rebuilds those rows exactly, then packs the rest as before: the same tokens in the same rows. A restore on another
 number of ranks (:meth:`Feed.restore_elsewhere`) only knows which ranges of which documents are left: each rank packs
 what its reader gives it, cutting the documents named to those ranges.
+
+A position is taken every step, so taking it (:meth:`Feed.snapshot`) only keeps references: the packer's
+:meth:`~petastorm.tokens._packers.Packer.mark` and a :class:`_Frame` of what changes only when the reader delivers
+a batch (the reader's position among them), kept from one step to the next until then. The lists are made from
+them when the position is read.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +37,9 @@ from petastorm.errors import PetastormError
 from petastorm.reading import ColumnBatch, ColumnSource, PositionSource, positions_of
 from petastorm.tokens._documents import Docs, DocumentFields, cut_pieces, documents_of
 from petastorm.tokens._first_fit import FirstFitPacker
-from petastorm.tokens._held import HeldPosition, in_runs, later_of, merged_runs
+from petastorm.tokens._held import Held, in_runs, later_of, merged_runs
 from petastorm.tokens._options import PackSpec
-from petastorm.tokens._packers import ConcatPacker, Packer, SinglePacker
+from petastorm.tokens._packers import ConcatPacker, Packer, PackerView, SinglePacker
 from petastorm.tokens._queue import Ranges, add_range
 from petastorm.tokens._rows import RowBlock
 
@@ -78,6 +85,35 @@ def _nothing_held() -> np.ndarray:
     return np.empty(0, dtype=np.int64)
 
 
+def _others(view: PackerView, buffered: Callable[[], np.ndarray], arrived: np.ndarray | None) -> np.ndarray:
+    """The documents held beside the queue's: the packer's rows, the loader's buffered rows, a restore's."""
+    parts = [view.packed_rows(), np.asarray(buffered(), dtype=np.int64)]
+    if arrived is not None:
+        parts.append(arrived)
+    return np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What a source's position holds that changes only when the reader delivers a batch (or on a restore).
+
+    Attributes:
+        reads: the reader's batches delivered when it was taken.
+        held: the reader's position then, with every document held counted as not delivered.
+        carried: the ranges left of documents the reader delivers again (replaced, never changed).
+        delivered: runs of documents read again only to be dropped.
+        saved_rows: a restore's packer rows not rebuilt yet.
+        arrived: the documents a restore read again for its rows, or None.
+    """
+
+    reads: int
+    held: Held
+    carried: Ranges
+    delivered: np.ndarray
+    saved_rows: dict[str, Any] | None
+    arrived: np.ndarray | None
+
+
 def _positions(source: ColumnSource, where: str) -> PositionSource:
     positions = positions_of(source)
     if positions is None:
@@ -113,7 +149,7 @@ class Feed:
         self._wanted: set[int] = set()  # documents whose tokens the restore's rows need
         self._arrived: dict[int, np.ndarray] = {}
         self._reads = 0  # batches of documents read: the reader's position changes with them
-        self._position = HeldPosition()
+        self._frame: _Frame | None = None  # kept from one position to the next while the reader delivers nothing
         self._delivered = np.empty((0, 2), dtype=np.int64)  # runs of documents read again only to be dropped
 
     # -- passes --------------------------------------------------------------------------------------------------
@@ -124,7 +160,7 @@ class Feed:
             self.source.restart()
             self._carried = {}
             self._delivered = np.empty((0, 2), dtype=np.int64)
-            self._position.reset()
+            self._frame = None
         self.packer.reset()
         self._batches = None
         self._exhausted = False
@@ -200,7 +236,7 @@ class Feed:
     def snapshot(self, buffered: Callable[[], np.ndarray], between: bool = False) -> Callable[[], dict[str, Any]]:
         """This source's part of a position taken now (see the module's documentation), made when called.
 
-        Taking it costs a few attribute reads while the reader delivered no new batch: the packer's view shares its
+        Taking it costs a few attribute reads while the reader delivered no new batch: the packer's mark shares its
         arrays, and everything it names is replaced, not changed, by later reads and packing.
 
         Args:
@@ -210,28 +246,30 @@ class Feed:
         if between:
             reader = self._state_later(_nothing_held)
             return lambda: {'reader': reader(), 'remaining': [], 'delivered': [], 'packer': {}}
-        view = self.packer.snapshot()
+        packer = self.packer
+        mark = packer.mark()
+        frame = self._frame
+        if frame is None or frame.reads != self._reads or packer.queue.pieces > frame.held.pieces:
+            frame = self._frame = self._new_frame(mark, buffered)
+        return functools.partial(self._state_of, frame, mark, buffered)
+
+    def _new_frame(self, mark: Any, buffered: Callable[[], np.ndarray]) -> _Frame:
+        """The frame of now: the reader's position is taken again (it delivered a batch since the last one)."""
+        view = self.packer.view(mark)
         arrived = np.fromiter(self._arrived, np.int64, len(self._arrived)) if self._arrived else None
+        held = Held(view.queue.pieces, view.queue.held_rows, functools.partial(_others, view, buffered, arrived),
+                    self._state_later)
+        return _Frame(self._reads, held, self._carried, self._delivered, self._saved_rows, arrived)
 
-        def others() -> np.ndarray:
-            parts = [view.packed_rows(), np.asarray(buffered(), dtype=np.int64)]
-            if arrived is not None:
-                parts.append(arrived)
-            return np.concatenate(parts) if len(parts[0]) or len(parts[1]) or len(parts) > 2 else parts[0]
-
-        queue = view.queue
-        held = self._position.current(self._reads, queue.pieces, queue.held_rows, others, self._state_later)
-        carried, delivered, saved_rows = self._carried, self._delivered, self._saved_rows
-
-        def state() -> dict[str, Any]:
-            remaining = {doc: list(spans) for doc, spans in carried.items()}
-            view.partial(remaining)
-            gone = held.delivered_since(queue.pieces, others())
-            return {'reader': held.reader, 'remaining': _entries(remaining),
-                    'delivered': merged_runs(delivered, gone).tolist(),
-                    'packer': saved_rows if saved_rows is not None else view.listed()}
-
-        return state
+    def _state_of(self, frame: _Frame, mark: Any, buffered: Callable[[], np.ndarray]) -> dict[str, Any]:
+        """This source's part of the position taken at ``mark``, made (see the module's documentation)."""
+        view = self.packer.view(mark)
+        remaining = {doc: list(spans) for doc, spans in frame.carried.items()}
+        view.partial(remaining)
+        gone = frame.held.delivered_since(view.queue.pieces, _others(view, buffered, frame.arrived))
+        return {'reader': frame.held.reader, 'remaining': _entries(remaining),
+                'delivered': merged_runs(frame.delivered, gone).tolist(),
+                'packer': frame.saved_rows if frame.saved_rows is not None else view.listed()}
 
     def restore(self, state: dict[str, Any], buffered_docs: set[int], in_progress: bool) -> None:
         """Continue from this source's saved part, on the same rank: the rows it names are rebuilt exactly.
@@ -247,6 +285,7 @@ class Feed:
         self._wanted = set(listed_ranges(packed.get('rows'), {}, False)) | set(
             listed_ranges([row[1:] for row in packed.get('open', ())], {}, False)) | set(buffered_docs)
         self._saved_rows = packed if self._wanted or packed else None
+        self._frame = None
 
     def restore_elsewhere(self, reader_states: list[dict[str, Any]], remaining: Ranges, delivered: np.ndarray,
                           in_progress: bool) -> None:
@@ -257,7 +296,7 @@ class Feed:
     def _reset_restore(self, carried: Ranges, delivered: np.ndarray) -> None:
         self.packer.reset()
         self._delivered = delivered
-        self._position.reset()
+        self._frame = None
         self._batches = None
         self._exhausted = False
         self._carried = carried
@@ -289,3 +328,4 @@ class Feed:
             self.packer.restore(self._saved_rows, self.saved_tokens)
         self._saved_rows = None
         self._arrived = {}
+        self._frame = None

@@ -22,7 +22,7 @@ import numpy as np
 
 from petastorm.tokens._documents import Docs
 from petastorm.tokens._options import PackSpec
-from petastorm.tokens._queue import PieceQueue, Ranges
+from petastorm.tokens._queue import PieceQueue, QueueMark, Ranges
 from petastorm.tokens._rows import RowBlock, Segment, block_of_rows
 
 __all__ = ['FirstFitPacker', 'FirstFitView']
@@ -120,11 +120,18 @@ class FirstFitPacker:
 
     # -- what a saved position keeps -----------------------------------------------------------------------------
 
-    def snapshot(self) -> FirstFitView:
+    def mark(self) -> tuple[QueueMark, list[list[int]], list[list[int]], np.ndarray]:
         """The rows held now (closed and open), as a position keeps them; the lists are shared (a row's list is
         replaced, never changed, when a document is placed in it)."""
-        return FirstFitView(self.queue.frozen(), [flat for _, flat in self._ready], self._flats.copy(),
-                            self._open.copy())
+        return self.queue.mark(), [flat for _, flat in self._ready], self._flats.copy(), self._open.copy()
+
+    def view(self, mark: tuple[QueueMark, list[list[int]], list[list[int]], np.ndarray]) -> FirstFitView:
+        """What :meth:`mark` held, as a position asks it."""
+        return FirstFitView(PieceQueue.at(mark[0]), *mark[1:])
+
+    def snapshot(self) -> FirstFitView:
+        """The rows held now (see :meth:`mark`)."""
+        return self.view(self.mark())
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Rebuild the rows of :meth:`listed` (on a packer just :meth:`reset`)."""

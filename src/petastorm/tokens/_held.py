@@ -1,9 +1,9 @@
 """The reader's part of a source's position, taken once per batch of documents read instead of once per step.
 
 A reader's position changes only when it delivers a batch of documents; between two such batches (tens of
-training steps) the documents the loader holds only shrink, as rows are handed out. :class:`HeldPosition` keeps
-the reader's position with every document held when it was taken (``state_holding_later``: made only when a
-saved position is read, as a checkpoint does) as a :class:`Held`, which
+training steps) the documents the loader holds only shrink, as rows are handed out. A source keeps the reader's
+position with every document held when it was taken (``state_holding_later``: made only when a saved position is
+read, as a checkpoint does) as a :class:`Held` until its reader delivers another batch; the :class:`Held`
 says at each later step which of those documents were delivered since (a slice of the packer's queue as it was,
 and a few numpy calls): a restored loader reads them again with the others and drops them. Documents are named by
 runs ``[first, stop)`` of consecutive numbers, as the readers number consecutive rows, so the saved list stays
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['Held', 'HeldPosition', 'id_runs', 'in_runs', 'later_of', 'merged_runs']
+__all__ = ['Held', 'id_runs', 'in_runs', 'later_of', 'merged_runs']
 
 
 def id_runs(ids: np.ndarray) -> np.ndarray:
@@ -146,38 +146,3 @@ def later_of(positions: Any) -> Callable[[Callable[[], np.ndarray]], Callable[[]
         return lambda: state
 
     return at_once
-
-
-class HeldPosition:
-    """The reader's position of the latest batch of documents read, made again only when another was read.
-
-    The documents held are those of the packer's queue (many, in the order read; between two reads the queue
-    only gives up its first pieces) and a few others (packed rows not handed out). What was delivered since is
-    then the queue's first pieces then, minus what is still held elsewhere (:meth:`Held.delivered_since`): a slice,
-    not a search.
-    """
-
-    def __init__(self) -> None:
-        self._reads = -1
-        self._held: Held | None = None
-
-    def reset(self) -> None:
-        """Forget the position (the reader moved in another way: a restore, a new pass)."""
-        self._reads = -1
-
-    def current(self, reads: int, waiting: int, queue: Callable[[], np.ndarray], others: Callable[[], np.ndarray],
-                state_holding_later: Callable[[Callable[[], np.ndarray]], Callable[[], Any]]) -> Held:
-        """The position for now: the one kept while the reader delivered nothing more, else taken again.
-
-        Args:
-            reads: how many batches the reader delivered so far.
-            waiting: the queue's pieces now.
-            queue: gives the documents of the queue's pieces, in order, as they are now.
-            others: gives the other documents held now.
-            state_holding_later: see :class:`Held`.
-        """
-        held = self._held
-        if held is None or reads != self._reads or waiting > held.pieces:
-            held = self._held = Held(waiting, queue, others, state_holding_later)
-            self._reads = reads
-        return held

@@ -5,6 +5,7 @@ as rows are asked for (:meth:`fill`, :meth:`pull`), and says what it holds in a 
 (:meth:`snapshot`, a :class:`PackerView` sharing the arrays, which later packing leaves as they are): the documents
 not wholly delivered, the ranges left of those partly delivered (:meth:`PackerView.partial`), and the rows it has
 packed or begun but not handed out (:meth:`PackerView.listed`), exactly enough to rebuild them (:meth:`restore`).
+A position taken every step keeps only a :meth:`mark` (a few references) and makes the view of it when it is read.
 
 * :class:`ConcatPacker` (``'concat'``): the documents' tokens one after the other, cut every ``seq_len`` tokens;
   no padding but in the last row of a pass. A row is a copy of whole runs of tokens, however many documents they
@@ -24,7 +25,7 @@ import numpy as np
 from petastorm._warnings import warn_user
 from petastorm.tokens._documents import Docs, TokenColumnError
 from petastorm.tokens._options import PackSpec
-from petastorm.tokens._queue import PieceQueue, Ranges
+from petastorm.tokens._queue import PieceQueue, QueueMark, Ranges
 from petastorm.tokens._rows import ArrayPool, RowBlock, slice_rows
 
 __all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'PackerView', 'QueueView', 'SinglePacker']
@@ -56,6 +57,14 @@ class Packer(Protocol):
 
     def pending(self) -> bool:
         """Something was pushed and not pulled yet."""
+        ...
+
+    def mark(self) -> Any:
+        """What it holds now, in as few references as can be taken (later packing leaves them as they are)."""
+        ...
+
+    def view(self, mark: Any) -> PackerView:
+        """What it held at ``mark``, as a position needs it."""
         ...
 
     def snapshot(self) -> PackerView:
@@ -123,8 +132,14 @@ class _QueuePacker:
     def pending(self) -> bool:
         return self.queue.tokens > 0
 
+    def mark(self) -> QueueMark:
+        return self.queue.mark()
+
+    def view(self, mark: QueueMark) -> PackerView:
+        return QueueView(PieceQueue.at(mark))
+
     def snapshot(self) -> PackerView:
-        return QueueView(self.queue.frozen())
+        return self.view(self.mark())
 
     def restore(self, listed: dict[str, Any], tokens: Callable[[int], np.ndarray]) -> None:
         """Nothing to rebuild: the queue's partial documents come back as pieces of the saved ranges."""

@@ -5,21 +5,24 @@ and a position in the first of them: the piece being read and how many of its to
 tokens from its front (:meth:`PieceQueue.take`, a copy of whole runs of tokens, however many documents they span)
 or whole pieces (:meth:`PieceQueue.pop_piece`). What it holds is also what a saved position must say about it: the
 documents it holds (:meth:`PieceQueue.held_rows`) and, of those not whole, the ranges left
-(:meth:`PieceQueue.partial`), asked of a :meth:`PieceQueue.frozen` copy when a position is taken.
+(:meth:`PieceQueue.partial`), asked of a copy made later from a :meth:`PieceQueue.mark` taken with the position:
+the queue's batches are a tuple and its set of partial batches a frozenset, replaced when they change, so the mark
+is a handful of references.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
 from petastorm.tokens._documents import Docs
 
-__all__ = ['PieceQueue', 'Ranges', 'add_range']
+__all__ = ['PieceQueue', 'QueueMark', 'Ranges', 'add_range']
 
 #: What is left of documents: ``{document: [(start, stop), ...]}`` ranges of its tokens, ascending.
 Ranges = dict[int, list[tuple[int, int]]]
+
+#: What :meth:`PieceQueue.mark` keeps: the batches, the partial ones, piece, offset, tokens and pieces.
+QueueMark = tuple[tuple[Docs, ...], frozenset[int], int, int, int, int]
 
 
 def add_range(ranges: Ranges, doc: int, start: int, stop: int) -> None:
@@ -42,8 +45,9 @@ class PieceQueue:
     """Pieces of documents waiting to be packed (see the module's documentation)."""
 
     def __init__(self) -> None:
-        self._chunks: deque[Docs] = deque()
-        self._partial_chunks: set[int] = set()  # ids of chunks holding pieces that are not whole documents
+        # Replaced, never changed, when a batch comes or goes: a mark taken before keeps the old ones.
+        self._chunks: tuple[Docs, ...] = ()
+        self._partial_chunks: frozenset[int] = frozenset()  # ids of chunks holding pieces that are not whole
         self._piece = 0  # the first piece of the first chunk not wholly taken
         self._offset = 0  # tokens of the first chunk taken (into its values)
         self.tokens = 0  # tokens waiting
@@ -52,19 +56,26 @@ class PieceQueue:
     def push(self, docs: Docs) -> None:
         """Append the pieces of a batch."""
         if len(docs):
-            self._chunks.append(docs)
+            self._chunks = (*self._chunks, docs)
             if not docs.whole.all():
-                self._partial_chunks.add(id(docs))
+                self._partial_chunks = self._partial_chunks | {id(docs)}
             self.tokens += int(docs.bounds[-1])
             self.pieces += len(docs)
 
+    def mark(self) -> QueueMark:
+        """What the queue holds now, in a few references that later takes and pushes leave as they are."""
+        return self._chunks, self._partial_chunks, self._piece, self._offset, self.tokens, self.pieces
+
+    @classmethod
+    def at(cls, mark: QueueMark) -> PieceQueue:
+        """A queue holding what it held at ``mark`` (the documents' arrays are shared, not copied)."""
+        copy = cls.__new__(cls)
+        copy._chunks, copy._partial_chunks, copy._piece, copy._offset, copy.tokens, copy.pieces = mark
+        return copy
+
     def frozen(self) -> PieceQueue:
         """A copy that later takes and pushes leave as it is (the documents' arrays are shared, not copied)."""
-        copy = PieceQueue.__new__(PieceQueue)
-        copy.__dict__.update(self.__dict__)
-        copy._chunks = self._chunks.copy()
-        copy._partial_chunks = self._partial_chunks.copy()
-        return copy
+        return PieceQueue.at(self.mark())
 
     def clear(self) -> None:
         """Drop everything."""
@@ -133,7 +144,9 @@ class PieceQueue:
         self.pieces -= new_piece - self._piece
         self._piece, self._offset = new_piece, stop
         if stop == end:
-            self._partial_chunks.discard(id(self._chunks.popleft()))
+            done, self._chunks = self._chunks[0], self._chunks[1:]
+            if id(done) in self._partial_chunks:
+                self._partial_chunks = self._partial_chunks - {id(done)}
             self._piece = self._offset = 0
 
     def pop_piece(self) -> tuple[int, int, np.ndarray] | None:
@@ -153,7 +166,7 @@ class PieceQueue:
         """The documents of the pieces waiting (with repeats when a document has several pieces)."""
         if not self._chunks:
             return np.empty(0, dtype=np.int64)
-        parts = [self._chunks[0].rows[self._piece:]] + [docs.rows for docs in list(self._chunks)[1:]]
+        parts = [self._chunks[0].rows[self._piece:]] + [docs.rows for docs in self._chunks[1:]]
         return np.concatenate(parts)
 
     def partial(self, into: Ranges) -> None:

@@ -44,18 +44,22 @@ VERSION = 1
 
 
 class Position(dict):  # type: ignore[type-arg]
-    """A position whose lists are made when first read (see the module's documentation).
-
-    Args:
-        numbers: the keys known at once (at least one: ``json`` writes an empty dict without reading it).
-        rest: makes the other keys (called once).
-    """
+    """A position whose lists are made when first read (see the module's documentation); made by :meth:`later`."""
 
     __slots__ = ('_rest',)
+    _rest: Callable[[], dict[str, Any]] | None
 
-    def __init__(self, numbers: dict[str, Any], rest: Callable[[], dict[str, Any]]) -> None:
-        super().__init__(numbers)
-        self._rest: Callable[[], dict[str, Any]] | None = rest
+    @classmethod
+    def later(cls, numbers: dict[str, Any], rest: Callable[[], dict[str, Any]]) -> Position:
+        """A position of ``numbers`` and, when first read, what ``rest`` makes.
+
+        Args:
+            numbers: the keys known at once (at least one: ``json`` writes an empty dict without reading it).
+            rest: makes the other keys (called once).
+        """
+        position = cls(numbers)  # dict's own __init__: a Python one would cost as much as the rest of the call
+        position._rest = rest
+        return position
 
     def _made(self) -> Position:
         rest = self._rest

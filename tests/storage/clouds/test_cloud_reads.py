@@ -161,7 +161,11 @@ def _rewrite_after_the_first_row(cloud, small_store, client, name: str, data: by
 @pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])
 def test_a_file_rewritten_after_planning_is_detected_naming_its_url(cloud, small_store, client):
     name = sorted(p.name for p in small_store.glob('*.parquet'))[-1]
-    _rewrite_after_the_first_row(cloud, small_store, client, name, (small_store / name).read_bytes() + b'appended')
+    data = (small_store / name).read_bytes()
+    # pyarrow's Azure client reads a blob by its listed size, not asking it: the listed bytes of a blob appended to
+    # are the blob that was planned, read as it; one rewritten otherwise fails to read there, and its size tells.
+    changed = b'shifted' + data if (cloud.name, client) == ('azure', 'pyarrow') else data + b'appended'
+    _rewrite_after_the_first_row(cloud, small_store, client, name, changed)
 
 
 @pytest.mark.parametrize('client', ['pyarrow', 'fsspec'])

@@ -422,12 +422,12 @@ def test_the_writer_hands_whole_runs_of_rows_to_encode_column(tmp_path):
 
 
 def test_a_failed_commit_is_rolled_back(tmp_path, monkeypatch):
-    import petastorm.writer
+    import petastorm.writing.staged
 
     def failing_metadata_write(*args, **kwargs):
         raise OSError('the storage refused _common_metadata')
 
-    monkeypatch.setattr(petastorm.writer, 'write_dataset_metadata', failing_metadata_write)
+    monkeypatch.setattr(petastorm.writing.staged, 'write_dataset_metadata', failing_metadata_write)
     root = tmp_path / 'ds'
     with pytest.raises(DatasetWriteError, match='rolled back: the storage refused _common_metadata'):
         write_dataset(path_to_url(str(root)), Schema, [_row(i) for i in range(5)])
