@@ -7,7 +7,8 @@ what saving the position every step costs.
    threads), and against Hugging Face ``datasets`` streaming the same file with the packing ``.map`` of its
    language-modelling examples (concatenate, cut every 2048 tokens) and batches of 8 rows. Beside the rates per
    second of wall time, the same runs' tokens per second of CPU time (the process's, every thread's): what a run
-   costs the machine, which other work on it does not change the way it changes the wall time.
+   costs the machine, which other work on it does not change the way it changes the wall time. For context, a
+   plain numpy build of what the batches hold (three int64 arrays from the same column, :func:`packed_limit`).
 2. Text tokenized on the fly: a ``tokenizers`` BPE trained here, ``make_token_loader(text_field=...)`` (the
    tokenizer runs in 2 reader threads) against the tokenizer's own ``encode_batch_fast`` on the same texts, a row
    group of texts per call, on the same 2 threads (its Rayon pool).
@@ -105,6 +106,31 @@ def raw_limit(path: str) -> tuple[float, float]:
     table = pq.read_table(path, columns=['input_ids'])
     values = table.column('input_ids').combine_chunks().flatten().to_numpy()
     return len(values) / (time.perf_counter() - start), len(values) / max(_cpu_seconds() - cpu, 1e-6)
+
+
+def packed_limit(path: str) -> tuple[float, float]:
+    """Tokens per second (wall, CPU) of pyarrow and numpy making what a concat batch holds, for the whole file at once.
+
+    The column read into one numpy array (:func:`raw_limit`), then cut into rows of ``SEQ_LEN`` as three int64
+    arrays: the ids, the positions (counted from each document's start and each row's) and the labels (the ids,
+    each segment's first one ignored), every step one vectorised numpy call over the whole file. Not a limit (the
+    loader makes its rows in blocks, which stay in the CPU's caches): a plain build of the same arrays, to show what
+    making them costs beside reading the column.
+    """
+    start, cpu = time.perf_counter(), _cpu_seconds()
+    column = pq.read_table(path, columns=['input_ids']).column('input_ids').combine_chunks()
+    values = column.flatten().to_numpy()
+    tokens = len(values) // SEQ_LEN * SEQ_LEN
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    ids = values[:tokens].astype(np.int64).reshape(-1, SEQ_LEN)
+    segment_start = np.repeat(offsets[:-1], lengths)[:tokens]
+    row_start = np.arange(tokens, dtype=np.int64) // SEQ_LEN * SEQ_LEN
+    positions = np.arange(tokens, dtype=np.int64) - np.maximum(segment_start, row_start)
+    labels = ids.copy()
+    labels.reshape(-1)[positions == 0] = -100
+    positions = positions.reshape(-1, SEQ_LEN)
+    return tokens / (time.perf_counter() - start), tokens / max(_cpu_seconds() - cpu, 1e-6)
 
 
 def ours(url: str, **kwargs) -> tuple[float, dict]:
@@ -258,6 +284,11 @@ def figure_1(url: str, path: str, repeats: int) -> None:
         print(_row('1', case, rate, 'pyarrow column to numpy', limit, 'tokens/s', ratio, '>= 0.8'))
         print(_row('1', f'{case}, CPU time', rate_cpu, 'pyarrow column to numpy', limit_cpu, 'tokens/CPU-s',
                    ratio_cpu, '>= 0.8'))
+    packed_limit(path)
+    mine, limit, ratio = _interleaved(repeats, lambda: ours(url, shuffle_documents=False)[0],
+                                      lambda: packed_limit(path)[0])
+    print(_row('1', 'concat, in file order', mine, 'pyarrow + numpy building the same three int64 arrays', limit,
+               'tokens/s', ratio, '(context)'))
     mine, limit, ratio = _interleaved(repeats, lambda: ours(url, shuffle_documents=False)[0],
                                       lambda: hf_streaming(path, 300))
     print(_row('1', 'concat, in file order', mine, 'datasets streaming + packing map', limit, 'tokens/s', ratio,
