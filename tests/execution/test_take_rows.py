@@ -1,4 +1,4 @@
-"""petastorm.shuffle.take_rows: shuffled rows of an Arrow table, ragged number lists gathered by the kernel.
+"""petastorm.shuffle.take_rows and ramps: shuffled rows of an Arrow table, and positions of packed token rows.
 
 Whatever the path (the kernel's ranges, pyarrow's take for the other columns, numpy-only installs), the table is
 the one pyarrow's ``take`` gives: same values, same types, same nulls.
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader
-from petastorm.shuffle import take_rows
+from petastorm.shuffle import ramps, take_rows
 
 
 def _ragged(rng, rows, value_type, large=False, empty_every=5):
@@ -90,3 +90,17 @@ def test_a_reader_shuffling_rows_of_token_lists_delivers_each_row_once(tmp_path)
     assert sorted(orders) == list(range(rows))  # each row once
     assert orders != list(range(rows))  # shuffled
     assert got == {r: expected[r] for r in range(rows)}
+
+
+@pytest.mark.parametrize('kernel', ['on', 'off'])
+def test_ramps_count_up_from_every_start(monkeypatch, kernel):
+    monkeypatch.setenv('PETASTORM_NO_COMPILED_SHUFFLE', '1' if kernel == 'off' else '0')
+    rng = np.random.default_rng(7)
+    for size in (1, 5, 1000):
+        starts = np.unique(np.concatenate(([0], rng.integers(0, size, size // 3))))
+        out = np.full((size,), -5, dtype=np.int64)
+        ramps(out, starts)
+        expected = np.arange(size) - starts[np.searchsorted(starts, np.arange(size), side='right') - 1]
+        assert out.tolist() == expected.tolist()
+    block = np.empty((2, 4), dtype=np.int64)
+    assert ramps(block, np.array([0, 3, 5], dtype=np.int64)).tolist() == [[0, 1, 2, 0], [1, 0, 1, 2]]

@@ -11,7 +11,8 @@ The loaders of :mod:`petastorm.pytorch` build their batches with these pieces; t
 * an *ops* object (:class:`ArrayOps`; :class:`NumpyOps` for numpy, ``TensorOps`` in the torch adapter for tensors)
   supplies the few array operations that differ between array types;
 * :func:`take_rows` gives an Arrow table's rows in a shuffled order (what a reader's ``shuffle_rows`` does to a row
-  group), ragged number lists gathered by the compiled kernel a row's range at a time;
+  group), ragged number lists gathered by the compiled kernel a row's range at a time, and :func:`ramps` the
+  positions of the pieces of a packed token row (``petastorm.tokens``), one kernel pass;
 * every draw follows from random words of the buffer's ``numpy.random.Generator``; a small compiled kernel, built
   at install time where a C compiler is available, carries out the draws of packed records (and writes them)
   fastest, and numpy replays exactly the same draws where the kernel is not built or switched off, so the rows
@@ -27,9 +28,11 @@ from petastorm.shuffle._batcher import Batcher
 from petastorm.shuffle._buffer import ColumnStore, ShufflingBuffer, Store
 from petastorm.shuffle._compiled import NO_COMPILED_SHUFFLE_ENV, compiled_shuffle_in_use
 from petastorm.shuffle._ops import ArrayOps, NumpyOps
+from petastorm.shuffle._ramps import ramps
 from petastorm.shuffle._records import PackedColumns
 from petastorm.shuffle._tables import Table, num_rows, slice_rows
 from petastorm.shuffle._take import take_rows
 
 __all__ = ['NO_COMPILED_SHUFFLE_ENV', 'ArrayOps', 'Batcher', 'ColumnStore', 'NumpyOps', 'PackedColumns',
-           'ShufflingBuffer', 'Store', 'Table', 'compiled_shuffle_in_use', 'num_rows', 'slice_rows', 'take_rows']
+           'ShufflingBuffer', 'Store', 'Table', 'compiled_shuffle_in_use', 'num_rows', 'ramps', 'slice_rows',
+           'take_rows']

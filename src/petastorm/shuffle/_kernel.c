@@ -18,13 +18,18 @@
  *       applies to every store (a row can span several stores: its scalars in one, each of its arrays in another).
  *       stores: a sequence of (store buffer, row bytes, fields), fields: (output buffer, offset, bytes).
  *
- * And one outside the buffer, for the reader's shuffled rows:
+ * And two outside the buffer, for the reader's shuffled rows and the token loader's positions:
  *
  *   gather(out, values, itemsize, offsets, rows)
  *       the ranges of ragged rows (a list column's values) in the order `rows` names them, one after another into
  *       `out`: row r is values[offsets[r]:offsets[r + 1]] (in items of `itemsize` bytes); offsets and rows are int64.
  *       What shuffling the rows of a row group does to a list column, one memcpy per row (pyarrow's take of a
  *       list array builds an index of every value first). Every range is checked against both buffers.
+ *
+ *   ramps(out, starts)
+ *       counts up from 0 at every start: out[i] = i - starts[j] for starts[j] <= i < starts[j + 1] (the last ramp
+ *       runs to the end of `out`); int64, starts ascending from 0. A token row's position_ids, one pass over the
+ *       output (numpy needs a fill, a scatter and a running sum).
  *
  * The key comes from the buffer's numpy generator, and petastorm/shuffle/_draw.py replays the same draws with numpy
  * where the kernel is not built or switched off, so both hand out the same rows in the same order. The functions
@@ -465,6 +470,48 @@ static PyObject *shuffle_gather(PyObject *self, PyObject *args)
     return result;
 }
 
+static PyObject *shuffle_ramps(PyObject *self, PyObject *args)
+{
+    PyObject *out_obj, *starts_obj;
+    if (!PyArg_ParseTuple(args, "OO", &out_obj, &starts_obj)) {
+        return NULL;
+    }
+    buffer_list list;
+    if (buffers_init(&list, 2) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    char *out = take_buffer(&list, out_obj, 0, 1, 1, "ramps: out");
+    const char *starts_buf = out ? take_buffer(&list, starts_obj, 0, 1, 0, "ramps: starts") : NULL;
+    if (starts_buf != NULL) {
+        int64_t *values = (int64_t *)out;
+        const int64_t *starts = (const int64_t *)starts_buf;
+        Py_ssize_t n = list.views[0].len / 8, count = list.views[1].len / 8;
+        Py_ssize_t bad = -1;
+        for (Py_ssize_t j = 0; j < count && bad < 0; j++) {
+            if (starts[j] < (j ? starts[j - 1] : 0) || starts[j] > n || (j == 0 && starts[0] != 0)) {
+                bad = j;
+            }
+        }
+        if (bad >= 0) {
+            PyErr_Format(PyExc_ValueError, "ramps: starts must ascend from 0 within the %zd values of out, and "
+                         "start %zd does not", n, bad);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t j = 0; j < count; j++) {
+                int64_t stop = j + 1 < count ? starts[j + 1] : (int64_t)n;
+                for (int64_t i = starts[j], k = 0; i < stop; i++, k++) {
+                    values[i] = k;
+                }
+            }
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    buffers_release(&list);
+    return result;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"pack", shuffle_pack, METH_VARARGS,
      "pack(store, row_bytes, start, rows, fields): write rows of contiguous columns into fixed-width records."},
@@ -472,6 +519,8 @@ static PyMethodDef kernel_methods[] = {
      "draw(size, count, key, first, stores): draw rows uniformly at random without replacement into output columns."},
     {"gather", shuffle_gather, METH_VARARGS,
      "gather(out, values, itemsize, offsets, rows): the value ranges of ragged rows, in the order rows names them."},
+    {"ramps", shuffle_ramps, METH_VARARGS,
+     "ramps(out, starts): out[i] = i - the last start at or before i (int64; starts ascending from 0)."},
     {NULL, NULL, 0, NULL},
 };
 

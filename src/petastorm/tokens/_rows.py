@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from petastorm.shuffle import ramps
 from petastorm.tokens._documents import split_loss_mask
 from petastorm.tokens._options import BatchSpec
 
@@ -234,7 +235,7 @@ def row_arrays(block: RowBlock, spec: BatchSpec, pool: ArrayPool | None = None) 
     no_label = None
     if spec.loss_mask:  # tokens left out of the loss come as ~id
         tokens, no_label = split_loss_mask(tokens)
-    out = {'input_ids': tokens, 'position_ids': _positions(new('position_ids'), starts, sizes)}
+    out = {'input_ids': tokens, 'position_ids': ramps(new('position_ids'), starts)}
     if spec.labels is not None:
         out['labels'] = _labels(new('labels'), tokens, starts, spec.labels, no_label)
     if spec.attention_mask:
@@ -253,14 +254,6 @@ def row_arrays(block: RowBlock, spec: BatchSpec, pool: ArrayPool | None = None) 
     return out
 
 
-def _positions(out: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """0 at each segment's start, counting up within it: a running sum of ones, reset at every start."""
-    flat = out.reshape(-1)
-    flat.fill(1)
-    flat[starts[1:]] = 1 - sizes[:-1]
-    flat[0] = 0
-    np.cumsum(flat, out=flat)
-    return out
 
 
 def _segment_starts(block: RowBlock) -> tuple[np.ndarray, np.ndarray]:
