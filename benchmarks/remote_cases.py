@@ -31,6 +31,8 @@ On GCS and Azure, ``hf`` reads through gcsfs and adlfs (fsspec), as its users do
   groups) or ``'local-disk-decoded'``; the clock times the second epoch, served by the cache. ``ours-local``: the
   same store read from local disk (``--local-root``), the speed such an epoch should reach.
 * ``arrow-dataset``: ``pyarrow.dataset`` scanning the store with its own threads (for the planning benchmark).
+  ``hf-plain``: ``hf`` on plain Parquet (for the planning benchmark): no Petastorm schema asked first, so the
+  requests counted are all Hugging Face's.
 * ``capacity``: every object read whole: what the server and the network deliver.
 
 ``hf``, ``ray`` and ``raw`` decode a Petastorm dataset's fields with this project's codecs (the same decoders our
@@ -302,10 +304,20 @@ def read_petastorm(url: str, endpoint: str, workers: int, batch_size: int, clock
 
 
 def read_hf(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
-    from datasets import load_dataset
-
     decoders = petastorm_decoders(url, endpoint)
     clock['start'] = time.perf_counter()
+    return _hf_stream(url, endpoint, batch_size, clock, decoders)
+
+
+def read_hf_plain(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
+    """``hf`` on plain Parquet, without first asking the store for a Petastorm schema (which lists it): every
+    request the server counts is then Hugging Face's own."""
+    return _hf_stream(url, endpoint, batch_size, clock, {})
+
+
+def _hf_stream(url: str, endpoint: str, batch_size: int, clock: dict, decoders: dict) -> int:
+    from datasets import load_dataset
+
     dataset = load_dataset('parquet', data_files={'train': f'{url}/*.parquet'}, split='train', streaming=True,
                            storage_options=store_options(url, endpoint)).with_format('arrow')
     rows = 0
@@ -436,6 +448,7 @@ SYSTEMS = {'ours': read_ours, 'ours-in-order': read_ours_in_order, 'ours-loader'
            'ours-disk-cache': read_ours_disk_cache, 'ours-decoded-cache': read_ours_decoded_cache,
            'ours-local': read_ours_local, 'petastorm': read_petastorm, 'hf': read_hf, 'ray': read_ray, 'raw': read_raw,
            'raw-bytes': read_raw_bytes, 'arrow-dataset': read_arrow_dataset, 'capacity': read_capacity}
+SYSTEMS['hf-plain'], PRELOAD['hf-plain'] = read_hf_plain, ['datasets']
 
 
 def versions(system: str) -> dict:
@@ -444,7 +457,7 @@ def versions(system: str) -> dict:
 
     out = {'numpy': numpy.__version__, 'pyarrow': pyarrow.__version__}
     module = 'petastorm' if system.startswith('ours') else \
-        {'petastorm': 'petastorm', 'hf': 'datasets', 'ray': 'ray'}.get(system)
+        {'petastorm': 'petastorm', 'hf': 'datasets', 'hf-plain': 'datasets', 'ray': 'ray'}.get(system)
     if module:
         out[module] = sys.modules[module].__version__
     return out

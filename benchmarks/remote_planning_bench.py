@@ -1,14 +1,16 @@
 """Time to the first batch from stores of many small files on S3 (or GCS, Azure) behind latency: does planning grow
 with the files?
 
-Stores of 1,000 and 10,000 Parquet files (100 rows of two columns each), plain or with a ``_metadata`` summary
-(pyarrow's ``write_metadata``), served by ``petastorm.test_util.s3_server`` behind a
-``petastorm.test_util.delay_proxy`` (10 ms one way by default), as in ``remote_bench.py``. For each store, in a
-fresh process: ``make_batch_reader`` (ours, thread pool; ``ours-in-order`` with ``shuffle_row_groups=False``,
+Stores of 1,000 and 10,000 (or 100,000) Parquet files (100 rows of two columns each), plain or with a ``_metadata``
+summary (pyarrow's ``write_metadata``; ``--summary no`` for the plain ones only), written once into ``--data-root``
+when given (100,000 files in about a minute) and reused by later runs, served by ``petastorm.test_util.s3_server``
+behind a ``petastorm.test_util.delay_proxy`` (10 ms one way by default), as in ``remote_bench.py``. For each store,
+in a fresh process: ``make_batch_reader`` (ours, thread pool; ``ours-in-order`` with ``shuffle_row_groups=False``,
 which reads as ``pyarrow.dataset`` does and does not wait for every footer), ``pyarrow.dataset`` scanning the
 files (its own lazy planning: it reads a footer only when it reaches the file), Hugging Face ``datasets``
-streaming, and the raw limit that plans as we do (every footer first, 4 threads). The table gives the median
-seconds to the first batch over the rounds and the requests the server answered until then.
+streaming (``hf``: ``load_dataset('parquet', data_files='<store>/*.parquet', streaming=True)`` through s3fs, its
+first ``iter(batch_size=256)`` batch), and the raw limit that plans as we do (every footer first, 4 threads). The
+table gives the median seconds to the first batch over the rounds and the requests the server answered until then.
 
 With ``--ranks 8`` it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8 rank
 processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one epoch
@@ -21,7 +23,7 @@ With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-se
 
 Usage:
     python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8]
-        [--cloud s3|gcs|azure]
+        [--cloud s3|gcs|azure] [--summary both|no|yes] [--data-root DIR]
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
+from contextlib import ExitStack
 
 import numpy as np
 import pyarrow as pa
@@ -50,23 +55,41 @@ SYSTEMS = ('ours', 'ours-in-order', 'arrow-dataset', 'hf', 'raw-bytes')
 NAMES = {'ours': 'ours', 'ours-in-order': 'ours, shuffle_row_groups=False', 'arrow-dataset': 'pyarrow.dataset',
          'hf': 'HF datasets streaming',
          'raw-bytes': 'raw pyarrow, every footer first'}
+#: the case of ``remote_cases.py`` that runs a system, where it is not the system's name.
+CASES = {'hf': 'hf-plain'}
 
 
 def write_many(directory: str, files: int, summary: bool) -> None:
     """``files`` files of 100 rows; with ``summary``, a ``_metadata`` of all their row groups and a
-    ``_common_metadata``."""
-    os.makedirs(directory)
+    ``_common_metadata``. Written beside ``directory`` and moved there once complete (100,000 files take about a
+    minute), so that a store found under ``--data-root`` is a whole one."""
+    partial = os.path.join(os.path.dirname(os.path.dirname(directory)), f'.partial-{os.path.basename(directory)}')
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
     rng = np.random.default_rng(0)
     collected: list = []
     for index in range(files):
         table = pa.table({'id': np.arange(index * 100, (index + 1) * 100, dtype=np.int64), 'x': rng.random(100)})
         name = f'part-{index:05d}.parquet'
-        pq.write_table(table, os.path.join(directory, name), metadata_collector=collected if summary else None)
+        pq.write_table(table, os.path.join(partial, name), metadata_collector=collected if summary else None)
         if summary:
             collected[-1].set_file_path(name)
     if summary:
-        pq.write_metadata(table.schema, os.path.join(directory, '_common_metadata'))
-        pq.write_metadata(table.schema, os.path.join(directory, '_metadata'), metadata_collector=collected)
+        pq.write_metadata(table.schema, os.path.join(partial, '_common_metadata'))
+        pq.write_metadata(table.schema, os.path.join(partial, '_metadata'), metadata_collector=collected)
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    os.rename(partial, directory)
+
+
+def prepare_stores(root: str, stores: list[tuple[int, bool]]) -> None:
+    """The stores under ``root/bench``: those already there (from an earlier run with this ``--data-root``) are
+    kept, the others written."""
+    for files, summary in stores:
+        directory = os.path.join(root, BUCKET, _name(files, summary))
+        if not os.path.isdir(directory):
+            started = time.perf_counter()
+            write_many(directory, files, summary)
+            print(f'  wrote {directory} in {time.perf_counter() - started:.0f} s', flush=True)
 
 
 def main() -> None:
@@ -78,30 +101,35 @@ def main() -> None:
     parser.add_argument('--systems', default=','.join(SYSTEMS))
     parser.add_argument('--timeout', type=float, default=600)
     parser.add_argument('--ranks', type=int, default=0, help='also run jobs of this many ranks (0: none)')
+    parser.add_argument('--summary', default='both', choices=('both', 'no', 'yes'),
+                        help='the stores without a _metadata summary, with one, or both')
+    parser.add_argument('--data-root', help='keep the stores in this directory and reuse those already there '
+                                            '(default: a temporary directory, removed at the end)')
     args = parser.parse_args()
     exit_on_terminate()
     counts = [int(n) for n in args.files.split(',')]
     systems = args.systems.split(',')
-    stores = [(files, summary) for files in counts for summary in (False, True)]
+    summaries = {'both': (False, True), 'no': (False,), 'yes': (True,)}[args.summary]
+    stores = [(files, summary) for files in counts for summary in summaries]
     results: dict = defaultdict(list)
-    with tempfile.TemporaryDirectory(prefix='planning-bench-') as root:
-        for files, summary in stores:
-            write_many(os.path.join(root, BUCKET, _name(files, summary)), files, summary)
+    with ExitStack() as stack:
+        root = args.data_root or stack.enter_context(tempfile.TemporaryDirectory(prefix='planning-bench-'))
+        prepare_stores(root, stores)
         with serving(root, [args.delay_ms], args.cloud) as service:
             endpoint, counter = service.proxies[args.delay_ms], service.counters[args.delay_ms]
             cases = [(store, system) for store in stores for system in systems]
             for round_index in range(args.rounds):
                 shift = round_index * len(cases) // max(1, args.rounds)
                 for (files, summary), system in cases[shift:] + cases[:shift]:
-                    result = run_case(sys.executable, system, service.url(_name(files, summary)), endpoint, counter,
-                                      4, args.timeout, first_only=True)
+                    result = run_case(sys.executable, CASES.get(system, system), service.url(_name(files, summary)),
+                                      endpoint, counter, 4, args.timeout, first_only=True)
                     results[files, summary, system].append(result)
                     shown = result.get('error') or f'{result["first_batch"]:.2f} s, {_counted(result)}'
                     print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
                           flush=True)
             jobs = {files: _job_case(service.url(_name(files, False)), endpoint, service.server, args.ranks,
                                      files * 100, args.timeout)
-                    for files in counts} if args.ranks > 1 and args.cloud == 's3' else {}
+                    for files in counts} if args.ranks > 1 and args.cloud == 's3' and False in summaries else {}
     print(f'\n### Time to the first batch, {args.cloud} at {args.delay_ms} ms one way\n')
     print(f'| files | _metadata | system | first batch s | {"requests" if args.cloud == "s3" else "connections"} |')
     print('|---:|---|---|---:|---:|')
