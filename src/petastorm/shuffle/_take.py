@@ -24,15 +24,16 @@ def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
         IndexError, ValueError: an index is out of range (pyarrow's or the kernel's error).
     """
     kernel = kernel_in_use()
-    if kernel is None or not any(_gathers_whole_ranges(column) for column in table.columns):
+    whole_ranges = [kernel is not None and _gathers_whole_ranges(column) for column in table.columns]
+    if not any(whole_ranges):
         return table.take(pa.array(rows))
     order = np.ascontiguousarray(rows, dtype=np.int64)
     if order.size and (int(order.min()) < 0 or int(order.max()) >= table.num_rows):
         raise IndexError(f'row index out of bounds: rows {int(order.min())}..{int(order.max())} of a table of '
                          f'{table.num_rows} rows')
     indices = pa.array(order)
-    columns = [_gather_ranges(kernel, column.chunk(0), order) if _gathers_whole_ranges(column)
-               else column.take(indices) for column in table.columns]
+    columns = [_gather_ranges(kernel, column.chunk(0), order) if ranged else column.take(indices)
+               for column, ranged in zip(table.columns, whole_ranges, strict=True)]
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 

@@ -42,7 +42,6 @@ _SIZED_FILESYSTEMS: tuple[type, ...] = (pafs.S3FileSystem,) + tuple(
     kind for kind in (getattr(pafs, 'AzureFileSystem', None),) if kind is not None)  # Azure: pyarrow 16 and later
 
 
-
 @functools.cache
 def _dataset_module() -> Any:
     """``pyarrow.dataset``, imported at the first file read by its listed size (see the module docstring)."""
