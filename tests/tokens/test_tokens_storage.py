@@ -1,9 +1,11 @@
-"""The token loader reads where the readers read: a Delta table's version, and S3 (moto's server on loopback).
+"""The token loader and the document source read where the readers read: a Delta table's version, and S3 (moto's
+server on loopback).
 
 Token ids say where they come from (``support.token_corpus``), so each test checks every token once.
 """
 
 import collections
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -12,7 +14,7 @@ from support.s3_loopback import BUCKET, MotoServer
 from support.token_corpus import batch_tokens, document, expected_tokens, lognormal_lengths, write_corpus
 
 pytest.importorskip('grain')
-from petastorm.tokens import make_token_dataset  # noqa: E402
+from petastorm.tokens import make_document_source, make_token_dataset  # noqa: E402
 
 LENGTHS = lognormal_lengths(80, median=12, seed=7, longest=50)
 
@@ -34,6 +36,10 @@ def test_a_delta_table_at_a_pinned_version(tmp_path):
     deltalake.write_deltalake(table, rows(50, LENGTHS[50:]), mode='append')
     assert _tokens(f'file://{table}') == expected_tokens(LENGTHS)
     assert _tokens(f'file://{table}', reader_options={'table_version': 0}) == expected_tokens(LENGTHS[:50])
+    pinned = make_document_source(f'file://{table}', reader_options={'table_version': 0})
+    assert len(pinned) == 50
+    assert collections.Counter(t for i in range(50) for t in pinned[i]['input_ids'].tolist()) == \
+        expected_tokens(LENGTHS[:50])
 
 
 def test_a_store_on_s3(tmp_path):
@@ -48,4 +54,7 @@ def test_a_store_on_s3(tmp_path):
         url = f's3://{BUCKET}/tokens'
         assert _tokens(url, storage_options=options) == expected_tokens(LENGTHS)
         ranks = [_tokens(url, storage_options=options, cur_shard=rank, shard_count=2) for rank in range(2)]
+        source = pickle.loads(pickle.dumps(make_document_source(url, storage_options=options)))
+        records = [source[i]['input_ids'].tolist() for i in range(len(source))]
     assert ranks[0] + ranks[1] == expected_tokens(LENGTHS)
+    assert records == [document(i, int(n)).tolist() for i, n in enumerate(LENGTHS)]

@@ -2,14 +2,15 @@
 
 :func:`make_token_loader` reads documents (a column of token ids, or a column of text tokenized in the reader's
 workers), packs them into rows of ``seq_len`` tokens and hands out batches of torch tensors; :func:`make_token_dataset`
-gives the same batches as a ``grain.IterDataset`` for JAX. ``docs/tokens.md`` has the recipes.
+gives the same batches as a ``grain.IterDataset`` for JAX, and :func:`make_document_source` the documents by number
+for Grain's own pipelines. ``docs/tokens.md`` has the recipes.
 
 The package is built from one module per step: :mod:`~petastorm.tokens._options` (the arguments),
 ``_build`` (the readers), ``_tokenize`` (text to token ids in the workers), ``_documents`` (a batch of
 documents as one array of tokens), ``_queue``, ``_packers`` and ``_first_fit`` (documents to rows), ``_rows``
 (rows to the arrays of a batch), ``_feed`` (one source), ``_draws`` (the mixture's and the shuffle's draws),
 ``_stream`` (passes and batches), ``_state`` (positions), ``_distributed``, ``_torch`` and ``_grain`` (the
-frameworks).
+frameworks), ``_source`` (documents by number).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from petastorm.tokens._documents import TokenColumnError
 from petastorm.tokens._feed import RestoreError
-from petastorm.tokens._options import token_options
+from petastorm.tokens._options import document_options, token_options
 from petastorm.tokens._rows import IGNORE_INDEX
 from petastorm.tokens._tokenize import TokenizerOutputError
 
 if TYPE_CHECKING:
     from petastorm.tokens._grain import TokenIterDataset
+    from petastorm.tokens._source import DocumentSource
     from petastorm.tokens._torch import TokenLoader
 
-__all__ = ['IGNORE_INDEX', 'RestoreError', 'TokenColumnError', 'TokenIterDataset', 'TokenLoader',
-           'TokenizerOutputError', 'make_token_dataset', 'make_token_loader']
+__all__ = ['IGNORE_INDEX', 'DocumentSource', 'RestoreError', 'TokenColumnError', 'TokenIterDataset', 'TokenLoader',
+           'TokenizerOutputError', 'make_document_source', 'make_token_dataset', 'make_token_loader']
 
 
 def make_token_loader(url_or_urls: Any, *, seq_len: int, batch_size: int | None = None, max_tokens: int | None = None,
@@ -143,6 +145,43 @@ def make_token_dataset(url_or_urls: Any, **arguments: Any) -> TokenIterDataset:
     return TokenIterDataset(stream, readers, options.read.equal_steps)
 
 
+def make_document_source(url_or_urls: Any, *, tokens_field: str | None = None, text_field: str | None = None,
+                         tokenizer: Any = None, eos_id: int | None = None, bos_id: int | None = None,
+                         prompt_field: str | None = None, loss_mask_field: str | None = None,
+                         storage_options: dict[str, Any] | None = None, reader_options: dict[str, Any] | None = None,
+                         cached_row_groups: int = 4) -> DocumentSource:
+    """The documents of a dataset by number, as a Grain random-access source (``grain.MapDataset.source``).
+
+    Record ``i`` is the dataset's ``i``-th row in file order: ``{'input_ids': int64 array}`` (with ``bos_id`` and
+    ``eos_id`` added), and with ``prompt_field`` or ``loss_mask_field`` also ``loss_mask`` (int32, 0 on tokens left
+    out of the loss). Grain shuffles, shards, packs and checkpoints it by record numbers. A record is read with its
+    whole row group (text tokenized there, in one batch), and the last ``cached_row_groups`` row groups are kept: read
+    in file order, or shuffled within windows of a few row groups (``grain.experimental.WindowShuffleMapDataset``),
+    every row group is read once; a global shuffle reads one for almost every record. :func:`make_token_dataset` is
+    the streaming alternative: packed batches with an exact position, reading every row group once in any order.
+
+    Args:
+        url_or_urls: a dataset URL (a directory, a file, ``s3://...``, a Delta or Iceberg table) or a list of file
+            URLs read as one dataset.
+        tokens_field, text_field, tokenizer, eos_id, bos_id, prompt_field, loss_mask_field, storage_options: as
+            :func:`make_token_loader` takes them.
+        reader_options: ``table_version``, ``table_format``, ``filesystem`` or ``split`` (of ``make_batch_reader``):
+            the others would change which rows are numbered.
+        cached_row_groups: row groups kept decoded (per process).
+
+    Raises:
+        ValueError: a bad argument or column; the message names it and what to pass.
+    """
+    options = document_options(url_or_urls, tokens_field=tokens_field, text_field=text_field, tokenizer=tokenizer,
+                               eos_id=eos_id, bos_id=bos_id, prompt_field=prompt_field,
+                               loss_mask_field=loss_mask_field, storage_options=storage_options,
+                               reader_options=reader_options)
+    from petastorm._checks import check_positive_int
+    from petastorm.tokens._build import open_document_source
+
+    return open_document_source(options, check_positive_int('cached_row_groups', cached_row_groups))
+
+
 def __getattr__(name: str) -> Any:
     # The loaders' classes need their framework: imported when asked for.
     if name == 'TokenLoader':
@@ -153,4 +192,8 @@ def __getattr__(name: str) -> Any:
         from petastorm.tokens._grain import TokenIterDataset
 
         return TokenIterDataset
+    if name == 'DocumentSource':
+        from petastorm.tokens._source import DocumentSource
+
+        return DocumentSource
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -23,10 +23,11 @@ from petastorm.reading import as_column_source
 from petastorm.tokens._documents import DocumentFields, TokenColumnError
 from petastorm.tokens._feed import Feed
 from petastorm.tokens._options import ReadSpec, TokenOptions
+from petastorm.tokens._source import DocumentSource
 from petastorm.tokens._stream import TokenStream
 from petastorm.tokens._tokenize import TOKENS_COLUMN, tokenizing_transform
 
-__all__ = ['open_stream', 'stop_readers']
+__all__ = ['open_document_source', 'open_stream', 'stop_readers']
 
 #: The columns a Hugging Face Hub dataset names its token ids and its text, taken when no field is given.
 _HUB_TOKENS = 'input_ids'
@@ -47,6 +48,19 @@ def open_stream(options: TokenOptions, name: str) -> tuple[TokenStream, list[Rea
     except BaseException:
         stop_readers(readers)
         raise
+
+
+def open_document_source(options: TokenOptions, cached_row_groups: int) -> DocumentSource:
+    """The random-access source of the options' one dataset: planned by a reader without workers, which is then
+    stopped (the source reads row groups with the reader's read context)."""
+    url = options.read.sources[0]
+    reader, fields = _open_reader(url, options.read)
+    try:
+        reader.num_rows_per_pass  # noqa: B018 - the whole plan: every row group numbered before the first record
+        context = reader.read_context
+    finally:
+        stop_readers([reader])
+    return DocumentSource(context, fields, options.pack, url, cached_row_groups)
 
 
 def stop_readers(readers: list[Reader]) -> None:

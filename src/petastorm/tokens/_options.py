@@ -9,6 +9,7 @@ what a batch holds (:class:`BatchSpec`). Everything below works on those objects
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,8 +18,9 @@ import numpy as np
 
 from petastorm._checks import check_positive_int, is_integer
 
-__all__ = ['LABELS', 'LONG_DOCUMENTS', 'PACKINGS', 'BatchSpec', 'LabelStyle', 'LongDocuments', 'PackSpec',
-           'Packing', 'PoolType', 'ReadSpec', 'TokenOptions', 'check_weights', 'token_options']
+__all__ = ['DOCUMENT_READER_OPTIONS', 'LABELS', 'LONG_DOCUMENTS', 'PACKINGS', 'BatchSpec', 'LabelStyle',
+           'LongDocuments', 'PackSpec', 'Packing', 'PoolType', 'ReadSpec', 'TokenOptions', 'check_weights',
+           'document_options', 'token_options']
 
 Packing = Literal['concat', 'first_fit', 'none']
 LabelStyle = Literal['hf', 'shifted']
@@ -179,6 +181,33 @@ def token_options(url_or_urls: Any, *, seq_len: Any, batch_size: Any = None, max
     _check_fields(read)
     _check_loss_fields(read, batch)
     return TokenOptions(read=read, pack=pack, batch=batch)
+
+
+#: The keys of ``reader_options`` a :func:`document_options` source takes: the others would change which rows are
+#: read or their order, and records are numbered by the rows in file order.
+DOCUMENT_READER_OPTIONS = ('table_version', 'table_format', 'filesystem', 'split')
+
+
+def document_options(url: Any, *, tokens_field: Any = None, text_field: Any = None, tokenizer: Any = None,
+                     eos_id: Any = None, bos_id: Any = None, prompt_field: Any = None, loss_mask_field: Any = None,
+                     storage_options: Any = None, reader_options: Any = None) -> TokenOptions:
+    """Check the arguments of :func:`~petastorm.tokens.make_document_source` (documented there) into options.
+
+    The documents are read as a loader's are (the same checks of every column and the tokenizer), in file order,
+    by one reader without workers; no rows are cut (the pack's ``seq_len`` is only a bound).
+
+    Raises:
+        ValueError: an argument is out of range or does not fit the others; the message names it and the fix.
+    """
+    unknown = sorted(set(reader_options or {}) - set(DOCUMENT_READER_OPTIONS))
+    if unknown:
+        raise ValueError(f'reader_options {unknown} are not taken by make_document_source: records are numbered by '
+                         f'the rows in file order, so only {list(DOCUMENT_READER_OPTIONS)} may be given (filter, '
+                         f'shard and shuffle with Grain)')
+    return token_options(url, seq_len=sys.maxsize, batch_size=1, tokens_field=tokens_field, text_field=text_field,
+                         tokenizer=tokenizer, eos_id=eos_id, bos_id=bos_id, shuffle_documents=False,
+                         storage_options=storage_options, reader_pool_type='dummy', workers_count=1,
+                         reader_options=reader_options, prompt_field=prompt_field, loss_mask_field=loss_mask_field)
 
 
 def _pack_spec(seq_len: Any, packing: Any, pad_id: Any, bos_id: Any, eos_id: Any, long_documents: Any,
