@@ -9,8 +9,8 @@ The package is built from one module per step: :mod:`~petastorm.tokens._options`
 ``_build`` (the readers), ``_tokenize`` (text to token ids in the workers), ``_documents`` (a batch of
 documents as one array of tokens), ``_queue``, ``_packers`` and ``_first_fit`` (documents to rows), ``_rows``
 (rows to the arrays of a batch), ``_feed`` (one source), ``_draws`` (the mixture's and the shuffle's draws),
-``_stream`` (passes and batches), ``_state`` (positions), ``_distributed``, ``_torch`` and ``_grain`` (the
-frameworks), ``_source`` (documents by number).
+``_stream`` (passes and batches), ``_positions`` and ``_state`` (positions taken and restored, and their format),
+``_distributed``, ``_torch`` and ``_grain`` (the frameworks), ``_source`` (documents by number).
 """
 
 from __future__ import annotations
