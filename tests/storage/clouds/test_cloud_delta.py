@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
 
-from petastorm import make_batch_reader
+from petastorm import make_batch_reader, make_reader
 from petastorm.errors import PetastormMetadataError, TableVersionError
 from petastorm.fs import resolve_url
 from petastorm.fs.settings import delta_storage_options
@@ -23,7 +23,7 @@ from support.tables_util import reader_rows, rows_of_table
 
 deltalake = pytest.importorskip('deltalake')
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings('ignore:Please use make_reader')]
 
 
 def _rows(start: int, stop: int) -> pa.Table:
@@ -63,6 +63,8 @@ def test_a_delta_table_reads_every_row_of_each_version_once(cloud, tmp_path):
     with make_batch_reader(url, storage_options=cloud.options(), table_version=0,
                            reader_pool_type='dummy') as reader:
         assert reader_rows(reader, ['id', 'part']) == expected[0]
+    with make_reader(url, storage_options=cloud.options(), table_version=0, reader_pool_type='dummy') as rows:
+        assert sorted(((int(row.id), str(row.part)) for row in rows), key=repr) == expected[0]
     assert len(expected[0]) == 60
     assert sorted(i for i, _ in expected[1]) == [i for i in range(60) if i % 3 != 1] + [100, 103]
 
