@@ -98,7 +98,9 @@ def _translate_error(err: Exception, url: str, what: str) -> Exception:
     if any(marker in lowered for marker in _NO_CREDENTIALS):
         return StorageCredentialsError(f'no credentials were found for the Delta table {display_url(url)} ({what}): '
                                        f'{text.splitlines()[0]}. Pass them in storage_options (for S3: key/secret '
-                                       f'or profile) or set them in the environment')
+                                       f'or profile; for GCS: token, a service account\'s file; for Azure: '
+                                       f'account_key, sas_token or connection_string) or set them in the '
+                                       f'environment')
     if any(marker in lowered for marker in ('403', 'forbidden', 'invalidaccesskeyid', 'signaturedoesnotmatch',
                                              'access denied', 'accessdenied', 'credential')):
         return StorageCredentialsError(f'the storage refused the credentials for the Delta table '

@@ -211,20 +211,6 @@ def test_reads_survive_throttling_and_dropped_connections_every_row_once(cloud, 
     assert injected.get('drop'), injected
 
 
-def test_a_delta_table_on_azure_is_written_by_delta_rs_and_read_with_the_same_options(azurite):
-    # On GCS delta-rs's client reaches Google only (no endpoint setting, no anonymous access): not tested here.
-    deltalake = pytest.importorskip('deltalake')
-    from petastorm.fs.settings import delta_storage_options
-
-    url = azurite.url()
-    deltalake.write_deltalake(url, pa.table({'id': np.arange(50)}),
-                              storage_options=delta_storage_options(url, azurite.options()))
-    deltalake.write_deltalake(url, pa.table({'id': np.arange(50, 80)}), mode='append',
-                              storage_options=delta_storage_options(url, azurite.options()))
-    with make_batch_reader(url, storage_options=azurite.options()) as reader:
-        assert sorted(int(i) for batch in reader for i in batch.id) == list(range(80))
-
-
 def test_an_iceberg_table_written_by_pyiceberg_reads_with_the_same_options(cloud, tmp_path):
     pytest.importorskip('pyiceberg')
     from pyiceberg.catalog.sql import SqlCatalog

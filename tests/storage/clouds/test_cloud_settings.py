@@ -82,8 +82,30 @@ def test_gcs_options_for_the_table_libraries():
                                                   'gcs.token': 'anon', 'gcs.oauth2.token': 't',
                                                   'py-io-impl': 'pyiceberg.io.fsspec.FsspecFileIO'}
     assert 'py-io-impl' not in iceberg_io_properties(GS, {'endpoint_url': EMULATOR})
-    assert delta_storage_options(GS, options) == {'google_service_account': '/k.json'}
+    # delta-rs's GCS client: the endpoint as its base URL, anonymous access as unsigned requests
+    assert delta_storage_options(GS, options) == {'google_base_url': EMULATOR, 'google_skip_signature': 'true',
+                                                  'google_service_account': '/k.json'}
     assert delta_storage_options(GS, {'token': '/keys/sa.json'}) == {'google_service_account': '/keys/sa.json'}
+
+
+def test_gcs_delta_options_reach_an_emulator_anonymously_as_the_other_clients_do(monkeypatch, tmp_path):
+    from petastorm.fs.settings import gcs
+
+    monkeypatch.delenv('GOOGLE_APPLICATION_CREDENTIALS', raising=False)
+    monkeypatch.setenv('CLOUDSDK_CONFIG', str(tmp_path))  # no application default credentials
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', '127.0.0.1:4443')
+    assert delta_storage_options(GS, {}) == {'google_base_url': 'http://127.0.0.1:4443',
+                                             'google_skip_signature': 'true'}
+    # with default credentials to be found, delta-rs finds them too; on Google's endpoint nothing is added
+    (tmp_path / 'application_default_credentials.json').write_text('{}')
+    assert delta_storage_options(GS, {}) == {'google_base_url': 'http://127.0.0.1:4443'}
+    monkeypatch.delenv('STORAGE_EMULATOR_HOST')
+    assert delta_storage_options(GS, {}) == {}
+    assert delta_storage_options(GS, {'token': 'anon'}) == {'google_skip_signature': 'true'}
+    # one rule for every client: pyarrow's client is anonymous exactly when delta-rs's is
+    settings = gcs.read_gcs_settings({'endpoint_url': EMULATOR})
+    assert gcs.reads_anonymously(settings, {}) == (gcs.pyarrow_gcs_arguments(settings, {}) or {}).get('anonymous',
+                                                                                                   False)
 
 
 def test_azure_connection_string_gives_the_account_key_and_endpoint():

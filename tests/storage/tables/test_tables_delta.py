@@ -340,3 +340,27 @@ def test_deletion_vectors_of_partitioned_files_with_escaped_names(tmp_path):
                       key=repr)
     assert rows == delta_rows(root, columns=['id', 'part'])
     assert len(rows) == 17
+
+
+# What delta-rs 1.x raises with no credentials in the options or the environment: it asked the metadata endpoint of
+# the cloud's machines for some, which refused, before any request reached the storage.
+_FOUND_NONE = {
+    's3://bucket/table': 'Kernel error -> Generic S3 error\n  Error performing PUT http://169.254.169.254/latest/api/'
+                         'token in 4ms - Server returned non-2xx status code\n   403 Forbidden',
+    'gs://bucket/table': 'Kernel error -> Generic GCS error\n  Error performing token request\n   Error performing GET '
+                         'http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token in 0.8ms'
+                         ' - Server returned non-2xx status code',
+}
+
+
+@pytest.mark.parametrize('url', sorted(_FOUND_NONE))
+def test_no_credentials_at_all_is_an_error_naming_the_url_not_a_refusal(url):
+    from petastorm.errors import StorageCredentialsError
+    from petastorm.tables.delta import _translate_error
+
+    error = _translate_error(OSError(_FOUND_NONE[url]), url, 'latest version')
+    assert isinstance(error, StorageCredentialsError)
+    assert str(error).startswith(f'no credentials were found for the Delta table {url}')
+    assert 'for GCS: token' in str(error)
+    refused = _translate_error(OSError('Generic S3 error: 403 Forbidden: InvalidAccessKeyId'), url, 'latest version')
+    assert str(refused).startswith(f'the storage refused the credentials for the Delta table {url}')

@@ -127,19 +127,3 @@ def test_storage_options_translated_for_the_table_libraries():
     assert iceberg_io_properties('s3a://b/t', {'key': 'K', 'secret': 'S', 'anon': True}) == {
         's3.access-key-id': 'K', 's3.secret-access-key': 'S', 's3.anonymous': 'true'}
     assert delta_storage_options('file:///t', {'key': 'K'}) == {}
-
-
-def test_no_credentials_at_all_is_not_called_a_refusal():
-    from petastorm.tables.delta import _translate_error
-
-    # What delta-rs 1.x raises with no credentials in the options or the environment: it asked the instance
-    # metadata endpoint for some, which refused (403), before any request reached the storage.
-    found_none = OSError('Kernel error -> Generic S3 error\n  Error performing PUT '
-                         'http://169.254.169.254/latest/api/token in 4ms - Server returned non-2xx status code\n'
-                         '   403 Forbidden')
-    error = _translate_error(found_none, 's3://bucket/table', 'loading the log')
-    assert isinstance(error, StorageCredentialsError)
-    assert str(error).startswith('no credentials were found for the Delta table s3://bucket/table')
-    refused = _translate_error(OSError('Generic S3 error: 403 Forbidden: InvalidAccessKeyId'), 's3://bucket/table',
-                               'loading the log')
-    assert 'the storage refused the credentials' in str(refused)

@@ -12,9 +12,10 @@ credentials: ``GOOGLE_APPLICATION_CREDENTIALS``, the file ``gcloud auth applicat
 metadata server of Google's own machines. :func:`missing_credentials` says which of these were looked for when none
 is there. The endpoint is ``endpoint_url``, else ``STORAGE_EMULATOR_HOST`` (as Google's libraries read it).
 
-From the settings: gcsfs's keyword arguments (:func:`gcsfs_options`), delta-rs's storage options
-(:func:`gcs_delta_options`), pyiceberg's file IO properties (:func:`gcs_iceberg_properties`), and pyarrow's
-``GcsFileSystem`` arguments (:func:`pyarrow_gcs_arguments`) whenever every option has a meaning there.
+Whether the clients read anonymously is one rule (:func:`reads_anonymously`). From the settings: gcsfs's keyword
+arguments (:func:`gcsfs_options`), delta-rs's storage options (:func:`gcs_delta_options`), pyiceberg's file IO
+properties (:func:`gcs_iceberg_properties`), and pyarrow's ``GcsFileSystem`` arguments
+(:func:`pyarrow_gcs_arguments`) whenever every option has a meaning there.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from petastorm.fs.settings._table import (
 
 __all__ = ['GCS', 'GCS_RETRY_SECONDS', 'GCS_SETTINGS', 'GcsSettings', 'gcs_delta_options', 'gcs_endpoint',
            'gcs_iceberg_properties', 'gcsfs_options', 'missing_credentials', 'pyarrow_gcs_arguments',
-           'read_gcs_settings']
+           'read_gcs_settings', 'reads_anonymously']
 
 #: The settings every GCS client takes: gcsfs's name first, then the aliases; delta-rs's and pyiceberg's names.
 #: ``token`` has no library name: what it means depends on its value (:func:`gcs_delta_options`).
@@ -196,15 +197,32 @@ def _library_values(settings: GcsSettings, environ: Mapping[str, str]) -> dict[s
     return {**settings.table_values(), 'endpoint_url': gcs_endpoint(settings, environ)}
 
 
-def gcs_delta_options(settings: GcsSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """delta-rs's storage options: a service account's file by its name, then those given in delta-rs's own form.
+def reads_anonymously(settings: GcsSettings, environ: Mapping[str, str]) -> bool:
+    """Whether the clients send no credentials: ``token='anon'``, or an emulator's endpoint with none to be found.
 
-    delta-rs's GCS client takes no other endpoint than Google's: it has no name for ``endpoint_url``.
+    gcsfs falls back to anonymous access in the second case too; an emulator checks no credentials.
+    """
+    if settings.token == 'anon':
+        return True
+    return settings.token in _DEFAULT_TOKENS and bool(gcs_endpoint(settings, environ)) and \
+        not _has_default_credentials(environ)
+
+
+def gcs_delta_options(settings: GcsSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """delta-rs's storage options: a service account's file, the endpoint, anonymous access, then delta-rs's own.
+
+    delta-rs's GCS client (Rust's ``object_store``) takes the endpoint as ``google_base_url`` and anonymous access as
+    ``google_skip_signature``; it reads tables through both (its writes still ask Google for a token).
     """
     options: dict[str, str] = {}
     token = settings.token
     if isinstance(token, str) and token not in ('anon', 'google_default', 'cache', 'cloud', 'browser'):
         options['google_service_account'] = token  # a service account's JSON file
+    endpoint = gcs_endpoint(settings, environ)
+    if endpoint:
+        options['google_base_url'] = endpoint.rstrip('/')
+    if reads_anonymously(settings, environ):
+        options['google_skip_signature'] = 'true'
     return {**options, **settings.delta_options}
 
 
@@ -242,8 +260,7 @@ def pyarrow_gcs_arguments(settings: GcsSettings, environ: Mapping[str, str]) -> 
         if parts is None:
             return None
         arguments['scheme'], arguments['endpoint_override'] = parts
-    # An emulator checks no credentials; gcsfs falls back to anonymous access there too.
-    if token == 'anon' or (endpoint and not _has_default_credentials(environ)):
+    if reads_anonymously(settings, environ):
         arguments['anonymous'] = True
     if settings.project:
         arguments['project_id'] = settings.project
