@@ -9,6 +9,7 @@ answered raises :class:`ErrorReply`, which the connection sends as S3's XML erro
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import email.utils
 import hashlib
@@ -105,24 +106,27 @@ class Store:
         if not os.path.isdir(self.bucket_dir(bucket)):
             raise ErrorReply(404, 'NoSuchBucket', f'the bucket {bucket} does not exist')
 
-    def keys(self, bucket: str, prefix: str) -> list[tuple[str, os.stat_result]]:
-        """Every key of ``bucket`` that starts with ``prefix``, sorted, with its file's stat."""
+    def keys(self, bucket: str, prefix: str) -> list[str]:
+        """Every key of ``bucket`` that starts with ``prefix``, sorted (names only: a page stats its own keys)."""
         base = self.bucket_dir(bucket)
         # Only the directories the prefix can lead to are walked.
         directory = posixpath.dirname(prefix)
         start = os.path.join(base, *directory.split('/')) if directory else base
-        found = []
-        for dirpath, dirnames, filenames in os.walk(start):
+        found: list[str] = []
+        for dirpath, _, filenames in os.walk(start):
             relative_dir = os.path.relpath(dirpath, base).replace(os.sep, '/')
             relative_dir = '' if relative_dir == '.' else relative_dir + '/'
-            dirnames.sort()
-            for name in filenames:
-                key = relative_dir + name
-                if key.startswith(prefix) and not name.startswith('.s3tmp-'):
-                    with contextlib.suppress(FileNotFoundError):
-                        found.append((key, os.stat(os.path.join(dirpath, name))))
-        found.sort(key=lambda pair: pair[0])
+            found.extend(key for key in (relative_dir + name for name in filenames if not name.startswith('.s3tmp-'))
+                         if key.startswith(prefix))
+        found.sort()
         return found
+
+    def stat(self, bucket: str, key: str) -> os.stat_result | None:
+        """The stat of the file of ``key``, or None when it went away since it was listed."""
+        try:
+            return os.stat(os.path.join(self.bucket_dir(bucket), *key.split('/')))
+        except FileNotFoundError:
+            return None
 
     def replace_atomically(self, path: str, write: Callable[[Any], None]) -> None:
         """Write a new file with ``write(file object)`` beside ``path`` and move it there at once."""
@@ -176,22 +180,25 @@ class _ListPage:
         return len(self.contents) + len(self.prefixes) >= max_keys
 
 
-def _list_page(keys: list[tuple[str, os.stat_result]], request: _ListQuery) -> _ListPage:
-    """The page of ``keys`` (sorted) the request asks for: keys past ``after``, those under a delimiter as prefixes."""
+def _list_page(store: Store, bucket: str, keys: list[str], request: _ListQuery) -> _ListPage:
+    """The page of ``keys`` (sorted) the request asks for: keys past ``after``, those under a delimiter as prefixes;
+    only the page's keys are stat'ed (a listing of 100,000 keys is a hundred pages)."""
     page = _ListPage([], [])
-    for key, stat in keys:
-        if key <= request.after:
-            continue
+    for key in keys[bisect.bisect_right(keys, request.after):]:
         cut = key.find(request.delimiter, len(request.prefix)) if request.delimiter else -1
         common = key[:cut + len(request.delimiter)] if cut >= 0 else None
         if common is not None and (common <= request.after or (page.prefixes and page.prefixes[-1] == common)):
             continue
+        stat = store.stat(bucket, key) if common is None else None
+        if common is None and stat is None:
+            continue  # deleted since the walk
         if page.full(request.max_keys):
             page.truncated = True
             break
         if common is not None:
             page.prefixes.append(common)
         else:
+            assert stat is not None
             page.contents.append((key, stat))
         page.last = common or key
     return page
@@ -226,7 +233,7 @@ def list_objects(store: Store, bucket: str, query: dict[str, str]) -> bytes:
     """The XML answer of ``ListObjects`` / ``ListObjectsV2`` (run in a thread: it walks the directory)."""
     store.check_bucket(bucket)
     request = _ListQuery.parse(query)
-    return _list_xml(bucket, request, _list_page(store.keys(bucket, request.prefix), request))
+    return _list_xml(bucket, request, _list_page(store, bucket, store.keys(bucket, request.prefix), request))
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int] | None:
