@@ -13,13 +13,14 @@ first ``iter(batch_size=256)`` batch), and the raw limit that plans as we do (ev
 table gives the median seconds to the first batch over the rounds and the requests the server answered until then.
 
 With ``--ranks 8`` (or 64) it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8
-rank processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one
-epoch between them. The ranks plan once (rank 0 reads the footers and broadcasts the plan): the job's requests are
-those of the one reader plus each rank's listing and own data. The table gives the job's requests against the one
-reader's, the slowest rank's first batch, and whether every row was read once; the job's line above it gives the
-ranks' memory (Linux): the peak of their summed PSS and the largest rank's private USS. A rank costs about 170 MB
-of its own, most of it ``import torch`` (its Python modules and operator registry; the libraries' pages are
-shared), so 64 ranks need about 11 GB: check ``free -g`` first.
+rank processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``, every row
+once) reading one epoch between them. The ranks plan once (rank 0 reads the footers and broadcasts the plan): the
+job's requests are those of the one reader plus each rank's listing and own data. The table gives the job's
+requests against the one reader's, the slowest rank's first batch, and whether the ranks read every row once
+(their ids, compared); the job's line above it gives its requests by kind and the ranks' memory (Linux): the peak
+of their summed PSS and the largest rank's private USS. A rank costs about 170 MB of its own, most of it ``import
+torch`` (its Python modules and operator registry; the libraries' pages are shared), so 64 ranks need about 11
+GB: check ``free -g`` first.
 
 With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-server or uploaded to Azurite (see
 ``remote_services.py``), whose proxy counts connections, not requests; jobs of ranks run on S3 only.
@@ -163,11 +164,20 @@ def _job_case(url: str, endpoint: str, server: str, ranks: int, rows: int, timeo
     single, _ = _run_ranks(url, endpoint, 1, timeout)
     single_requests = server_stats(server, reset=True)['total_requests']
     results, memory = _run_ranks(url, endpoint, ranks, timeout)
-    job_requests = server_stats(server, reset=True)['total_requests']
-    print(f'  job of {ranks} on {url}: {job_requests} requests, one reader {single_requests}; {memory}', flush=True)
+    job_stats = server_stats(server, reset=True)
+    job_requests = job_stats['total_requests']
+    print(f'  job of {ranks} on {url}: {job_requests} requests ({job_stats["requests"]}), one reader '
+          f'{single_requests}; {memory}', flush=True)
     return {'single': single_requests, 'job': job_requests,
             'first_batch': max(result['first_batch'] for result in results),
-            'rows_once': sum(result['rows'] for result in results) == rows == single[0]['rows']}
+            'rows_once': _every_row_once([result['ids'] for result in results], rows)
+            and _every_row_once([single[0]['ids']], rows)}
+
+
+def _every_row_once(shares: list[list[int]], rows: int) -> bool:
+    """Whether the ranks' ``id`` values together are each of the store's ``rows`` ids (0 to rows - 1) once."""
+    read = np.concatenate([np.asarray(share, dtype=np.int64) for share in shares])
+    return len(read) == rows and bool(np.array_equal(np.sort(read), np.arange(rows)))
 
 
 def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> tuple[list[dict], RanksMemory]:
