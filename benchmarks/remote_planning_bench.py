@@ -181,29 +181,40 @@ def _every_row_once(shares: list[list[int]], rows: int) -> bool:
 
 
 def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> tuple[list[dict], RanksMemory]:
-    """The rank script in ``world`` processes with torchrun's environment; each one's JSON line, and their memory."""
+    """The rank script in ``world`` processes with torchrun's environment; each one's JSON line, and their memory.
+    Their output goes to files, not pipes: a rank's line (its ids) outgrows a pipe's buffer, and a rank blocked
+    writing it would hold the others at their last barrier."""
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
-    processes = [subprocess.Popen(
-        [sys.executable, RANK_SCRIPT, url, endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
-                 MASTER_PORT=str(port), OMP_NUM_THREADS='1')) for rank in range(world)]
-    memory = RanksMemory([process.pid for process in processes])
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=timeout))
-    finally:
-        memory.stop()
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    failed = [err for process, (_, err) in zip(processes, outputs, strict=True) if process.returncode]
+    with ExitStack() as files:
+        outputs = [tuple(files.enter_context(tempfile.TemporaryFile('w+')) for _ in 'out, err')
+                   for _ in range(world)]
+        processes = [subprocess.Popen(
+            [sys.executable, RANK_SCRIPT, url, endpoint], stdout=out, stderr=err, text=True,
+            env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                     MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), OMP_NUM_THREADS='1'))
+            for rank, (out, err) in enumerate(outputs)]
+        memory = RanksMemory([process.pid for process in processes])
+        try:
+            for process in processes:
+                process.wait(timeout=timeout)
+        finally:
+            memory.stop()
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        texts = [(_read_back(out), _read_back(err)) for out, err in outputs]
+    failed = [err for process, (_, err) in zip(processes, texts, strict=True) if process.returncode]
     if failed:
         raise RuntimeError(f'a rank failed: {failed[0][-2000:]}')
-    return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in outputs], memory
+    return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in texts], memory
+
+
+def _read_back(file) -> str:
+    file.seek(0)
+    return file.read()
 
 
 class RanksMemory:
