@@ -188,7 +188,7 @@ def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> tuple[lis
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
     with ExitStack() as files:
-        outputs = [tuple(files.enter_context(tempfile.TemporaryFile('w+')) for _ in 'out, err')
+        outputs = [tuple(files.enter_context(tempfile.TemporaryFile('w+')) for _ in range(2))
                    for _ in range(world)]
         processes = [subprocess.Popen(
             [sys.executable, RANK_SCRIPT, url, endpoint], stdout=out, stderr=err, text=True,
