@@ -12,17 +12,21 @@ streaming (``hf``: ``load_dataset('parquet', data_files='<store>/*.parquet', str
 first ``iter(batch_size=256)`` batch), and the raw limit that plans as we do (every footer first, 4 threads). The
 table gives the median seconds to the first batch over the rounds and the requests the server answered until then.
 
-With ``--ranks 8`` it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8 rank
-processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``) reading one epoch
-between them. The ranks plan once (rank 0 reads the footers and broadcasts the plan): the job's requests are
-those of the one reader plus each rank's listing and own data. The table gives the job's requests against the one
-reader's, the slowest rank's first batch, and whether every row was read once.
+With ``--ranks 8`` (or 64) it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8
+rank processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``, every row
+once) reading one epoch between them. The ranks plan once (rank 0 reads the footers and broadcasts the plan): the
+job's requests are those of the one reader plus each rank's listing and own data. The table gives the job's
+requests against the one reader's, the slowest rank's first batch, and whether the ranks read every row once
+(their ids, compared); the job's line above it gives its requests by kind and the ranks' memory (Linux): the peak
+of their summed PSS and the largest rank's private USS. A rank costs about 170 MB of its own, most of it ``import
+torch`` (its Python modules and operator registry; the libraries' pages are shared), so 64 ranks need about 11
+GB: check ``free -g`` first.
 
 With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-server or uploaded to Azurite (see
 ``remote_services.py``), whose proxy counts connections, not requests; jobs of ranks run on S3 only.
 
 Usage:
-    python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8]
+    python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8|64]
         [--cloud s3|gcs|azure] [--summary both|no|yes] [--data-root DIR]
 """
 
@@ -37,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from contextlib import ExitStack
@@ -156,38 +161,101 @@ def main() -> None:
 def _job_case(url: str, endpoint: str, server: str, ranks: int, rows: int, timeout: float) -> dict:
     """One reader's requests for an epoch, then a job's of ``ranks`` processes (see the module docstring)."""
     server_stats(server, reset=True)
-    single = _run_ranks(url, endpoint, 1, timeout)
+    single, _ = _run_ranks(url, endpoint, 1, timeout)
     single_requests = server_stats(server, reset=True)['total_requests']
-    results = _run_ranks(url, endpoint, ranks, timeout)
-    job_requests = server_stats(server, reset=True)['total_requests']
-    print(f'  job of {ranks} on {url}: {job_requests} requests, one reader {single_requests}', flush=True)
+    results, memory = _run_ranks(url, endpoint, ranks, timeout)
+    job_stats = server_stats(server, reset=True)
+    job_requests = job_stats['total_requests']
+    print(f'  job of {ranks} on {url}: {job_requests} requests ({job_stats["requests"]}), one reader '
+          f'{single_requests}; {memory}', flush=True)
     return {'single': single_requests, 'job': job_requests,
             'first_batch': max(result['first_batch'] for result in results),
-            'rows_once': sum(result['rows'] for result in results) == rows == single[0]['rows']}
+            'rows_once': _every_row_once([result['ids'] for result in results], rows)
+            and _every_row_once([single[0]['ids']], rows)}
 
 
-def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> list[dict]:
-    """The rank script in ``world`` processes with torchrun's environment; each one's JSON line."""
+def _every_row_once(shares: list[list[int]], rows: int) -> bool:
+    """Whether the ranks' ``id`` values together are each of the store's ``rows`` ids (0 to rows - 1) once."""
+    read = np.concatenate([np.asarray(share, dtype=np.int64) for share in shares])
+    return len(read) == rows and bool(np.array_equal(np.sort(read), np.arange(rows)))
+
+
+def _run_ranks(url: str, endpoint: str, world: int, timeout: float) -> tuple[list[dict], RanksMemory]:
+    """The rank script in ``world`` processes with torchrun's environment; each one's JSON line, and their memory.
+    Their output goes to files, not pipes: a rank's line (its ids) outgrows a pipe's buffer, and a rank blocked
+    writing it would hold the others at their last barrier."""
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
-    processes = [subprocess.Popen(
-        [sys.executable, RANK_SCRIPT, url, endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
-                 MASTER_PORT=str(port), OMP_NUM_THREADS='1')) for rank in range(world)]
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=timeout))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    failed = [err for process, (_, err) in zip(processes, outputs, strict=True) if process.returncode]
+    with ExitStack() as files:
+        outputs = [tuple(files.enter_context(tempfile.TemporaryFile('w+')) for _ in range(2))
+                   for _ in range(world)]
+        processes = [subprocess.Popen(
+            [sys.executable, RANK_SCRIPT, url, endpoint], stdout=out, stderr=err, text=True,
+            env=dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                     MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), OMP_NUM_THREADS='1'))
+            for rank, (out, err) in enumerate(outputs)]
+        memory = RanksMemory([process.pid for process in processes])
+        try:
+            for process in processes:
+                process.wait(timeout=timeout)
+        finally:
+            memory.stop()
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        texts = [(_read_back(out), _read_back(err)) for out, err in outputs]
+    failed = [err for process, (_, err) in zip(processes, texts, strict=True) if process.returncode]
     if failed:
         raise RuntimeError(f'a rank failed: {failed[0][-2000:]}')
-    return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in outputs]
+    return [json.loads([line for line in out.splitlines() if line.startswith('{')][-1]) for out, _ in texts], memory
+
+
+def _read_back(file) -> str:
+    file.seek(0)
+    return file.read()
+
+
+class RanksMemory:
+    """The memory of a job's rank processes, sampled every second from ``/proc/<pid>/smaps_rollup`` (Linux) until
+    :meth:`stop`: the peak of their summed PSS (each shared page split between the processes that map it, so the
+    sum is what the job holds) and the largest USS (a rank's private pages: what one more rank costs). RSS counts
+    the libraries' pages once per process, which many processes share."""
+
+    def __init__(self, pids: list[int], interval: float = 1.0) -> None:
+        self._pids, self._interval = pids, interval
+        self.peak_pss_mb = self.peak_uss_mb = 0.0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name='ranks-memory', daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def __str__(self) -> str:
+        if not self.peak_pss_mb:
+            return 'memory not sampled (no /proc/<pid>/smaps_rollup)'
+        return (f'ranks\' memory at peak {self.peak_pss_mb / 1024:.2f} GB (summed PSS), '
+                f'largest rank {self.peak_uss_mb:.0f} MB private (USS)')
+
+    def _sample(self) -> None:
+        while not self._stopped.wait(self._interval):
+            rollups = [rollup for rollup in map(_smaps_rollup, self._pids) if rollup]
+            self.peak_pss_mb = max(self.peak_pss_mb, sum(rollup['Pss'] for rollup in rollups) / 1024)
+            self.peak_uss_mb = max([self.peak_uss_mb] + [
+                (rollup['Private_Clean'] + rollup['Private_Dirty']) / 1024 for rollup in rollups])
+
+
+def _smaps_rollup(pid: int) -> dict[str, int] | None:
+    """``/proc/<pid>/smaps_rollup``'s sizes in kB, None once the process is gone (or off Linux)."""
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as rollup:
+            lines = [line.split() for line in rollup]
+    except OSError:
+        return None
+    return {fields[0].rstrip(':'): int(fields[1]) for fields in lines if len(fields) == 3 and fields[2] == 'kB'}
 
 
 def _counted(result: dict) -> str:

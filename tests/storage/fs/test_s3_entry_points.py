@@ -261,3 +261,32 @@ def test_spark_converter_reads_an_s3_dataset_through_storage_options(moto, s3_da
                                          storage_options=options) as loader:
         ids = sorted(int(i) for batch in loader for i in batch['id'])
     assert ids == list(range(ROWS))
+
+
+
+def test_a_rank_given_the_plan_reads_its_share_without_pandas_or_pyarrow_dataset(moto, tmp_path):
+    # A job runs a process per rank, each holding what it imports (64 ranks of a node: 64 copies). The ranks that
+    # are given the plan (broadcast, or here a plan file) read no footer, so nothing imports pyarrow.dataset, whose
+    # import imports pandas: about 45 MB of a process's own. The rank that plans reads the footers by their listed
+    # sizes through pyarrow.dataset and imports both (docs/storage.md, "Planning at scale").
+    url = f's3://{BUCKET}/rank-share-{uuid.uuid4().hex[:8]}'
+    fs = _s3(moto)
+    for index in range(3):
+        with fs.open(f'{url}/part-{index}.parquet', 'wb') as out:
+            pq.write_table(pa.table({'id': np.arange(index * 10, index * 10 + 10, dtype=np.int64)}), out,
+                           row_group_size=5)
+    options = {'storage_options': moto.storage_options(), 'plan_file': str(tmp_path / 'plan.arrow'),
+               'shard_count': 2, 'shard_mode': 'rows', 'shard_remainder': 'spread', 'seed': 1}
+    with make_batch_reader(url, cur_shard=0, **options) as planning:
+        first = [int(i) for batch in planning for i in batch.id]
+    script = ('import json, sys; from petastorm import make_batch_reader\n'
+              f'with make_batch_reader({url!r}, cur_shard=1, reader_pool_type="thread", **{options!r}) as reader:\n'
+              '    ids = [int(i) for batch in reader for i in batch.id]\n'
+              'loaded = sorted(m for m in sys.modules if m.split(".")[0] == "pandas" or m == "pyarrow.dataset")\n'
+              'print(json.dumps([ids, loaded[:3]]))\n')
+    completed = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=120,
+                               check=False)
+    assert completed.returncode == 0, completed.stderr
+    second, loaded = json.loads(completed.stdout)
+    assert sorted(first + second) == list(range(30))
+    assert loaded == []
