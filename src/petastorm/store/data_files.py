@@ -10,7 +10,8 @@ first read of a file learned, so that the next row groups of the file cost one r
   row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
   then, to tell a file that changed or vanished since it was listed;
 * on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
-  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and
+  file of no listed size, one opened before ``pyarrow.dataset`` was imported (:meth:`DataFiles.read_by_size_later`),
+  a footer that came otherwise or a read of some leaves of a struct, the opened file and
   its footer: the first row group of a file costs its open (the size, compared with the listed one), its footer
   (unless planning read it in this process) and its column chunks; every later one its column chunks only,
   fetched in few coalesced requests;
@@ -49,7 +50,7 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import DataFileChangedError
 from petastorm.fs._files import file_url
-from petastorm.store.sized_files import SizedFile, changed_file_error, opens_with_listed_size
+from petastorm.store.sized_files import SizedFile, changed_file_error, opens_with_listed_size, sized_reads_ready
 
 __all__ = ['DataFiles', 'FooterStore', 'keeps_files_open']
 
@@ -110,6 +111,7 @@ class DataFiles:
         #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
         self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
+        self._sized_later = False  # files opened the plain way until ``pyarrow.dataset`` is imported
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
@@ -122,6 +124,17 @@ class DataFiles:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return DataFiles, (self.filesystem, self.sizes, self.footers)
+
+    def read_by_size_later(self) -> bool:
+        """Open files the plain way until ``pyarrow.dataset`` is imported; True if that applies here.
+
+        Files are then opened with a ``HEAD`` each instead of importing it at the first read by listed size (see
+        :mod:`~petastorm.store.sized_files`). Whoever calls this imports it
+        (:func:`~petastorm.store.sized_files.prepare_sized_reads`) once the reads the first batches need are asked
+        for: the first rows do not wait for that import (0.2 s of CPU).
+        """
+        self._sized_later = self._by_size and not sized_reads_ready()
+        return self._sized_later
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.
@@ -275,7 +288,7 @@ class DataFiles:
     def _sized_file(self, path: str) -> SizedFile | None:
         """``path`` as a :class:`SizedFile` kept for this process's reads, where that saves requests (else None)."""
         size = self.sizes.get(path)
-        if not self._by_size or size is None:
+        if not self._by_size or size is None or (self._sized_later and not sized_reads_ready()):
             return None
         with self._lock:
             sized = self._sized.get(path)
@@ -296,6 +309,8 @@ class DataFiles:
         """
         with self._lock:
             sized = self._sized.get(path)
+            if path in self._opened:
+                return False
         if sized is not None and sized.footer_read:
             return True
         return path not in self.known_footers and self.footers is None
