@@ -221,20 +221,20 @@ print(json.dumps({'ids': ids, 'dataset_imported': 'pyarrow.dataset' in sys.modul
 
 
 def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_dataset(tmp_path):
-    """In a process without ``pyarrow.dataset`` (which imports pandas: 0.2 s), the first window of files is
-    opened the plain way (a HEAD each) and the rest read by their listed size once it is imported: a window of
-    HEADs at most, never one per file, and every row once."""
+    """In a process without ``pyarrow.dataset`` (which imports pandas: 0.2 s), the first few files are opened
+    the plain way (a HEAD each) and the rest read by their listed size once it is imported: that many HEADs, never
+    one per file, and every row once."""
     import json
     import os
     import subprocess
     import sys
 
     pytest.importorskip('s3fs')
-    from petastorm.store.footer_stream import FIRST_WINDOW
+    from petastorm.store.data_files import PLAIN_OPENS
     from petastorm.store.footers import REMOTE_FOOTER_THREADS
     from petastorm.test_util.s3_server import S3DirectoryServer
 
-    files = REMOTE_FOOTER_THREADS + 2 * FIRST_WINDOW  # more than one round of footer reads: streamed
+    files = REMOTE_FOOTER_THREADS + 2 * PLAIN_OPENS  # more than one round of footer reads: streamed
     with S3DirectoryServer(str(tmp_path / 'objects'), buckets=('fresh',)) as server:
         _write_store(tmp_path / 'objects' / 'fresh' / 'store', files)
         server.reset_stats()
@@ -246,7 +246,7 @@ def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_datas
     result = json.loads(done.stdout.splitlines()[-1])
     assert sorted(result['ids']) == list(range(files * ROWS))
     assert result['dataset_imported']
-    assert requests['HEAD'] == FIRST_WINDOW
+    assert requests['HEAD'] == PLAIN_OPENS
     # the listing; a footer per file; a request per row group (two per file)
     assert requests['LIST'] == 1
     assert requests['GET'] == files + files * 2

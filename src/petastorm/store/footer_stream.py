@@ -11,10 +11,8 @@ then opens are not asked for their footers again. Once every footer is read they
 (``store.reads.footers``), and whatever asks the store for all of them meanwhile waits for the stream instead of
 reading them a second time.
 
-On S3 and Azure, in a process that has not imported ``pyarrow.dataset`` (which reading by listed size needs, and
-which imports pandas: 0.2 s of CPU), the first :data:`FIRST_WINDOW` footers are read the plain way (a ``HEAD`` and
-the footer each), the stream's thread then imports it and asks for the rest by their listed sizes: the first batch
-does not wait for the import, and the store is sent a window of ``HEAD`` requests, not one per file.
+On S3 and Azure, the first files are opened the plain way until ``pyarrow.dataset`` is imported
+(:meth:`~petastorm.store.data_files.DataFiles.open_plainly_first`): the first batch does not wait for that import.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import pyarrow.parquet as pq
 from petastorm.errors import PetastormError
 from petastorm.store.footers import footer_threads, read_data_file_footer, store_data_files
 from petastorm.store.model import ParquetStore
-from petastorm.store.sized_files import prepare_sized_reads
 
 __all__ = ['FIRST_WINDOW', 'FooterStream', 'FooterStreamStopped']
 
@@ -126,9 +123,7 @@ class FooterStream:
     def _run(self) -> None:
         """Keep up to ``window`` footers asked for, take them in order, hand each out as it comes."""
         files = store_data_files(self._store)
-        # The first window's footers are read the plain way and pyarrow.dataset imported after them (see
-        # DataFiles.read_by_size_later): nothing more is asked meanwhile, so at most a window of HEADs is sent.
-        importing = len(self._paths) > FIRST_WINDOW and files.read_by_size_later()
+        files.open_plainly_first()
         ahead: deque[Future] = deque()
         following = 0
         window = FIRST_WINDOW
@@ -136,8 +131,7 @@ class FooterStream:
                                 thread_name_prefix='petastorm-footer') as pool:
             try:
                 while True:
-                    asked = FIRST_WINDOW if importing else len(self._paths)
-                    while not self._stopped and following < asked and len(ahead) < window:
+                    while not self._stopped and following < len(self._paths) and len(ahead) < window:
                         ahead.append(pool.submit(read_data_file_footer, files, self._paths[following]))
                         following += 1
                     if self._stopped or not ahead:
@@ -149,9 +143,6 @@ class FooterStream:
                         if len(self._footers) == len(self._paths):
                             self._store.reads.footers = dict(zip(self._paths, self._footers, strict=True))
                         self._changed.notify_all()
-                    if importing and len(self._footers) == FIRST_WINDOW:
-                        prepare_sized_reads()
-                        importing = False
             except BaseException as err:  # handed to whoever asks for the footer (re-raised there)
                 with self._changed:
                     self._error = err

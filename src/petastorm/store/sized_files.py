@@ -18,9 +18,8 @@ without (its generation), so there the open file is kept instead (:class:`~petas
 
 ``pyarrow.dataset`` is imported at the first such read, not with this module: importing it imports pandas where
 it is installed (0.2-0.25 s of CPU once per process; pyarrow asks for pandas when the module is loaded), which a
-reader of local files never needs. A reader reading in order does not let its first batch wait for that import:
-its first files are opened the plain way (a ``HEAD`` each) and the import comes after them
-(:meth:`~petastorm.store.data_files.DataFiles.read_by_size_later`, :func:`prepare_sized_reads`).
+reader of local files never needs; a reader's first few files are opened the plain way before it
+(:data:`~petastorm.store.data_files.PLAIN_OPENS`), so that a first batch that needs only them does not wait for it.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def sized_reads_ready() -> bool:
 
 
 def prepare_sized_reads() -> None:
-    """Import ``pyarrow.dataset`` for the reads by listed size to come (a quarter of a CPU second once)."""
+    """Import ``pyarrow.dataset`` for the reads by listed size to come (see the module docstring)."""
     _dataset_module()
 
 
