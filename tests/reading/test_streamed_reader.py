@@ -208,3 +208,45 @@ def test_a_store_read_in_one_round_of_footers_keeps_its_unified_schema(tmp_path)
     options = validate_options(dataset_url_or_urls=str(tmp_path / 'store'), shuffle_row_groups=False,
                                batched_output=True)
     assert not can_stream(options, open_any_store(str(tmp_path / 'store')))  # planned first: schemas unified
+
+
+_FRESH_READER = '''
+import json, sys
+from petastorm import make_batch_reader
+url, options = sys.argv[1], json.loads(sys.argv[2])
+with make_batch_reader(url, storage_options=options, shuffle_row_groups=False, workers_count=2) as reader:
+    ids = [int(i) for batch in reader for i in batch.id]
+print(json.dumps({'ids': ids, 'dataset_imported': 'pyarrow.dataset' in sys.modules}))
+'''
+
+
+def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_dataset(tmp_path):
+    """In a process without ``pyarrow.dataset`` (which imports pandas: 0.2 s), the first few files are opened
+    the plain way (a HEAD each) and the rest read by their listed size once it is imported: that many HEADs, never
+    one per file, and every row once."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip('s3fs')
+    from petastorm.store.data_files import PLAIN_OPENS
+    from petastorm.store.footers import REMOTE_FOOTER_THREADS
+    from petastorm.test_util.s3_server import S3DirectoryServer
+
+    files = REMOTE_FOOTER_THREADS + 2 * PLAIN_OPENS  # more than one round of footer reads: streamed
+    with S3DirectoryServer(str(tmp_path / 'objects'), buckets=('fresh',)) as server:
+        _write_store(tmp_path / 'objects' / 'fresh' / 'store', files)
+        server.reset_stats()
+        done = subprocess.run([sys.executable, '-c', _FRESH_READER, 's3://fresh/store',
+                               json.dumps(server.storage_options())], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)}, check=False)
+        assert done.returncode == 0, done.stderr
+        requests = server.stats().requests
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(result['ids']) == list(range(files * ROWS))
+    assert result['dataset_imported']
+    assert requests['HEAD'] == PLAIN_OPENS
+    # the listing; a footer per file; a request per row group (two per file)
+    assert requests['LIST'] == 1
+    assert requests['GET'] == files + files * 2

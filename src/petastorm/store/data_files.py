@@ -10,14 +10,20 @@ first read of a file learned, so that the next row groups of the file cost one r
   row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
   then, to tell a file that changed or vanished since it was listed;
 * on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
-  file of no listed size, a footer that came otherwise or a read of some leaves of a struct, the opened file and
-  its footer: the first row group of a file costs its open (the size, compared with the listed one), its footer
-  (unless planning read it in this process) and its column chunks; every later one its column chunks only,
-  fetched in few coalesced requests;
+  file of no listed size, one of the first files of an in-order reader (below), a footer that came otherwise or a
+  read of some leaves of a struct, the opened file and its footer: the first row group of a file costs its open
+  (the size, compared with the listed one), its footer (unless planning read it in this process) and its column
+  chunks; every later one its column chunks only, fetched in few coalesced requests;
 * on local disk, the file is memory-mapped for each row group (pages are read from the page cache in place), its
   size compared with the listed one;
 * through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footer bytes and ETags itself), the file is
   opened for each row group and its size compared with the listed one.
+
+Reading by listed size needs ``pyarrow.dataset``, whose import imports pandas (0.2 s of CPU, once per process). A
+reader that reads in order while its footers are read (:mod:`petastorm.store.footer_stream`) does not let its first
+batch wait for it: in a process that has not imported it, the first :data:`PLAIN_OPENS` files are opened the plain
+way (a ``HEAD`` each, :meth:`DataFiles.open_plainly_first`) and the read of the next one imports it, while the
+first files' rows are read. The store is sent that many ``HEAD`` requests more, not one per file.
 
 Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
 with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
@@ -49,10 +55,19 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import DataFileChangedError
 from petastorm.fs._files import file_url
-from petastorm.store.sized_files import SizedFile, changed_file_error, opens_with_listed_size
+from petastorm.store.sized_files import (
+    SizedFile,
+    changed_file_error,
+    opens_with_listed_size,
+    prepare_sized_reads,
+    sized_reads_ready,
+)
 
-__all__ = ['DataFiles', 'FooterStore', 'keeps_files_open']
+__all__ = ['PLAIN_OPENS', 'DataFiles', 'FooterStore', 'keeps_files_open']
 
+#: files opened the plain way (a ``HEAD`` each) before ``pyarrow.dataset`` is imported to read the rest by their
+#: listed sizes (the module docstring): the footers an in-order reader needs for its first batch.
+PLAIN_OPENS = 8
 #: files a process keeps open with their footers (the oldest are opened again when read again).
 _KEPT_FILES = 1024
 #: row groups fetched ahead and not yet read; past it the oldest are dropped (a pass that was left).
@@ -110,6 +125,7 @@ class DataFiles:
         #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
         self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
+        self._plain_opens_left = 0  # files still opened the plain way until pyarrow.dataset is imported
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
@@ -122,6 +138,15 @@ class DataFiles:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return DataFiles, (self.filesystem, self.sizes, self.footers)
+
+    def open_plainly_first(self) -> None:
+        """Open the next :data:`PLAIN_OPENS` files the plain way if ``pyarrow.dataset`` is not imported yet.
+
+        The read of the file after them imports it, not the first read (see the module docstring).
+        """
+        if self._by_size and not sized_reads_ready():
+            with self._lock:
+                self._plain_opens_left = PLAIN_OPENS
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.
@@ -279,12 +304,20 @@ class DataFiles:
             return None
         with self._lock:
             sized = self._sized.get(path)
+            if sized is not None:
+                self._sized.move_to_end(path)
+                return sized
+            if self._plain_opens_left > 0 and not sized_reads_ready():
+                self._plain_opens_left -= 1
+                return None
+        # Imported (once per process) outside the lock: the reads of files already open do not wait for it.
+        prepare_sized_reads()
+        with self._lock:
+            sized = self._sized.get(path)
             if sized is None:
                 sized = self._sized[path] = SizedFile(self.filesystem, path, size)
                 while len(self._sized) > _KEPT_FILES:
                     self._sized.popitem(last=False)
-            else:
-                self._sized.move_to_end(path)
         return sized
 
     def _reads_by_size(self, path: str) -> bool:
@@ -296,6 +329,8 @@ class DataFiles:
         """
         with self._lock:
             sized = self._sized.get(path)
+            if path in self._opened:
+                return False
         if sized is not None and sized.footer_read:
             return True
         return path not in self.known_footers and self.footers is None

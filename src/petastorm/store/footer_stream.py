@@ -10,6 +10,9 @@ The footers are read through the store's :class:`~petastorm.store.data_files.Dat
 then opens are not asked for their footers again. Once every footer is read they are the store's
 (``store.reads.footers``), and whatever asks the store for all of them meanwhile waits for the stream instead of
 reading them a second time.
+
+On S3 and Azure, the first files are opened the plain way until ``pyarrow.dataset`` is imported
+(:meth:`~petastorm.store.data_files.DataFiles.open_plainly_first`): the first batch does not wait for that import.
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ class FooterStream:
     def _run(self) -> None:
         """Keep up to ``window`` footers asked for, take them in order, hand each out as it comes."""
         files = store_data_files(self._store)
+        files.open_plainly_first()
         ahead: deque[Future] = deque()
         following = 0
         window = FIRST_WINDOW

@@ -312,3 +312,45 @@ def test_azure_footers_are_one_request_and_row_groups_need_no_head():
             pq.write_table(pa.table({'id': np.arange(3_000)}), out, row_group_size=1_000)
         with pytest.raises(DataFileChangedError, match='sized/f.parquet'):
             DataFiles(fs, dict(files.sizes)).footer('sized/f.parquet')
+
+
+def test_the_first_files_open_plainly_and_reads_of_open_files_do_not_wait_for_the_import(server, monkeypatch):
+    """Before ``pyarrow.dataset`` is imported, ``open_plainly_first`` opens the next few files with a HEAD each;
+    the file after them imports it, and meanwhile row groups of the files already open are read (the import is
+    not made under the lock their reads take)."""
+    import threading
+
+    from petastorm.store import data_files
+
+    importing, release = threading.Event(), threading.Event()
+
+    def slow_import():
+        importing.set()
+        assert release.wait(30)
+
+    monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: False)
+    monkeypatch.setattr(data_files, 'PLAIN_OPENS', 2)
+    monkeypatch.setattr(data_files, 'prepare_sized_reads', slow_import)
+    fs = _s3(server)
+    paths = [_write(server, f'plain-first-{index}.parquet', rows=20, row_group=10) for index in range(3)]
+    files = DataFiles(fs, {path: fs.get_file_info(path).size for path in paths})
+    files.open_plainly_first()
+    server.reset_stats()
+    for path in paths[:2]:
+        files.footer(path)
+    assert server.stats().requests == {'HEAD': 2, 'GET': 2}
+    third = threading.Thread(target=files.footer, args=(paths[2],))
+    third.start()
+    try:
+        assert importing.wait(30)
+        read = threading.Thread(target=files.read_row_group, args=(paths[0], 1, ['id']))
+        read.start()
+        read.join(10)
+        assert not read.is_alive(), 'a row group of an open file waited for the import'
+    finally:
+        release.set()
+        third.join()
+    server.reset_stats()
+    assert files.footer(paths[2]).num_row_groups == 2
+    assert files.read_row_group(paths[2], 0, ['id'])['id'].to_pylist() == list(range(10))
+    assert 'HEAD' not in server.stats().requests  # the third file was read by its listed size
