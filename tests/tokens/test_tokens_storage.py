@@ -1,5 +1,5 @@
-"""The token loader and the document source read where the readers read: a Delta table's version, and S3 (moto's
-server on loopback).
+"""The token loader and the document source read where the readers read: a Delta table's version, an Iceberg
+table's snapshot, and S3 (moto's server on loopback).
 
 Token ids say where they come from (``support.token_corpus``), so each test checks every token once.
 """
@@ -40,6 +40,30 @@ def test_a_delta_table_at_a_pinned_version(tmp_path):
     assert len(pinned) == 50
     assert collections.Counter(t for i in range(50) for t in pinned[i]['input_ids'].tolist()) == \
         expected_tokens(LENGTHS[:50])
+
+
+def test_an_iceberg_table_and_a_pinned_snapshot(tmp_path):
+    pytest.importorskip('pyiceberg')
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (tmp_path / 'warehouse').mkdir()
+    catalog = SqlCatalog('tokens', uri=f'sqlite:///{tmp_path}/catalog.db', warehouse=f'file://{tmp_path}/warehouse')
+    catalog.create_namespace('ns')
+    schema = pa.schema([pa.field('input_ids', pa.large_list(pa.int64()))])
+
+    def rows(first, lengths):
+        return pa.table({'input_ids': [document(first + i, int(n)).astype('int64') for i, n in enumerate(lengths)]},
+                        schema=schema)
+
+    table = catalog.create_table('ns.docs', schema=schema)
+    table.append(rows(0, LENGTHS[:30]))
+    first = table.current_snapshot().snapshot_id
+    table.append(rows(30, LENGTHS[30:]))
+    assert _tokens(table) == expected_tokens(LENGTHS)
+    assert _tokens(table, reader_options={'table_version': first}) == expected_tokens(LENGTHS[:30])
+    pinned = make_document_source(table, reader_options={'table_version': first})
+    assert sorted(pinned[i]['input_ids'].tolist()[0] for i in range(len(pinned))) == \
+        [document(i, 1).tolist()[0] for i in range(30)]
 
 
 def test_a_store_on_s3(tmp_path):
