@@ -129,7 +129,7 @@ def main() -> None:
                     result = run_case(sys.executable, CASES.get(system, system), service.url(_name(files, summary)),
                                       endpoint, counter, 4, args.timeout, first_only=True)
                     results[files, summary, system].append(result)
-                    shown = result.get('error') or f'{result["first_batch"]:.2f} s, {_counted(result)}'
+                    shown = result.get('error') or f'{result["first_batch"]:.3f} s, {_counted(result)}'
                     print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
                           flush=True)
             jobs = {files: _job_case(service.url(_name(files, False)), endpoint, service.server, args.ranks,
@@ -146,7 +146,7 @@ def main() -> None:
                 print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | failed: {error} | |')
                 continue
             print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | '
-                  f'{statistics.median(r["first_batch"] for r in runs):.2f} | '
+                  f'{statistics.median(r["first_batch"] for r in runs):.3f} | '
                   f'{statistics.median(r["requests"] or r["connections"] for r in runs):,.0f} |')
     if jobs:
         print(f'\n### A job of {args.ranks} ranks against one reader, one epoch, no _metadata, {args.delay_ms} ms\n')

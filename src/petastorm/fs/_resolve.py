@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -182,6 +183,19 @@ def _check_s3_endpoint(settings: S3Settings, url: str) -> None:
         check_endpoint_listens(s3_endpoint(settings, os.environ), url)
 
 
+def _through_proxy(scheme: str, hostname: str) -> bool:
+    """The clients reach ``scheme://hostname`` through a proxy (``urllib.request``'s rules).
+
+    On Linux proxies come from the environment only: without a ``<scheme>_proxy`` variable there is none, and
+    ``urllib.request`` (10 to 20 ms to import, before a reader's first batch) is not imported to say so.
+    """
+    if sys.platform.startswith('linux') and not any(name.lower() == f'{scheme}_proxy' for name in os.environ):
+        return False
+    import urllib.request
+
+    return scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(hostname)
+
+
 def check_endpoint_listens(endpoint: str | None, url: str, what: str = 'S3', option: str = 'endpoint_url',
                            timeout: float = 2.0) -> None:
     """Refuse at once an endpoint that refuses connections, instead of letting the client retry it for a minute.
@@ -199,9 +213,7 @@ def check_endpoint_listens(endpoint: str | None, url: str, what: str = 'S3', opt
     parsed = urlparse(endpoint if '://' in endpoint else f'http://{endpoint}')
     if not parsed.hostname:
         return
-    import urllib.request
-
-    if parsed.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parsed.hostname):
+    if _through_proxy(parsed.scheme, parsed.hostname):
         return  # reached through a proxy: a direct connection says nothing
     try:
         port = parsed.port or (443 if parsed.scheme == 'https' else 80)

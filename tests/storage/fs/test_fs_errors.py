@@ -6,6 +6,7 @@ Everything here runs without a server: ``memory://`` and fsspec filesystems made
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 from urllib.parse import urlparse
@@ -17,6 +18,7 @@ from petastorm import make_reader
 from petastorm.errors import StorageCredentialsError, StorageError, StorageNotFoundError, StoragePermissionError
 from petastorm.fs import RetryPolicy, StorageHandler, resolve_url
 from petastorm.fs._errors import classify, is_transient, redact, secrets_of
+from petastorm.fs._resolve import check_endpoint_listens
 from support.fake_storage import SECRET, ClientError, assert_secret_hidden, fake_store
 
 
@@ -164,6 +166,22 @@ def test_resolving_an_s3_url_refuses_an_endpoint_that_refuses_connections():
     with pytest.raises(StorageError, match=rf'cannot reach s3://bucket/data: the S3 endpoint http://127.0.0.1:{port} '
                                            rf'refused the connection \(nothing listens at 127.0.0.1:{port}\)'):
         resolve_url('s3://bucket/data', {'key': 'k', 'secret': SECRET, 'endpoint_url': f'http://127.0.0.1:{port}'})
+
+
+def test_an_endpoint_reached_through_a_proxy_of_the_environment_is_not_checked(monkeypatch):
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    endpoint = f'http://127.0.0.1:{port}'
+    for name in [name for name in os.environ if name.lower() in ('http_proxy', 'no_proxy')]:
+        monkeypatch.delenv(name)
+    with pytest.raises(StorageError, match='refused the connection'):
+        check_endpoint_listens(endpoint, 's3://bucket/data')
+    monkeypatch.setenv('HTTP_PROXY', 'http://proxy.invalid:3128')
+    check_endpoint_listens(endpoint, 's3://bucket/data')  # the proxy is what the client connects to
+    monkeypatch.setenv('NO_PROXY', '127.0.0.1')
+    with pytest.raises(StorageError, match='refused the connection'):
+        check_endpoint_listens(endpoint, 's3://bucket/data')
 
 
 @pytest.mark.parametrize(('operation', 'phrase', 'bare'), [
