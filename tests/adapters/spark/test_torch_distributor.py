@@ -46,6 +46,7 @@ def uneven_dataframe(spark):
 def _train(open_epoch, ids_and_inputs):
     """One torchrun process: DDP over gloo, EPOCHS epochs; every rank's (rank, steps, ids) per epoch, gathered."""
     import datetime
+    import time
 
     import torch
     import torch.distributed as dist
@@ -70,6 +71,11 @@ def _train(open_epoch, ids_and_inputs):
             epochs.append((steps, ids))
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, (dist.get_rank(), epochs))
+        # Older torch (2.1, the floor) destroys a gloo process group holding the GIL and joins its threads, while a
+        # thread may still need the GIL to free the gather's tensors: a deadlock when this frame lets go of the DDP
+        # model. A barrier and a pause without the GIL let those threads finish first.
+        dist.barrier()
+        time.sleep(0.2)
         return gathered
     finally:
         dist.destroy_process_group()
