@@ -295,6 +295,20 @@ def test_garbage_collected_pool_cleans_up(kind, leak_check):
     leak_check()
 
 
+def test_garbage_collecting_a_thread_pool_never_waits_for_its_threads(leak_check):
+    # The collector runs anywhere, inside threading's own bookkeeping too, where joining a thread hangs the process:
+    # a dropped pool's threads are told to end, and end on their own.
+    pool = started_pool('thread', 1, pw.slow_identity, pw.Ctx(delay=1.0))
+    results = pool.imap(range(3))
+    next(results)
+    time.sleep(0.1)  # the worker is inside its next one-second call
+    started = time.monotonic()
+    del pool, results
+    gc.collect()
+    assert time.monotonic() - started < 0.5
+    leak_check()
+
+
 # ------------------------------------------------------------------------------------------ flow control
 
 

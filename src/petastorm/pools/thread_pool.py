@@ -26,15 +26,14 @@ THREAD_NAME_PREFIX = 'petastorm-worker'
 _STOP_POLL_SECONDS = 0.1
 
 
-def _shutdown_executor(executor: ThreadPoolExecutor) -> None:
-    # Runs from join() or from the finalizer of a pool that was dropped without being joined.
+def _stop_executor(executor: ThreadPoolExecutor) -> None:
+    """Cancel the queued calls and let the threads end; never blocks.
+
+    Also the finalizer of a pool dropped without being joined, which runs wherever the garbage collector does:
+    inside ``threading``'s own bookkeeping too, holding a lock that joining a thread takes (a join there hangs the
+    process), so only :meth:`ThreadPool.join` waits for the threads.
+    """
     executor.shutdown(wait=False, cancel_futures=True)
-    try:
-        executor.shutdown(wait=True)
-    except RuntimeError:
-        # The finalizer ran in one of the pool's own threads, which cannot join itself; the threads still exit
-        # because the executor is shut down.
-        logger.debug('thread pool finalized from one of its own threads; not waiting for them')
 
 
 class ThreadPool(PoolBase):
@@ -61,7 +60,7 @@ class ThreadPool(PoolBase):
         self._executor = executor = ThreadPoolExecutor(max_workers=self.workers_count,
                                                        thread_name_prefix=THREAD_NAME_PREFIX)
         self._call = functools.partial(worker_fn, context)
-        self._finalizer = weakref.finalize(self, _shutdown_executor, executor)
+        self._finalizer = weakref.finalize(self, _stop_executor, executor)
 
     def _submit(self, item: Any) -> Any:
         if self._executor is None or self._call is None:  # not reachable: imap checks that the pool was started
@@ -104,3 +103,10 @@ class ThreadPool(PoolBase):
     def _join_workers(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
+        if self._executor is not None:
+            try:
+                self._executor.shutdown(wait=True)
+            except RuntimeError:
+                # Joined from one of the pool's own threads, which cannot join itself; the threads still end
+                # because the executor is shut down.
+                logger.debug('thread pool joined from one of its own threads; not waiting for them')
