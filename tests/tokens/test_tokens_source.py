@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -103,6 +104,7 @@ def test_threads_reading_one_row_group_at_once_read_it_once(url, monkeypatch):
 
     def counted(piece):
         reads.append(piece)
+        time.sleep(0.2)  # the other threads ask while this read is under way
         return read(piece)
 
     monkeypatch.setattr(source, '_read', counted)
@@ -125,15 +127,30 @@ def test_a_failed_read_reaches_every_waiting_caller_and_is_tried_again(url, monk
     source = make_document_source(url)
     read = source._read
     failures = [OSError('the store went away')]
+    gate = threading.Barrier(3)
 
     def flaky(piece):
+        time.sleep(0.2)  # the other callers wait for this read
         if failures:
             raise failures.pop()
         return read(piece)
 
     monkeypatch.setattr(source, '_read', flaky)
-    with pytest.raises(OSError, match='went away'):
-        source[0]
+    outcomes = {}
+
+    def work(index):
+        gate.wait()
+        try:
+            outcomes[index] = source[index]['input_ids'].tolist()
+        except OSError as err:
+            outcomes[index] = str(err)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in (0, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == dict.fromkeys((0, 2, 3), 'the store went away')
     assert source[0]['input_ids'].tolist() == document(0, 3).tolist()
 
 
