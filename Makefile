@@ -68,8 +68,9 @@ $(FLOOR_BIN)/python:
 	$(FLOOR_PYTHON) -m venv $(FLOOR_VENV)
 	$(FLOOR_BIN)/python -m pip install -q --upgrade pip
 
+# --no-cache-dir: torch 2.1's CUDA wheels are about 2.5 GB; cached, they would take that much disk a second time.
 $(FLOOR_STAMP): ci/floors.txt pyproject.toml setup.py src/petastorm/shuffle/_kernel.c src/petastorm/codecs/_png_rows.c Makefile | $(FLOOR_BIN)/python
-	$(FLOOR_BIN)/python -m pip install -q -r ci/floors.txt -e '.[image,torch,spark]'
+	$(FLOOR_BIN)/python -m pip install -q --no-cache-dir -r ci/floors.txt -e '.[image,torch,spark]'
 	touch $@
 
 test-floors: $(FLOOR_STAMP)
