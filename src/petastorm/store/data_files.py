@@ -23,7 +23,9 @@ Reading by listed size needs ``pyarrow.dataset``, whose import imports pandas (0
 reader that reads in order while its footers are read (:mod:`petastorm.store.footer_stream`) does not let its first
 batch wait for it: in a process that has not imported it, the first :data:`PLAIN_OPENS` files are opened the plain
 way (a ``HEAD`` each, :meth:`DataFiles.open_plainly_first`) and the read of the next one imports it, while the
-first files' rows are read. The store is sent that many ``HEAD`` requests more, not one per file.
+first files' rows are read. The store is sent that many ``HEAD`` requests more, not one per file. A store of no
+more files than that is read the plain way by any reader, without the import (a round trip per file, where the
+import costs 0.2 s of a CPU: a reader of the one-file hello-world stand-in on Azurite went from 0.37 s to 0.16 s).
 
 Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
 with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
@@ -66,7 +68,8 @@ from petastorm.store.sized_files import (
 __all__ = ['PLAIN_OPENS', 'DataFiles', 'FooterStore', 'keeps_files_open']
 
 #: files opened the plain way (a ``HEAD`` each) before ``pyarrow.dataset`` is imported to read the rest by their
-#: listed sizes (the module docstring): the footers an in-order reader needs for its first batch.
+#: listed sizes (the module docstring): the footers an in-order reader needs for its first batch; every file of a
+#: store of no more files.
 PLAIN_OPENS = 8
 #: files a process keeps open with their footers (the oldest are opened again when read again).
 _KEPT_FILES = 1024
@@ -125,7 +128,9 @@ class DataFiles:
         #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
         self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
-        self._plain_opens_left = 0  # files still opened the plain way until pyarrow.dataset is imported
+        #: files still opened the plain way until pyarrow.dataset is imported (the module docstring): all of a store
+        #: of no more than PLAIN_OPENS files
+        self._plain_opens_left = len(self.sizes) if self._by_size and len(self.sizes) <= PLAIN_OPENS else 0
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
@@ -146,7 +151,7 @@ class DataFiles:
         """
         if self._by_size and not sized_reads_ready():
             with self._lock:
-                self._plain_opens_left = PLAIN_OPENS
+                self._plain_opens_left = max(self._plain_opens_left, PLAIN_OPENS)
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.

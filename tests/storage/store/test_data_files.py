@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm.errors import DataFileChangedError
-from petastorm.store.data_files import DataFiles, keeps_files_open
+from petastorm.store.data_files import PLAIN_OPENS, DataFiles, keeps_files_open
+from petastorm.store.sized_files import prepare_sized_reads
 from petastorm.test_util.s3_server import S3DirectoryServer
 
 BUCKET = 'files'
@@ -22,6 +23,13 @@ BUCKET = 'files'
 def server(tmp_path_factory):
     with S3DirectoryServer(str(tmp_path_factory.mktemp('objects')), buckets=(BUCKET,)) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def _reads_by_size_ready():
+    """``pyarrow.dataset`` imported, as a test run that imported it earlier has it: the files of these small stores
+    are then read by their listed size, the way a store of many files is (tests of the plain way patch this)."""
+    prepare_sized_reads()
 
 
 def _s3(server: S3DirectoryServer) -> pafs.S3FileSystem:
@@ -354,3 +362,30 @@ def test_the_first_files_open_plainly_and_reads_of_open_files_do_not_wait_for_th
     assert files.footer(paths[2]).num_row_groups == 2
     assert files.read_row_group(paths[2], 0, ['id'])['id'].to_pylist() == list(range(10))
     assert 'HEAD' not in server.stats().requests  # the third file was read by its listed size
+
+
+@pytest.mark.parametrize('count', [PLAIN_OPENS, PLAIN_OPENS + 1])
+def test_a_store_of_a_few_files_is_read_without_importing_pyarrow_dataset(server, monkeypatch, count):
+    """A store of at most ``PLAIN_OPENS`` files opens each of them the plain way (a HEAD each): reading them by
+    their listed size would first import ``pyarrow.dataset`` and pandas (0.2 s of CPU), more than such a store's
+    round trips. One file more and the files are read by their listed size, without a HEAD."""
+    from petastorm.store import data_files
+
+    imports = []
+    monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: bool(imports))
+    monkeypatch.setattr(data_files, 'prepare_sized_reads', lambda: imports.append(True))
+    fs = _s3(server)
+    paths = [_write(server, f'few-{count}-{index}.parquet', rows=20, row_group=10) for index in range(count)]
+    files = DataFiles(fs, {path: fs.get_file_info(path).size for path in paths})
+    server.reset_stats()
+    for path in paths:
+        assert files.footer(path).num_row_groups == 2
+        assert files.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
+    requests = server.stats().requests
+    if count <= PLAIN_OPENS:
+        assert not imports
+        assert requests == {'HEAD': count, 'GET': 2 * count}
+    else:
+        assert imports
+        assert 'HEAD' not in requests
+        assert requests == {'GET': 2 * count}
