@@ -5,7 +5,8 @@ The store is synthesized in memory: a plain store whose listing names 100,000 fi
 plan's bytes encoded and adopted (what a job's ranks and a plan file exchange), the row groups listed as pieces,
 selected, and laid out for one shard of 64 (``shard_mode`` by row groups and by rows), with the first epoch's
 order drawn and shard 0's scheduled items in it. Each step is timed, then run again under ``tracemalloc`` for its
-peak Python allocation; the process's resident size is printed at the end.
+peak Python allocation; the process's resident size is printed at the end, then the whole of one reader's
+planning in each mode (the synthesized listing left out): its seconds, what it holds and its peak allocation.
 
 Usage:
     python benchmarks/planning_scale_bench.py [--files 100000] [--row-groups 10] [--shards 64]
@@ -72,6 +73,33 @@ def main() -> None:
         _measure(f"shard 0's items of epoch 0 ({mode})", lambda layout=layout: layout.units(Stage(0)))
     print(f'\nplan bytes: {len(data) / 2**20:.1f} MB; row groups: {len(pieces):,}; resident size at the end: '
           f'{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB')
+    for mode in ('row_groups', 'rows'):
+        _whole_plan(data, args, mode)
+
+
+def _whole_plan(data: bytes, args: argparse.Namespace, mode: str) -> None:
+    """Every step of one reader's planning from the plan's bytes to its shard's items of the first epoch, timed,
+    then under ``tracemalloc``: what the reader holds at the end and the peak on the way (the steps above each
+    count only what they allocate)."""
+    def plan(fresh: PlainStore) -> tuple:
+        started = time.perf_counter()
+        adopt_plan(fresh, data)
+        pieces = fresh.row_groups()
+        layout = make_layout(pieces, select_row_groups(pieces, Unischema('S', [])),
+                             ShardSpec(0, args.shards, mode), seed=1, shuffle_row_groups=True, shuffle_rows=False,
+                             drop_partitions=1)
+        held = (fresh, pieces, layout, layout.units(Stage(0)))  # units() draws the order of the epoch
+        return held, time.perf_counter() - started
+
+    _, seconds = plan(_store(args.files, args.row_groups))
+    fresh = _store(args.files, args.row_groups)
+    tracemalloc.start()
+    held, _ = plan(fresh)
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del held
+    print(f'whole plan ({mode}): {seconds:.2f} s; held at the end {current / 2**20:.0f} MB, peak '
+          f'{peak / 2**20:.0f} MB allocated')
 
 
 if __name__ == '__main__':

@@ -70,7 +70,7 @@ def make_layout(pieces: Sequence[RowGroupPiece], selected: Sequence[int], shard:
     Raises:
         NoDataAvailableError: fewer rows than shards.
     """
-    piece_rows = [(i, pieces[i].num_rows) for i in selected]
+    piece_rows = ((i, pieces[i].num_rows) for i in selected)  # not a list: a million pairs would take 60 MB
     items = split_drop_partitions(shard_items(piece_rows, *shard.row_group_shard), drop_partitions)
     return ShardLayout(tuple(items), seed, shuffle_row_groups, shuffle_rows, shard.mode, shard.count, shard.shard,
                        shard.remainder, table_version)
