@@ -45,9 +45,13 @@ def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
     """
     rng = epoch_rng(seed, epoch)
     order = rng.permutation(len(items)) if shuffle_row_groups else np.arange(len(items))
-    shuffle_seeds = rng.integers(0, 2**63 - 1, size=len(items))  # drawn as epoch_schedule draws them
+    # Drawn as epoch_schedule draws them. One array made at a time, the one before it let go: a million items
+    # would otherwise hold twice the 24 MB kept while the order is drawn.
+    seeds = rng.integers(0, 2**63 - 1, size=len(items))[order]
     rows = np.fromiter((item.num_rows for item in items), dtype=np.int64, count=len(items))[order]
-    return EpochOrder(items, epoch, order, shuffle_seeds[order], np.cumsum(rows) - rows)
+    bases = np.cumsum(rows)
+    bases -= rows
+    return EpochOrder(items, epoch, order, seeds, bases)
 
 
 class EpochOrder(Sequence[ScheduledItem]):
