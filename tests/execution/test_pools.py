@@ -295,10 +295,12 @@ def test_garbage_collected_pool_cleans_up(kind, leak_check):
     leak_check()
 
 
-def test_garbage_collecting_a_thread_pool_never_waits_for_its_threads(leak_check):
-    # The collector runs anywhere, inside threading's own bookkeeping too, where joining a thread hangs the process:
-    # a dropped pool's threads are told to end, and end on their own.
-    pool = started_pool('thread', 1, pw.slow_identity, pw.Ctx(delay=1.0))
+@pytest.mark.parametrize('kind', ['thread', 'process'])
+def test_garbage_collecting_a_pool_never_waits_for_its_workers(kind, leak_check):
+    # The collector runs anywhere, inside threading's own bookkeeping or a pool's locks too, where joining a thread
+    # or sending on a pipe hangs the process: a dropped pool is only marked, and its workers end on their own
+    # (a process pool's collector thread tells them).
+    pool = started_pool(kind, 1, pw.slow_identity, pw.Ctx(delay=1.0))
     results = pool.imap(range(3))
     next(results)
     time.sleep(0.1)  # the worker is inside its next one-second call
@@ -312,6 +314,47 @@ def test_garbage_collecting_a_thread_pool_never_waits_for_its_threads(leak_check
     assert elapsed < 0.5  # not the rest of the worker's call
     gc.collect()
     leak_check()
+
+
+_EXIT_WITHOUT_JOIN = """
+import json, os, sys
+sys.path[:0] = json.loads(sys.argv[1])
+from petastorm.pools import make_pool
+from support import pool_workers as pw
+pool = make_pool('process', 2)
+pool.start(pw.slow_identity, pw.Ctx(delay=0.01))
+results = pool.imap(range(100))
+next(results)
+print(json.dumps({'pid': os.getpid(), 'workers': pool.diagnostics['worker_pids']}), flush=True)
+"""
+
+
+@needs_dev_shm
+def test_a_process_that_exits_without_joining_its_pool_leaves_nothing(tmp_path):
+    """At interpreter exit a pool that was never joined is shut down: the process exits, its workers have exited
+    and their shared memory names are gone."""
+    import json
+    import subprocess
+    import sys
+
+    from support.pool_checks import shm_entries
+
+    done = subprocess.run([sys.executable, '-c', _EXIT_WITHOUT_JOIN, json.dumps(sys.path)], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout.splitlines()[-1])
+    assert len(printed['workers']) == 2
+    assert not [pid for pid in printed['workers'] if _running(pid)], "a worker outlived its pool's process"
+    assert not shm_entries(printed['pid'])  # the names of its slots carry the pool process's pid
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 # ------------------------------------------------------------------------------------------ flow control

@@ -19,6 +19,9 @@ def test_process_pool_warns_once_when_workers_far_exceed_the_cores(monkeypatch, 
         def shutdown(self):
             pass
 
+        def release(self):
+            pass
+
     monkeypatch.setattr(process_pool, 'ProcessCore', _NoProcesses)
     monkeypatch.setattr(process_pool, 'usable_cores', lambda: 2)
     monkeypatch.setattr(process_pool, '_oversubscription_warned', False)

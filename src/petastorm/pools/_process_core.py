@@ -1,7 +1,12 @@
 """The machinery behind :class:`~petastorm.pools.process_pool.ProcessPool`.
 
 :class:`ProcessCore` owns the worker processes, their pipes and a collector thread; it never refers to the pool
-object, so a pool dropped without ``join`` can be finalized (its finalizer calls :meth:`ProcessCore.shutdown`).
+object, so a pool dropped without ``join`` can be finalized. Its finalizer (:meth:`ProcessCore.release`) only marks
+the core as dropped: the garbage collector runs wherever memory is allocated, in a thread that may hold this
+core's locks or threading's own, where stopping (sending on a pipe) or joining could hang the process. The
+collector sees the mark within its poll interval and stops the workers itself, terminating those still running
+after ``join_timeout``; once they have exited it closes their pipes. At interpreter exit a dropped pool's
+collector is joined (:meth:`ProcessCore.shutdown` is an exit hook until the core is closed).
 
 Threads of the parent:
 
@@ -20,6 +25,7 @@ is current, belong to :class:`~petastorm.pools.base.PoolBase`; this class only s
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -80,8 +86,13 @@ class ProcessCore:
         self.stopping = False
         self.joined = False
         self._join_lock = threading.Lock()
+        #: set by :meth:`release` (a dropped pool's finalizer); the collector then stops and closes the core.
+        self.dropped = False
+        self._collector_ended = False
+        self._closing = threading.Lock()  # taken once, without waiting, by whoever closes the pipes
         self.collector: threading.Thread | None = None
         self._start_processes(workers_count, worker_fn, context)
+        atexit.register(self.shutdown)
 
     def _start_processes(self, workers_count: int, worker_fn: Callable[[Any, Any], Any], context: Any) -> None:
         # Pickled before any process exists: an unpicklable function or context fails fast.
@@ -185,13 +196,22 @@ class ProcessCore:
                     self.failure = f'{self.label}: the result collector failed: {exc!r}'
                 self.cond.notify_all()
             self.stop()
+        finally:
+            # Whichever of this and release() comes second sees the other's mark and closes the core.
+            self._collector_ended = True
+            if self.dropped:
+                self._close_exited()
 
     def _collect_until_all_exited(self) -> None:
         open_conns = {worker.index: worker.result_conn for worker in self.workers}
         index_of = {conn: index for index, conn in open_conns.items()}
         sentinels = {worker.sentinel: worker.index for worker in self.workers}
+        ending: _DroppedEnd | None = None
         while sentinels or open_conns:
             ready = wait([*open_conns.values(), *sentinels], timeout=_COLLECTOR_POLL_SECONDS)
+            if self.dropped:
+                ending = ending or _DroppedEnd(self, time.monotonic() + self.join_timeout)
+                ending.step([self.workers[index] for index in sentinels.values()])
             if not ready:
                 self._send_idle_releases()
             for obj in ready:
@@ -327,13 +347,26 @@ class ProcessCore:
             self.cond.notify_all()
         self._broadcast(('stop',))
 
+    def release(self) -> None:
+        """The finalizer of a pool dropped without ``join``: mark the core dropped, and nothing that could wait.
+
+        The collector stops the workers and closes the core (see the module docstring); if it has ended already
+        (every worker exited), the pipes are closed here.
+        """
+        self.dropped = True
+        if self._collector_ended:
+            self._close_exited()
+
     def shutdown(self) -> None:
         """Stop, then wait for every worker (terminating laggards after ``join_timeout``) and the collector."""
+        if self.dropped:
+            # At interpreter exit: the collector is ending the workers of the dropped pool and closes the core.
+            if self.collector is not None and threading.current_thread() is not self.collector:
+                self.collector.join()
+            return
         self.stop()
         if threading.current_thread() is self.collector:
-            # Only reachable if the pool is garbage collected in the collector thread; the workers exit on their
-            # own after stop, and the collector ends when they have.
-            return
+            return  # the collector ends when the workers have, which they do after stop
         with self._join_lock:
             if self.joined:
                 return
@@ -343,14 +376,20 @@ class ProcessCore:
             else:  # start() failed before the collector existed
                 for worker in self.workers:
                     worker.reap()
-            for worker in self.workers:
-                worker.close()
-            with self.cond:
-                self.outstanding.clear()
             for worker in self.workers:  # terminated workers could not clean up
                 self._unlink_slot_names(worker.index)
                 self.slots.forget(worker.index)
-            self.joined = True
+            self._close_exited()
+
+    def _close_exited(self) -> None:
+        """Close the pipes of the workers, which have all exited; once, by whoever comes first, never waiting."""
+        if not self._closing.acquire(blocking=False):
+            return
+        for worker in self.workers:
+            worker.close()
+        self.outstanding.clear()
+        self.joined = True
+        atexit.unregister(self.shutdown)
 
     def _end_workers(self) -> None:
         """Wait for every worker to exit, terminating (then killing) those still running after ``join_timeout``."""
@@ -374,6 +413,33 @@ class ProcessCore:
         """How many workers have not exited."""
         with self.cond:
             return sum(self.alive) if not self.joined else 0
+
+
+class _DroppedEnd:
+    """How the collector ends the workers of a dropped pool: stop them, terminate those still running after
+    ``join_timeout``, kill those still running two seconds later (as :meth:`ProcessCore.shutdown` does, but
+    without waiting: the collector goes on collecting their exits)."""
+
+    def __init__(self, core: ProcessCore, deadline: float) -> None:
+        self.core = core
+        self.deadline = deadline
+        self.terminated = False
+        core.stop()
+
+    def step(self, running_workers: list[WorkerProcess]) -> None:
+        """Called at each poll with the workers whose exit was not seen yet."""
+        now = time.monotonic()
+        if not running_workers or now < self.deadline:
+            return
+        for worker in running_workers:
+            if self.terminated:
+                worker.popen.kill()
+            else:
+                logger.warning('%s: worker pid %s did not exit within %.1f s of its pool being dropped; terminating '
+                               'it', self.core.label, worker.pid, self.core.join_timeout)
+                worker.popen.terminate()
+        self.terminated = True
+        self.deadline = now + 2.0
 
 
 def _wait_exited(workers: list[WorkerProcess], timeout: float | None) -> bool:

@@ -132,8 +132,11 @@ class ProcessPool(PoolBase):
         warn_if_oversubscribed(self.workers_count)
         label = f'process pool {id(self):#x}'
         self._core = core = ProcessCore(label, self.workers_count, worker_fn, context, self._join_timeout)
-        # Runs at garbage collection or interpreter exit if join() was never called.
-        self._finalizer = weakref.finalize(self, core.shutdown)
+        # Runs at garbage collection if join() was never called, and only marks the core dropped: its collector
+        # then ends the workers (see petastorm.pools._process_core). At interpreter exit the core's own exit hook
+        # shuts it down.
+        self._finalizer = weakref.finalize(self, core.release)
+        self._finalizer.atexit = False
 
     def _started_core(self) -> ProcessCore:
         if self._core is None:  # not reachable: imap checks that the pool was started
@@ -167,7 +170,9 @@ class ProcessPool(PoolBase):
 
     def _join_workers(self) -> None:
         if self._finalizer is not None:
-            self._finalizer()
+            self._finalizer.detach()
+        if self._core is not None:
+            self._core.shutdown()
 
     @property
     def diagnostics(self) -> dict[str, Any]:
