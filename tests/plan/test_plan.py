@@ -1,5 +1,7 @@
 """Laws of the pure planning functions: sharding, drop partitions, epoch orders."""
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,6 +9,7 @@ from hypothesis import strategies as st
 
 from petastorm.errors import NoDataAvailableError
 from petastorm.plan import WorkItem, epoch_schedule, row_permutation, shard_items, split_drop_partitions
+from petastorm.plan.items import layout_items
 
 piece_rows_strategy = st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=30).map(
     lambda rows: list(enumerate(rows)))
@@ -53,6 +56,32 @@ def test_drop_partitions_split_rows_disjointly(piece_rows, partitions):
     assert sorted(_rows_of(parts)) == sorted(_rows_of(items))
     assert all(p.num_rows > 0 for p in parts)
     assert len(parts) <= len(items) * partitions
+
+
+@settings(max_examples=200, deadline=None)
+@given(piece_rows=piece_rows_strategy, shard=st.integers(min_value=0, max_value=11),
+       shard_count=st.one_of(st.none(), st.integers(min_value=1, max_value=12)),
+       partitions=st.integers(min_value=1, max_value=5))
+def test_a_layout_s_work_items_in_arrays_are_the_items_shard_items_makes(piece_rows, shard, shard_count,
+                                                                       partitions):
+    """The arrays a layout holds (a million row groups in 24 MB) make the items that shard_items and
+    split_drop_partitions make, in the same order, and refuse too few rows for the shards the same way."""
+    cur_shard = None if shard_count is None else shard % shard_count
+    index = np.array([i for i, _ in piece_rows], dtype=np.int64)
+    rows = np.array([n for _, n in piece_rows], dtype=np.int64)
+    try:
+        expected = split_drop_partitions(shard_items(piece_rows, cur_shard, shard_count), partitions)
+    except NoDataAvailableError:
+        with pytest.raises(NoDataAvailableError):
+            layout_items(index, rows, cur_shard, shard_count, partitions)
+        return
+    items = layout_items(index, rows, cur_shard, shard_count, partitions)
+    assert list(items) == expected
+    assert items == expected
+    assert expected == items  # a list compared with the arrays
+    assert items.num_rows.tolist() == [item.num_rows for item in expected]
+    assert list(items[1:3]) == expected[1:3]
+    assert pickle.loads(pickle.dumps(items)) == items
 
 
 @settings(max_examples=50, deadline=None)

@@ -3,6 +3,8 @@
 A :class:`WorkItem` is a row range of one row group; a :class:`ScheduledItem` is a work item placed in an epoch
 (with the seed of its row shuffle, and possibly standing for only part of its rows' order). :func:`split_head`
 makes one scheduled item two: its first rows, which a consumer gets without waiting for the rest, then the rest.
+A layout holds its work items as :class:`WorkItems`, three arrays: a shard by rows holds every row group of the
+store (a million of them: 24 MB, where as many objects took 89 MB), and makes a :class:`WorkItem` when asked.
 
 Sharding by row groups (the default) follows Petastorm's rule (row group ``i`` of the selected list goes to
 shard ``i % shard_count``) when there are at least as many row groups as shards. With fewer row groups than
@@ -13,14 +15,16 @@ still gets data.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
 from petastorm.errors import NoDataAvailableError
 
-__all__ = ['ScheduledItem', 'WorkItem', 'shard_items', 'split_drop_partitions', 'split_head']
+__all__ = ['ScheduledItem', 'WorkItem', 'WorkItems', 'layout_items', 'shard_items', 'split_drop_partitions',
+           'split_head']
 
 
 @dataclass(frozen=True, slots=True)  # a million of them lay out 100,000 files
@@ -35,6 +39,96 @@ class WorkItem:
     def num_rows(self) -> int:
         """Rows of the range."""
         return self.row_stop - self.row_start
+
+
+class WorkItems(Sequence[WorkItem]):
+    """Work items held as three int64 arrays (one number of each a row group), each made when asked.
+
+    Args:
+        piece_index: each item's row group, by its index in the dataset's piece list.
+        row_start: each item's first row in its row group.
+        row_stop: each item's row after its last.
+    """
+
+    def __init__(self, piece_index: np.ndarray, row_start: np.ndarray, row_stop: np.ndarray) -> None:
+        self.piece_index = piece_index
+        self.row_start = row_start
+        self.row_stop = row_stop
+
+    @classmethod
+    def of(cls, items: Iterable[WorkItem]) -> WorkItems:
+        """``items`` as arrays."""
+        listed = list(items)
+        return cls(*(np.fromiter((getattr(item, name) for item in listed), dtype=np.int64, count=len(listed))
+                     for name in ('piece_index', 'row_start', 'row_stop')))
+
+    @property
+    def num_rows(self) -> np.ndarray:
+        """Rows of each item."""
+        return self.row_stop - self.row_start
+
+    def __len__(self) -> int:
+        return len(self.piece_index)
+
+    @overload
+    def __getitem__(self, index: int) -> WorkItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> WorkItems: ...
+
+    def __getitem__(self, index: int | slice) -> WorkItem | WorkItems:
+        if isinstance(index, slice):
+            return WorkItems(self.piece_index[index], self.row_start[index], self.row_stop[index])
+        return WorkItem(int(self.piece_index[index]), int(self.row_start[index]), int(self.row_stop[index]))
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WorkItems):
+            return all(np.array_equal(getattr(self, name), getattr(other, name))
+                       for name in ('piece_index', 'row_start', 'row_stop'))
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f'WorkItems({len(self)} items)'
+
+
+def layout_items(piece_index: np.ndarray, rows: np.ndarray, cur_shard: int | None, shard_count: int | None,
+                 drop_partitions: int) -> WorkItems:
+    """What :func:`shard_items` then :func:`split_drop_partitions` make, as :class:`WorkItems`, in arrays throughout.
+
+    Args:
+        piece_index: the selected row groups' indexes in the piece list, in piece order.
+        rows: their rows.
+        cur_shard: this shard (None: no sharding by row groups).
+        shard_count: number of shards.
+        drop_partitions: parts each item is split into.
+
+    Raises:
+        NoDataAvailableError: there are fewer rows than shards.
+    """
+    kept = rows > 0
+    piece_index, rows = piece_index[kept], rows[kept]
+    if shard_count is not None and shard_count > 1 and cur_shard is not None:
+        if len(piece_index) < shard_count:  # a few row groups: split by rows (shard_items' rule)
+            few = shard_items(zip(piece_index.tolist(), rows.tolist(), strict=True), cur_shard, shard_count)
+            return WorkItems.of(split_drop_partitions(few, drop_partitions))
+        # copies: a strided view would keep every row group's arrays alive
+        piece_index, rows = piece_index[cur_shard::shard_count].copy(), rows[cur_shard::shard_count].copy()
+    if drop_partitions <= 1:
+        return WorkItems(piece_index, np.zeros(len(piece_index), dtype=np.int64), rows)
+    # Item after item, each one's parts in order, the empty ones dropped (as split_drop_partitions does).
+    parts = np.tile(np.arange(drop_partitions, dtype=np.int64), len(piece_index))
+    repeated = np.repeat(rows, drop_partitions)
+    starts, stops = parts * repeated // drop_partitions, (parts + 1) * repeated // drop_partitions
+    nonempty = starts < stops
+    return WorkItems(np.repeat(piece_index, drop_partitions)[nonempty], starts[nonempty], stops[nonempty])
 
 
 @dataclass(frozen=True)

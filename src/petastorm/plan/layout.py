@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from petastorm.plan.items import ScheduledItem, WorkItem, split_head
+from petastorm.plan.items import ScheduledItem, WorkItem, WorkItems, split_head
 from petastorm.plan.order import EpochOrder, epoch_order
 from petastorm.plan.runs import (
     Remainder,
@@ -55,7 +55,7 @@ class ShardLayout:
     all of their order.
     """
 
-    items: tuple[WorkItem, ...]
+    items: Sequence[WorkItem]  # WorkItems when made by make_layout
     seed: int
     shuffle_row_groups: bool
     shuffle_rows: bool
@@ -69,6 +69,8 @@ class ShardLayout:
     @functools.cached_property
     def total_rows(self) -> int:
         """Rows of an epoch's global order (before filters); computed once (every saved position names it)."""
+        if isinstance(self.items, WorkItems):
+            return int(self.items.num_rows.sum())
         return sum(item.num_rows for item in self.items)
 
     @property

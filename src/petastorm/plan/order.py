@@ -11,7 +11,7 @@ from typing import overload
 
 import numpy as np
 
-from petastorm.plan.items import ScheduledItem, WorkItem
+from petastorm.plan.items import ScheduledItem, WorkItem, WorkItems
 
 __all__ = ['EpochOrder', 'RowMatches', 'epoch_order', 'epoch_rng', 'epoch_schedule', 'kept_rows', 'row_permutation',
            'unit_rows']
@@ -48,7 +48,8 @@ def epoch_order(items: Sequence[WorkItem], epoch: int, seed: int | None,
     # The seeds are drawn as epoch_schedule draws them. The arrays in item order are let go as soon as they are
     # reordered, and the bases are made in place: of a million items, 31 MB at the peak instead of 38.
     seeds = rng.integers(0, 2**63 - 1, size=len(items))[order]
-    rows = np.fromiter((item.num_rows for item in items), dtype=np.int64, count=len(items))[order]
+    rows = (items.num_rows if isinstance(items, WorkItems) else
+            np.fromiter((item.num_rows for item in items), dtype=np.int64, count=len(items)))[order]
     bases = np.cumsum(rows)
     bases -= rows
     return EpochOrder(items, epoch, order, seeds, bases)

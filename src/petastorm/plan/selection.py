@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from petastorm.plan.items import shard_items, split_drop_partitions
+import numpy as np
+
+from petastorm.plan.items import layout_items
 from petastorm.plan.layout import ShardLayout
 from petastorm.plan.shard import ShardSpec
 from petastorm.predicates import PredicateBase
@@ -70,7 +72,8 @@ def make_layout(pieces: Sequence[RowGroupPiece], selected: Sequence[int], shard:
     Raises:
         NoDataAvailableError: fewer rows than shards.
     """
-    piece_rows = ((i, pieces[i].num_rows) for i in selected)  # not a list: a million pairs would take 60 MB
-    items = split_drop_partitions(shard_items(piece_rows, *shard.row_group_shard), drop_partitions)
-    return ShardLayout(tuple(items), seed, shuffle_row_groups, shuffle_rows, shard.mode, shard.count, shard.shard,
+    piece_index = np.fromiter(selected, dtype=np.int64, count=len(selected))
+    rows = np.fromiter((pieces[i].num_rows for i in selected), dtype=np.int64, count=len(selected))
+    items = layout_items(piece_index, rows, *shard.row_group_shard, drop_partitions)
+    return ShardLayout(items, seed, shuffle_row_groups, shuffle_rows, shard.mode, shard.count, shard.shard,
                        shard.remainder, table_version)

@@ -77,7 +77,7 @@ class PetastormDatasource(Datasource):
             table_format=table_format)
         setup = set_up_reader(options)
         self._context: ReadContext = setup.context
-        self._items: tuple[WorkItem, ...] = setup.layout.items
+        self._items: Sequence[WorkItem] = setup.layout.items
         self._store = setup.dataset
         self._schema = setup.schema
         self._split_row_groups = split_row_groups

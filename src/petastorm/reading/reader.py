@@ -8,7 +8,7 @@ batches out, positions saved and restored, its threads and processes stopped and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from petastorm.plan import WorkItem
@@ -118,8 +118,11 @@ class Reader:
     # -- what is known before reading ---------------------------------------------------------------------------
 
     @property
-    def work_items(self) -> tuple[WorkItem, ...]:
-        """This shard's work items of one epoch (row ranges of the selected row groups), in piece order."""
+    def work_items(self) -> Sequence[WorkItem]:
+        """This shard's work items of one epoch (row ranges of the selected row groups), in piece order.
+
+        A sequence that makes each :class:`~petastorm.plan.WorkItem` when asked.
+        """
         return self._passes.layout.items
 
     @property
