@@ -213,8 +213,8 @@ def test_a_store_read_in_one_round_of_footers_keeps_its_unified_schema(tmp_path)
 _FRESH_READER = '''
 import json, sys
 from petastorm import make_batch_reader
-url, options = sys.argv[1], json.loads(sys.argv[2])
-with make_batch_reader(url, storage_options=options, shuffle_row_groups=False, workers_count=2) as reader:
+url, options, in_order = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:] != ['shuffled']
+with make_batch_reader(url, storage_options=options, shuffle_row_groups=not in_order, workers_count=2) as reader:
     ids = [int(i) for batch in reader for i in batch.id]
 print(json.dumps({'ids': ids, 'dataset_imported': 'pyarrow.dataset' in sys.modules}))
 '''
@@ -230,11 +230,12 @@ def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_datas
     import sys
 
     pytest.importorskip('s3fs')
-    from petastorm.store.data_files import PLAIN_OPENS
+    from petastorm.store.data_files import PLAIN_OPENS, SMALL_STORE_FILES
     from petastorm.store.footers import REMOTE_FOOTER_THREADS
     from petastorm.test_util.s3_server import S3DirectoryServer
 
-    files = REMOTE_FOOTER_THREADS + 2 * PLAIN_OPENS  # more than one round of footer reads: streamed
+    # More than one round of footer reads (streamed), and more files than a store read the plain way has.
+    files = max(REMOTE_FOOTER_THREADS + 2 * PLAIN_OPENS, SMALL_STORE_FILES + 1)
     with S3DirectoryServer(str(tmp_path / 'objects'), buckets=('fresh',)) as server:
         _write_store(tmp_path / 'objects' / 'fresh' / 'store', files)
         server.reset_stats()
@@ -250,3 +251,31 @@ def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_datas
     # the listing; a footer per file; a request per row group (two per file)
     assert requests['LIST'] == 1
     assert requests['GET'] == files + files * 2
+
+
+def test_a_small_store_near_enough_is_read_without_importing_pyarrow_dataset(tmp_path):
+    """A fresh process reading a store of a few more files than ``PLAIN_OPENS`` from a server whose listing comes
+    back at once opens every file the plain way (a HEAD each): cheaper than importing ``pyarrow.dataset``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip('s3fs')
+    from petastorm.store.data_files import PLAIN_OPENS
+    from petastorm.test_util.s3_server import S3DirectoryServer
+
+    files = PLAIN_OPENS + 4
+    with S3DirectoryServer(str(tmp_path / 'objects'), buckets=('fresh',)) as server:
+        _write_store(tmp_path / 'objects' / 'fresh' / 'store', files)
+        server.reset_stats()
+        done = subprocess.run([sys.executable, '-c', _FRESH_READER, 's3://fresh/store',
+                               json.dumps(server.storage_options()), 'shuffled'], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)}, check=False)
+        assert done.returncode == 0, done.stderr
+        requests = server.stats().requests
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(result['ids']) == list(range(files * ROWS))
+    assert not result['dataset_imported']
+    assert requests['HEAD'] == files
+    assert requests['GET'] == files + files * 2  # a footer per file; a request per row group (two per file)

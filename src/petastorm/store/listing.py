@@ -16,8 +16,9 @@ import fnmatch
 import logging
 import posixpath
 import re
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -72,6 +73,8 @@ class StoreListing:
     info: pafs.FileInfo
     #: the entries directly under a directory (files and subdirectories); empty otherwise.
     entries: tuple[pafs.FileInfo, ...] = ()
+    #: seconds the listing's request took: about one round trip to the store (None: not timed).
+    seconds: float | None = field(default=None, compare=False)
 
     def child(self, name: str) -> pafs.FileInfo | None:
         """The entry ``name`` directly under the directory, or None."""
@@ -92,6 +95,7 @@ class StoreListing:
 
 def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
     """List ``root`` once (not recursively); only an empty answer costs a second request, to tell what it is."""
+    started = time.perf_counter()
     try:
         entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=False, allow_not_found=True))
     except (NotADirectoryError, FileNotFoundError):
@@ -103,7 +107,8 @@ def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
     # An object store may answer the listing of a file's key with the file itself.
     entries = [entry for entry in entries if entry.path.rstrip('/') != root.rstrip('/')]
     if entries:
-        return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries))
+        return StoreListing(root, pafs.FileInfo(root, pafs.FileType.Directory), tuple(entries),
+                            time.perf_counter() - started)
     info = filesystem.get_file_info(root)
     if info.type == pafs.FileType.Directory and _leaves_out_implied_directories(filesystem):
         # pyarrow's GCS client leaves out of a listing that is not recursive the directories that only the names

@@ -188,6 +188,9 @@ class ParquetStore(Store):
     has_summary: bool | None = None
     #: the size of that ``_metadata`` when the listing gave it (its read then asks no size).
     summary_size: int | None = field(default=None, compare=False)
+    #: seconds the request listing ``root`` took (None: not timed): a small store listed quickly is read without
+    #: importing ``pyarrow.dataset`` (:func:`~petastorm.store.data_files.plain_opens`).
+    listing_seconds: float | None = field(default=None, compare=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps.
     reads: StoreReads = field(default_factory=StoreReads, compare=False, repr=False)
 

@@ -220,7 +220,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     return PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
                         has_summary=summary is not None and summary.type == pafs.FileType.File,
                         summary_size=summary.size if summary is not None else None,
-                        file_mtimes=mtimes_of(listed))
+                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
 
 
 def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,

@@ -12,7 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm.errors import DataFileChangedError
-from petastorm.store.data_files import PLAIN_OPENS, DataFiles, keeps_files_open
+from petastorm.store.data_files import (
+    PLAIN_LISTING_SECONDS,
+    PLAIN_OPENS,
+    SMALL_STORE_FILES,
+    DataFiles,
+    keeps_files_open,
+    plain_opens,
+)
 from petastorm.store.sized_files import prepare_sized_reads
 from petastorm.test_util.s3_server import S3DirectoryServer
 
@@ -389,3 +396,53 @@ def test_a_store_of_a_few_files_is_read_without_importing_pyarrow_dataset(server
         assert imports
         assert 'HEAD' not in requests
         assert requests == {'GET': 2 * count}
+
+
+@pytest.mark.parametrize(('files', 'listing_seconds', 'plain'), [
+    (PLAIN_OPENS, None, PLAIN_OPENS),  # a few files: plain wherever the store is
+    (PLAIN_OPENS, 5.0, PLAIN_OPENS),
+    (PLAIN_OPENS + 1, None, 0),  # more, and the listing was not timed: the import
+    (PLAIN_OPENS + 1, PLAIN_LISTING_SECONDS / 10, PLAIN_OPENS + 1),
+    (SMALL_STORE_FILES, PLAIN_LISTING_SECONDS / 10, SMALL_STORE_FILES),
+    (SMALL_STORE_FILES + 1, PLAIN_LISTING_SECONDS / 10, 0),  # too many HEAD requests
+    (SMALL_STORE_FILES, PLAIN_LISTING_SECONDS, 0),  # too far: the HEAD requests cost more than the import
+])
+def test_plain_opens_weigh_the_head_requests_against_the_import(files, listing_seconds, plain):
+    assert plain_opens(files, listing_seconds) == plain
+
+
+def test_a_small_store_listed_quickly_is_read_the_plain_way(server, monkeypatch):
+    """A store of more than ``PLAIN_OPENS`` files on a server near enough (its listing's request came back within
+    ``PLAIN_LISTING_SECONDS``) is read with a HEAD per file, not by listed size after importing ``pyarrow.dataset``;
+    the same store behind a slow listing is read by listed size. The listing's time reaches the store's data
+    files, and their pickled copies in worker processes."""
+    from petastorm.store import data_files
+    from petastorm.store.footers import read_footers, store_data_files
+    from petastorm.store.opening import open_any_store
+
+    imports = []
+    monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: bool(imports))
+    monkeypatch.setattr(data_files, 'prepare_sized_reads', lambda: imports.append(True))
+    count = PLAIN_OPENS + 4
+    os.makedirs(os.path.join(server.root, BUCKET, 'near'))
+    for index in range(count):
+        _write(server, f'near/part-{index}.parquet', rows=20, row_group=10)
+    store = open_any_store(f's3://{BUCKET}/near', filesystem=_s3(server))
+    assert store.listing_seconds is not None
+    assert store.listing_seconds < PLAIN_LISTING_SECONDS
+    files = store_data_files(store)
+    assert pickle.loads(pickle.dumps(files)).listing_seconds == store.listing_seconds
+    server.reset_stats()
+    assert [footer.num_rows for footer in read_footers(files.filesystem, list(store.files), files).values()] == \
+        [20] * count
+    for path in store.files:
+        assert files.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
+    assert not imports
+    assert server.stats().requests == {'HEAD': count, 'GET': 2 * count}
+
+    far = DataFiles(files.filesystem, files.sizes, listing_seconds=PLAIN_LISTING_SECONDS * 2)
+    server.reset_stats()
+    for path in store.files:
+        assert far.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
+    assert imports
+    assert server.stats().requests == {'GET': 2 * count}
