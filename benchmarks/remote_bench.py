@@ -22,7 +22,8 @@ The cache rows time a second epoch served by our local disk caches, next to the 
 (the requests and MB of a cache row are both epochs').
 
 Each case (see ``remote_cases.py`` for what each system does) runs in a fresh process; rounds run the cases in a
-rotated order, and the table gives the median over rounds of: rows/s for one epoch, seconds to the first batch,
+rotated order (and the systems of a store and delay take turns going first: give a number of rounds that their
+number divides), and the table gives the median over rounds of: rows/s for one epoch, seconds to the first batch,
 requests and MB the server answered, and the peak RSS of the reading process and its children. ``raw`` is the limit:
 pyarrow's S3 client with the same number of threads, the same columns and the same decoders as ours, and ``raw
 bytes`` the same without decoding.
@@ -253,9 +254,13 @@ def run_cloud(args: argparse.Namespace, cloud: str, root: str, stores: list[str]
         print(f"## {cloud}: set-up capacity, every object read whole by 8 threads of pyarrow's client\n")
         for name, rate in capacity(sys.executable, service):
             print(f'- {name}: {rate:,.0f} MB/s')
-        cases = [(store, delay, system) for store in stores for delay in delays for system in systems
-                 if _runs_at(system, delay, delays) and (system != 'petastorm' or cloud == 's3')]
         for round_index in range(args.rounds):
+            # The systems of a case take turns going first: the first read after another store's (or another
+            # delay's) was seen to be the slow one on the emulators, whichever system it was.
+            turn = round_index % len(systems)
+            cases = [(store, delay, system) for store in stores for delay in delays
+                     for system in systems[turn:] + systems[:turn]
+                     if _runs_at(system, delay, delays) and (system != 'petastorm' or cloud == 's3')]
             shift = round_index * len(cases) // max(1, args.rounds)
             for store, delay, system in cases[shift:] + cases[:shift]:
                 python = args.anchor_python if system == 'petastorm' else sys.executable

@@ -27,7 +27,9 @@ first files' rows are read. The store is sent that many ``HEAD`` requests more, 
 is read the plain way by any reader, without the import (:func:`plain_opens`): one of no more files than that, or
 of up to :data:`SMALL_STORE_FILES` files whose listing came back within :data:`PLAIN_LISTING_SECONDS`. Its
 ``HEAD`` requests cost a round trip or two, where the import costs 0.15 to 0.2 s of a CPU: a reader of the one-file
-hello-world stand-in on Azurite went from 0.37 s to 0.16 s.
+hello-world stand-in on Azurite went from 0.37 s to 0.16 s. A store far away (a slower listing) has it imported in
+a thread of its own as soon as it is listed (:func:`import_behind`), while the requests opening the store wait for
+their answers; the files opened before the import is done are opened the plain way.
 
 Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
 with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
@@ -64,11 +66,12 @@ from petastorm.store.sized_files import (
     changed_file_error,
     opens_with_listed_size,
     prepare_sized_reads,
+    prepare_sized_reads_behind,
     sized_reads_ready,
 )
 
 __all__ = ['PLAIN_LISTING_SECONDS', 'PLAIN_OPENS', 'SMALL_STORE_FILES', 'DataFiles', 'FooterStore',
-           'keeps_files_open', 'plain_opens']
+           'import_behind', 'keeps_files_open', 'plain_opens']
 
 #: files opened the plain way (a ``HEAD`` each) before ``pyarrow.dataset`` is imported to read the rest by their
 #: listed sizes (the module docstring): the footers an in-order reader needs for its first batch; every file of a
@@ -113,6 +116,24 @@ def plain_opens(files: int, listing_seconds: float | None) -> int:
     return files if near and files <= SMALL_STORE_FILES else 0
 
 
+def import_behind(filesystem: pafs.FileSystem, listing_seconds: float | None) -> Future[None] | None:
+    """``pyarrow.dataset`` imported in a thread of its own for a store far away, or None.
+
+    Far away is a listing request of :data:`PLAIN_LISTING_SECONDS` or more, on S3 or Azure, where files are read
+    by their listed sizes: the import's 0.15 s of CPU is then spent while the next requests (the metadata file,
+    the first footers) wait for their answers, and the files opened meanwhile are opened the plain way (pass the
+    future to :class:`DataFiles`).
+    """
+    if listing_seconds is None or listing_seconds < PLAIN_LISTING_SECONDS or not reads_by_size(filesystem):
+        return None
+    return prepare_sized_reads_behind()
+
+
+def reads_by_size(filesystem: pafs.FileSystem) -> bool:
+    """Whether :class:`DataFiles` reads the files of ``filesystem`` by their listed sizes: pyarrow's S3 and Azure."""
+    return keeps_files_open(filesystem) and opens_with_listed_size(filesystem)
+
+
 def keeps_files_open(filesystem: pafs.FileSystem) -> bool:
     """Whether :class:`DataFiles` keeps the files of ``filesystem`` open: pyarrow's own remote filesystems."""
     # Not: local disk, our fsspec layer (or another Python handler), an object that only opens files.
@@ -139,10 +160,13 @@ class DataFiles:
         footers: where footers read from a remote store are kept beyond this process (local disk is not asked:
             its footers are as quick to read from the file).
         listing_seconds: seconds the store's listing request took, when it was timed (see :func:`plain_opens`).
+        importing: ``pyarrow.dataset`` being imported (:func:`import_behind`): files are opened the plain way until
+            it is done, and read by their listed sizes after.
     """
 
     def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None,
-                 footers: FooterStore | None = None, listing_seconds: float | None = None) -> None:
+                 footers: FooterStore | None = None, listing_seconds: float | None = None,
+                 importing: Future[None] | None = None) -> None:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
         self.footers = None if isinstance(filesystem, pafs.LocalFileSystem) else footers
@@ -153,11 +177,13 @@ class DataFiles:
         self.keeps_open = keeps_files_open(filesystem)
         self._opened: OrderedDict[str, tuple[pa.NativeFile, pq.FileMetaData]] = OrderedDict()
         #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
-        self._by_size = self.keeps_open and opens_with_listed_size(filesystem)
+        self._by_size = reads_by_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
+        self._importing = importing
         #: files still opened the plain way until pyarrow.dataset is imported (the module docstring): all of a small
-        #: store (plain_opens)
-        self._plain_opens_left = plain_opens(len(self.sizes), listing_seconds) if self._by_size else 0
+        #: store (plain_opens), or all until the import behind is done
+        plain = len(self.sizes) if importing is not None else plain_opens(len(self.sizes), listing_seconds)
+        self._plain_opens_left = plain if self._by_size else 0
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
@@ -176,9 +202,13 @@ class DataFiles:
 
         The read of the file after them imports it, not the first read (see the module docstring).
         """
-        if self._by_size and not sized_reads_ready():
+        if self._by_size and not self._sized_reads_ready():
             with self._lock:
                 self._plain_opens_left = max(self._plain_opens_left, PLAIN_OPENS)
+
+    def _sized_reads_ready(self) -> bool:
+        """Whether ``pyarrow.dataset`` is imported: by the import behind, when one was started."""
+        return self._importing.done() if self._importing is not None else sized_reads_ready()
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.
@@ -339,7 +369,7 @@ class DataFiles:
             if sized is not None:
                 self._sized.move_to_end(path)
                 return sized
-            if self._plain_opens_left > 0 and not sized_reads_ready():
+            if self._plain_opens_left > 0 and not self._sized_reads_ready():
                 self._plain_opens_left -= 1
                 return None
         # Imported (once per process) outside the lock: the reads of files already open do not wait for it.

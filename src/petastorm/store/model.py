@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import posixpath
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -146,6 +147,8 @@ class StoreReads:
             reader opens need not be asked for them.
         footer_stream: the :class:`~petastorm.store.footer_stream.FooterStream` reading the footers behind a
             reader, when one is: what needs every footer waits for it instead of reading them again.
+        importing: ``pyarrow.dataset`` being imported since the store was listed, for a store far away
+            (:func:`petastorm.store.data_files.import_behind`).
     """
 
     data_files: DataFiles | None = None
@@ -156,6 +159,7 @@ class StoreReads:
     row_counts: dict[str, list[int]] | None = None
     footer_bytes: dict[str, bytes] | None = None
     footer_stream: Any = None
+    importing: Future[None] | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ This module builds on :mod:`petastorm.store.listing` (what the store's directory
 from __future__ import annotations
 
 import posixpath
+from concurrent.futures import Future
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from petastorm._describe import display_url
 from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation, resolve_location
 from petastorm.fs._files import file_url, with_retries
-from petastorm.store.data_files import DataFiles
+from petastorm.store.data_files import DataFiles, import_behind
 from petastorm.store.footers import read_footer
 from petastorm.store.formats import TABLE_FORMAT_REGISTRY, TableFormatEntry, format_named, table_format_of
 from petastorm.store.listing import (
@@ -40,7 +41,7 @@ from petastorm.store.listing import (
     mtimes_of,
     sizes_of,
 )
-from petastorm.store.model import ParquetStore
+from petastorm.store.model import ParquetStore, StoreReads
 from petastorm.store.plain import PlainStore
 
 __all__ = ['open_any_store', 'open_store']
@@ -132,17 +133,19 @@ def _a(title: str) -> str:
     return f'{"an" if title[:1].lower() in "aeiou" else "a"} {title}'
 
 
-def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
-             ) -> dict[bytes, bytes] | None:
+def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask',
+             importing: Future[None] | None = None) -> dict[bytes, bytes] | None:
     """The key-value metadata of the Parquet metadata file ``path``; None when there is no such file.
 
-    ``known`` is what a listing already said of the path (None: not there), so that no request asks again.
+    ``known`` is what a listing already said of the path (None: not there), so that no request asks again;
+    ``importing``, the import behind the listing (:func:`~petastorm.store.data_files.import_behind`).
     """
     info = filesystem.get_file_info(path) if known == 'ask' else known
     if info is None or info.type != pafs.FileType.File:
         return None
+    sizes = {path: info.size} if info.size is not None else None
     try:
-        metadata = read_footer(DataFiles(filesystem, {path: info.size} if info.size is not None else None), path)
+        metadata = read_footer(DataFiles(filesystem, sizes, importing=importing), path)
     except StorageError:
         raise
     except (OSError, pa.ArrowException) as err:
@@ -211,8 +214,9 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
+    importing = import_behind(fs, listing.seconds)
     for name in (COMMON_METADATA, SUMMARY_METADATA):
-        found = _read_kv(fs, posixpath.join(root, name), listing.child(name))
+        found = _read_kv(fs, posixpath.join(root, name), listing.child(name), importing)
         if found is not None:
             kv, metadata_path = found, posixpath.join(root, name)
             break
@@ -220,7 +224,8 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     return PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
                         has_summary=summary is not None and summary.type == pafs.FileType.File,
                         summary_size=summary.size if summary is not None else None,
-                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
+                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds,
+                        reads=StoreReads(importing=importing))
 
 
 def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,

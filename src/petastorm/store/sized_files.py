@@ -28,6 +28,7 @@ import errno
 import functools
 import sys
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -39,7 +40,7 @@ from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url
 
 __all__ = ['SizedFile', 'changed_file_error', 'check_unchanged', 'opens_with_listed_size', 'prepare_sized_reads',
-           'sized_reads_ready']
+           'prepare_sized_reads_behind', 'sized_reads_ready']
 
 #: pyarrow's clients that ask a file's size when it is opened by path, and not when opened by a known size.
 _SIZED_FILESYSTEMS: tuple[type, ...] = (pafs.S3FileSystem,) + tuple(
@@ -62,6 +63,20 @@ def sized_reads_ready() -> bool:
 def prepare_sized_reads() -> None:
     """Import ``pyarrow.dataset`` for the reads by listed size to come (see the module docstring)."""
     _dataset_module()
+
+
+def prepare_sized_reads_behind() -> Future[None] | None:
+    """Start importing ``pyarrow.dataset`` in a thread of its own, which ends with the import (None: imported).
+
+    For a store far away: the import's CPU is spent while the requests opening the store wait for their answers.
+    """
+    if sized_reads_ready():
+        return None
+    pool = ThreadPoolExecutor(1, thread_name_prefix='petastorm-import')
+    try:
+        return pool.submit(prepare_sized_reads)
+    finally:
+        pool.shutdown(wait=False)  # its one thread exits once the import is done
 
 
 def opens_with_listed_size(filesystem: pafs.FileSystem) -> bool:

@@ -17,6 +17,7 @@ from petastorm.store.data_files import (
     PLAIN_OPENS,
     SMALL_STORE_FILES,
     DataFiles,
+    import_behind,
     keeps_files_open,
     plain_opens,
 )
@@ -446,3 +447,53 @@ def test_a_small_store_listed_quickly_is_read_the_plain_way(server, monkeypatch)
         assert far.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
     assert imports
     assert server.stats().requests == {'GET': 2 * count}
+
+
+def test_a_store_far_away_imports_pyarrow_dataset_behind_its_listing(server, monkeypatch):
+    """Behind a slow listing, ``pyarrow.dataset`` is imported in a thread of its own while the store is opened:
+    the files opened meanwhile (its metadata file, the first footers) are opened the plain way, the next ones by
+    their listed size once the import is done. Near, on local disk, or imported already: no thread."""
+    import threading
+    from concurrent.futures import Future
+
+    from petastorm.store import data_files, sized_files
+    from petastorm.store.footers import store_data_files
+    from petastorm.store.opening import open_any_store
+
+    released = threading.Event()
+    imports = []
+
+    def slow_import():
+        released.wait(10)
+        imports.append(True)
+
+    monkeypatch.setattr(sized_files, 'sized_reads_ready', lambda: bool(imports))
+    monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: bool(imports))
+    monkeypatch.setattr(sized_files, 'prepare_sized_reads', slow_import)
+    monkeypatch.setattr(data_files, 'prepare_sized_reads', lambda: None)
+    fs = _s3(server)
+    assert import_behind(fs, PLAIN_LISTING_SECONDS / 10) is None  # near: read the plain way, no import
+    assert import_behind(fs, None) is None  # not timed
+    assert import_behind(pafs.LocalFileSystem(), PLAIN_LISTING_SECONDS * 2) is None
+
+    os.makedirs(os.path.join(server.root, BUCKET, 'behind'))
+    count = 3
+    for index in range(count):
+        _write(server, f'behind/part-{index}.parquet', rows=20, row_group=10)
+    monkeypatch.setattr(data_files, 'PLAIN_LISTING_SECONDS', 0.0)  # every listing is slow enough
+    store = open_any_store(f's3://{BUCKET}/behind', filesystem=fs)
+    importing = store.reads.importing
+    assert isinstance(importing, Future)
+    assert not importing.done()
+    files = store_data_files(store)
+    paths = list(store.files)
+    server.reset_stats()
+    assert files.footer(paths[0]).num_rows == 20  # while importing: the plain way
+    assert server.stats().requests == {'HEAD': 1, 'GET': 1}
+    released.set()
+    importing.result(timeout=10)
+    server.reset_stats()
+    for path in paths[1:]:
+        assert files.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
+    assert server.stats().requests == {'GET': 2 * (count - 1)}  # by listed size: a footer and a row group each
+    assert import_behind(fs, PLAIN_LISTING_SECONDS * 2) is None  # imported now
