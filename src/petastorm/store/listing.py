@@ -73,7 +73,7 @@ class StoreListing:
     info: pafs.FileInfo
     #: the entries directly under a directory (files and subdirectories); empty otherwise.
     entries: tuple[pafs.FileInfo, ...] = ()
-    #: seconds the listing's request took: about one round trip to the store (None: not timed).
+    #: seconds the listing's request took: a round trip or two to the store (None: not timed).
     seconds: float | None = field(default=None, compare=False)
 
     def child(self, name: str) -> pafs.FileInfo | None:

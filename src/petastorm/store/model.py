@@ -161,6 +161,10 @@ class StoreReads:
     footer_stream: Any = None
     importing: Future[None] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The import is this process's own: a copy elsewhere (a Ray datasource holds its store) goes without it.
+        return {**self.__dict__, 'importing': None}
+
 
 @dataclass(frozen=True)
 class ParquetStore(Store):
