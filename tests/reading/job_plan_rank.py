@@ -30,7 +30,7 @@ def main() -> None:
         time.sleep(1.5)
     # pyarrow.dataset is imported above, as the test's own process has it when it counts one reader's requests:
     # rank 0 then reads the footers by their listed sizes as that reader does, where a process without it would
-    # open a store this small the plain way (a HEAD per file, petastorm.store.data_files.plain_opens).
+    # open a store this small the plain way (a HEAD per file, petastorm.store.plain_or_sized.plain_opens).
     options = {'key': 'test-key', 'secret': 'test-secret', 'endpoint_url': args.endpoint}
     with make_batch_reader(args.url, cur_shard='auto', shard_count='auto', shard_mode='rows', seed=3,
                            reader_pool_type='thread', workers_count=2, storage_options=options,

@@ -230,8 +230,8 @@ def test_an_in_order_reader_opens_its_first_files_before_importing_pyarrow_datas
     import sys
 
     pytest.importorskip('s3fs')
-    from petastorm.store.data_files import PLAIN_OPENS, SMALL_STORE_FILES
     from petastorm.store.footers import REMOTE_FOOTER_THREADS
+    from petastorm.store.plain_or_sized import PLAIN_OPENS, SMALL_STORE_FILES
     from petastorm.test_util.s3_server import S3DirectoryServer
 
     # More than one round of footer reads (streamed), and more files than a store read the plain way has.
@@ -262,7 +262,7 @@ def test_a_small_store_near_enough_is_read_without_importing_pyarrow_dataset(tmp
     import sys
 
     pytest.importorskip('s3fs')
-    from petastorm.store.data_files import PLAIN_OPENS
+    from petastorm.store.plain_or_sized import PLAIN_OPENS
     from petastorm.test_util.s3_server import S3DirectoryServer
 
     files = PLAIN_OPENS + 4

@@ -10,8 +10,8 @@ first read of a file learned, so that the next row groups of the file cost one r
   row group one request for its column chunks (``pre_buffer`` coalesces them); a read that fails asks the size
   then, to tell a file that changed or vanished since it was listed;
 * on pyarrow's other remote filesystems (GCS, HDFS, or one given as ``filesystem=``), and on S3 and Azure for a
-  file of no listed size, one of the first files of an in-order reader (below), a footer that came otherwise or a
-  read of some leaves of a struct, the opened file and its footer: the first row group of a file costs its open
+  file of no listed size, a file opened the plain way (below), a footer that came otherwise or a read of some
+  leaves of a struct, the opened file and its footer: the first row group of a file costs its open
   (the size, compared with the listed one), its footer (unless planning read it in this process) and its column
   chunks; every later one its column chunks only, fetched in few coalesced requests;
 * on local disk, the file is memory-mapped for each row group (pages are read from the page cache in place), its
@@ -19,17 +19,11 @@ first read of a file learned, so that the next row groups of the file cost one r
 * through our fsspec layer (:mod:`petastorm.fs`, which keeps sizes, footer bytes and ETags itself), the file is
   opened for each row group and its size compared with the listed one.
 
-Reading by listed size needs ``pyarrow.dataset``, whose import imports pandas (0.2 s of CPU, once per process). A
-reader that reads in order while its footers are read (:mod:`petastorm.store.footer_stream`) does not let its first
-batch wait for it: in a process that has not imported it, the first :data:`PLAIN_OPENS` files are opened the plain
-way (a ``HEAD`` each, :meth:`DataFiles.open_plainly_first`) and the read of the next one imports it, while the
-first files' rows are read. The store is sent that many ``HEAD`` requests more, not one per file. A small store
-is read the plain way by any reader, without the import (:func:`plain_opens`): one of no more files than that, or
-of up to :data:`SMALL_STORE_FILES` files whose listing came back within :data:`PLAIN_LISTING_SECONDS`. Its
-``HEAD`` requests cost a round trip or two, where the import costs 0.15 to 0.2 s of a CPU: a reader of the one-file
-hello-world stand-in on Azurite went from 0.37 s to 0.16 s. A store far away (a slower listing) has it imported in
-a thread of its own as soon as it is listed (:func:`import_behind`), while the requests opening the store wait for
-their answers; the files opened before the import is done are opened the plain way.
+Reading by listed size needs ``pyarrow.dataset``, whose import imports pandas (0.15 to 0.2 s of CPU, once per
+process). Which files are opened the plain way instead (a ``HEAD`` each), and when that import happens, is
+:mod:`petastorm.store.plain_or_sized`'s rule: the first files of an in-order reader
+(:meth:`DataFiles.open_plainly_first`), every file of a small store near enough, and the files opened while the
+import goes on behind a store far away.
 
 Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
 with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
@@ -61,31 +55,13 @@ import pyarrow.parquet as pq
 
 from petastorm.errors import DataFileChangedError
 from petastorm.fs._files import file_url
-from petastorm.store.sized_files import (
-    SizedFile,
-    changed_file_error,
-    opens_with_listed_size,
-    prepare_sized_reads,
-    prepare_sized_reads_behind,
-    sized_reads_ready,
-)
+from petastorm.store import plain_or_sized
+from petastorm.store.plain_or_sized import keeps_files_open, plain_opens, reads_by_size
+from petastorm.store.sized_files import SizedFile, changed_file_error, prepare_sized_reads, sized_reads_ready
 
-__all__ = ['PLAIN_LISTING_SECONDS', 'PLAIN_OPENS', 'SMALL_STORE_FILES', 'DataFiles', 'FooterStore',
-           'import_behind', 'keeps_files_open', 'plain_opens']
+__all__ = ['DataFiles', 'FooterStore']
 
-#: files opened the plain way (a ``HEAD`` each) before ``pyarrow.dataset`` is imported to read the rest by their
-#: listed sizes (the module docstring): the footers an in-order reader needs for its first batch; every file of a
-#: store of no more files.
-PLAIN_OPENS = 8
-#: the most files of a store near enough (:data:`PLAIN_LISTING_SECONDS`) read the plain way: their ``HEAD``
-#: requests go out with the footers' reads, 64 at once, so in two round trips at most.
-SMALL_STORE_FILES = 128
-#: a store of :data:`SMALL_STORE_FILES` files or fewer whose listing request came back sooner is read the plain
-#: way: its ``HEAD`` requests then cost less than importing ``pyarrow.dataset`` (0.15 s of CPU measured here, most
-#: of it pandas). A listing takes about two round trips (through a proxy adding 10 ms each way: 45 to 65 ms, the
-#: first with the connection's). A 10-file store on Azurite there read in 0.28 s the plain way and 0.40 s with the
-#: import; at 50 ms each way (listings of about 0.2 s, read with the import) in 0.93 s and 0.97 s.
-PLAIN_LISTING_SECONDS = 0.15
+
 #: files a process keeps open with their footers (the oldest are opened again when read again).
 _KEPT_FILES = 1024
 #: row groups fetched ahead and not yet read; past it the oldest are dropped (a pass that was left).
@@ -101,44 +77,6 @@ TRANSFER_BUDGET = 128 << 20
 #: the round trip past which fetching ahead pays: at 20 ms (10 ms each way) the workers' own fetches keep up and
 #: fetching ahead only takes CPU from decoding; at 100 ms it took 13-20% off an epoch.
 FETCH_AHEAD_ROUND_TRIP = 0.04
-
-
-def plain_opens(files: int, listing_seconds: float | None) -> int:
-    """How many of a store's ``files`` to open the plain way before importing ``pyarrow.dataset``.
-
-    All of them when they are :data:`PLAIN_OPENS` or fewer, or :data:`SMALL_STORE_FILES` or fewer and the store's
-    listing request took less than :data:`PLAIN_LISTING_SECONDS` (``listing_seconds``; None: not timed); none
-    otherwise.
-    """
-    if files <= PLAIN_OPENS:
-        return files
-    near = listing_seconds is not None and listing_seconds < PLAIN_LISTING_SECONDS
-    return files if near and files <= SMALL_STORE_FILES else 0
-
-
-def import_behind(filesystem: pafs.FileSystem, listing_seconds: float | None) -> Future[None] | None:
-    """``pyarrow.dataset`` imported in a thread of its own for a store far away, or None.
-
-    Far away is a listing request of :data:`PLAIN_LISTING_SECONDS` or more, on S3 or Azure, where files are read
-    by their listed sizes: the import's 0.15 s of CPU is then spent while the next requests (the metadata file,
-    the first footers) wait for their answers, and the files opened meanwhile are opened the plain way (pass the
-    future to :class:`DataFiles`).
-    """
-    if listing_seconds is None or listing_seconds < PLAIN_LISTING_SECONDS or not reads_by_size(filesystem):
-        return None
-    return prepare_sized_reads_behind()
-
-
-def reads_by_size(filesystem: pafs.FileSystem) -> bool:
-    """Whether :class:`DataFiles` reads the files of ``filesystem`` by their listed sizes: pyarrow's S3 and Azure."""
-    return keeps_files_open(filesystem) and opens_with_listed_size(filesystem)
-
-
-def keeps_files_open(filesystem: pafs.FileSystem) -> bool:
-    """Whether :class:`DataFiles` keeps the files of ``filesystem`` open: pyarrow's own remote filesystems."""
-    # Not: local disk, our fsspec layer (or another Python handler), an object that only opens files.
-    return isinstance(filesystem, pafs.FileSystem) and \
-        not isinstance(filesystem, (pafs.LocalFileSystem, pafs.PyFileSystem))
 
 
 class FooterStore(Protocol):
@@ -159,9 +97,10 @@ class DataFiles:
         sizes: each file's size in bytes when the store was listed, by path (a file not in it is not checked).
         footers: where footers read from a remote store are kept beyond this process (local disk is not asked:
             its footers are as quick to read from the file).
-        listing_seconds: seconds the store's listing request took, when it was timed (see :func:`plain_opens`).
-        importing: ``pyarrow.dataset`` being imported (:func:`import_behind`): files are opened the plain way until
-            it is done, and read by their listed sizes after.
+        listing_seconds: seconds the store's listing request took, when it was timed (see
+            :func:`~petastorm.store.plain_or_sized.plain_opens`).
+        importing: ``pyarrow.dataset`` being imported (:func:`~petastorm.store.plain_or_sized.import_behind`): files
+            are opened the plain way until it is done, and read by their listed sizes after.
     """
 
     def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None,
@@ -198,13 +137,14 @@ class DataFiles:
         return DataFiles, (self.filesystem, self.sizes, self.footers, self.listing_seconds)
 
     def open_plainly_first(self) -> None:
-        """Open the next :data:`PLAIN_OPENS` files the plain way if ``pyarrow.dataset`` is not imported yet.
+        """Open the next few files the plain way if ``pyarrow.dataset`` is not imported yet.
 
-        The read of the file after them imports it, not the first read (see the module docstring).
+        As many as :data:`~petastorm.store.plain_or_sized.PLAIN_OPENS`: the read of the file after them imports it,
+        not the first read (see :mod:`petastorm.store.plain_or_sized`).
         """
         if self._by_size and not self._sized_reads_ready():
             with self._lock:
-                self._plain_opens_left = max(self._plain_opens_left, PLAIN_OPENS)
+                self._plain_opens_left = max(self._plain_opens_left, plain_or_sized.PLAIN_OPENS)
 
     def _sized_reads_ready(self) -> bool:
         """Whether ``pyarrow.dataset`` is imported: by the import behind, when one was started."""

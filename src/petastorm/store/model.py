@@ -148,7 +148,7 @@ class StoreReads:
         footer_stream: the :class:`~petastorm.store.footer_stream.FooterStream` reading the footers behind a
             reader, when one is: what needs every footer waits for it instead of reading them again.
         importing: ``pyarrow.dataset`` being imported since the store was listed, for a store far away
-            (:func:`petastorm.store.data_files.import_behind`).
+            (:func:`petastorm.store.plain_or_sized.import_behind`).
     """
 
     data_files: DataFiles | None = None
@@ -197,7 +197,7 @@ class ParquetStore(Store):
     #: the size of that ``_metadata`` when the listing gave it (its read then asks no size).
     summary_size: int | None = field(default=None, compare=False)
     #: seconds the request listing ``root`` took (None: not timed): a small store listed quickly is read without
-    #: importing ``pyarrow.dataset`` (:func:`~petastorm.store.data_files.plain_opens`).
+    #: importing ``pyarrow.dataset`` (:func:`~petastorm.store.plain_or_sized.plain_opens`).
     listing_seconds: float | None = field(default=None, compare=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps.
     reads: StoreReads = field(default_factory=StoreReads, compare=False, repr=False)

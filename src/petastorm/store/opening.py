@@ -27,7 +27,7 @@ from petastorm._describe import display_url
 from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation, resolve_location
 from petastorm.fs._files import file_url, with_retries
-from petastorm.store.data_files import DataFiles, import_behind
+from petastorm.store.data_files import DataFiles
 from petastorm.store.footers import read_footer
 from petastorm.store.formats import TABLE_FORMAT_REGISTRY, TableFormatEntry, format_named, table_format_of
 from petastorm.store.listing import (
@@ -43,6 +43,7 @@ from petastorm.store.listing import (
 )
 from petastorm.store.model import ParquetStore, StoreReads
 from petastorm.store.plain import PlainStore
+from petastorm.store.plain_or_sized import import_behind
 
 __all__ = ['open_any_store', 'open_store']
 
@@ -138,7 +139,7 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
     """The key-value metadata of the Parquet metadata file ``path``; None when there is no such file.
 
     ``known`` is what a listing already said of the path (None: not there), so that no request asks again;
-    ``importing``, the import behind the listing (:func:`~petastorm.store.data_files.import_behind`).
+    ``importing``, the import behind the listing (:func:`~petastorm.store.plain_or_sized.import_behind`).
     """
     info = filesystem.get_file_info(path) if known == 'ask' else known
     if info is None or info.type != pafs.FileType.File:

@@ -19,7 +19,7 @@ without (its generation), so there the open file is kept instead (:class:`~petas
 ``pyarrow.dataset`` is imported at the first such read, not with this module: importing it imports pandas where
 it is installed (0.2-0.25 s of CPU once per process; pyarrow asks for pandas when the module is loaded), which a
 reader of local files never needs; a reader's first few files are opened the plain way before it
-(:data:`~petastorm.store.data_files.PLAIN_OPENS`), so that a first batch that needs only them does not wait for it.
+(:mod:`petastorm.store.plain_or_sized`), so that a first batch that needs only them does not wait for it.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm.errors import DataFileChangedError
-from petastorm.store.data_files import (
+from petastorm.store.data_files import DataFiles
+from petastorm.store.plain_or_sized import (
     PLAIN_LISTING_SECONDS,
     PLAIN_OPENS,
     SMALL_STORE_FILES,
-    DataFiles,
     import_behind,
     keeps_files_open,
     plain_opens,
@@ -336,7 +336,7 @@ def test_the_first_files_open_plainly_and_reads_of_open_files_do_not_wait_for_th
     not made under the lock their reads take)."""
     import threading
 
-    from petastorm.store import data_files
+    from petastorm.store import data_files, plain_or_sized
 
     importing, release = threading.Event(), threading.Event()
 
@@ -345,7 +345,7 @@ def test_the_first_files_open_plainly_and_reads_of_open_files_do_not_wait_for_th
         assert release.wait(30)
 
     monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: False)
-    monkeypatch.setattr(data_files, 'PLAIN_OPENS', 2)
+    monkeypatch.setattr(plain_or_sized, 'PLAIN_OPENS', 2)
     monkeypatch.setattr(data_files, 'prepare_sized_reads', slow_import)
     fs = _s3(server)
     paths = [_write(server, f'plain-first-{index}.parquet', rows=20, row_group=10) for index in range(3)]
@@ -456,7 +456,7 @@ def test_a_store_far_away_imports_pyarrow_dataset_behind_its_listing(server, mon
     import threading
     from concurrent.futures import Future
 
-    from petastorm.store import data_files, sized_files
+    from petastorm.store import data_files, plain_or_sized, sized_files
     from petastorm.store.footers import store_data_files
     from petastorm.store.opening import open_any_store
 
@@ -480,7 +480,7 @@ def test_a_store_far_away_imports_pyarrow_dataset_behind_its_listing(server, mon
     count = 3
     for index in range(count):
         _write(server, f'behind/part-{index}.parquet', rows=20, row_group=10)
-    monkeypatch.setattr(data_files, 'PLAIN_LISTING_SECONDS', 0.0)  # every listing is slow enough
+    monkeypatch.setattr(plain_or_sized, 'PLAIN_LISTING_SECONDS', 0.0)  # every listing is slow enough
     store = open_any_store(f's3://{BUCKET}/behind', filesystem=fs)
     importing = store.reads.importing
     assert isinstance(importing, Future)
