@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from typing import Any
 
 import pyarrow as pa
@@ -69,14 +71,20 @@ def prepare_sized_reads_behind() -> Future[None] | None:
     """Start importing ``pyarrow.dataset`` in a thread of its own, which ends with the import (None: imported).
 
     For a store far away: the import's CPU is spent while the requests opening the store wait for their answers.
+    A fork of the process waits for the import to end: a child forked during it would inherit the module's import
+    lock held by a thread it does not have, and its first read by size would wait for it forever (torch's
+    ``DataLoader`` forks its workers by default).
     """
     if sized_reads_ready():
         return None
     pool = ThreadPoolExecutor(1, thread_name_prefix='petastorm-import')
     try:
-        return pool.submit(prepare_sized_reads)
+        importing = pool.submit(prepare_sized_reads)
     finally:
         pool.shutdown(wait=False)  # its one thread exits once the import is done
+    if hasattr(os, 'register_at_fork'):  # POSIX
+        os.register_at_fork(before=functools.partial(wait_for_futures, [importing]))
+    return importing
 
 
 def opens_with_listed_size(filesystem: pafs.FileSystem) -> bool:

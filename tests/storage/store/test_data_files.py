@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -498,3 +499,33 @@ def test_a_store_far_away_imports_pyarrow_dataset_behind_its_listing(server, mon
         assert files.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
     assert server.stats().requests == {'GET': 2 * (count - 1)}  # by listed size: a footer and a row group each
     assert import_behind(fs, PLAIN_LISTING_SECONDS * 2) is None  # imported now
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='fork is POSIX')
+def test_a_fork_waits_for_the_import_behind(monkeypatch):
+    """A process forked while ``pyarrow.dataset`` is imported behind a listing would inherit the module's import
+    lock held by a thread it does not have (and wait for it forever at its first read by size): the fork waits
+    for the import to end."""
+    import threading
+
+    from petastorm.store import sized_files
+
+    started, imports = threading.Event(), []
+
+    def slow_import():
+        started.set()
+        time.sleep(0.5)
+        imports.append(True)
+
+    monkeypatch.setattr(sized_files, 'sized_reads_ready', lambda: bool(imports))
+    monkeypatch.setattr(sized_files, 'prepare_sized_reads', slow_import)
+    importing = sized_files.prepare_sized_reads_behind()
+    assert importing is not None
+    assert started.wait(10)
+    assert not importing.done()
+    child = os.fork()
+    if child == 0:  # the child: leave at once, running nothing of the parent's
+        os._exit(0)
+    assert importing.done()  # the parent's fork waited for it
+    assert os.waitpid(child, 0)[1] == 0
+    assert sized_files.prepare_sized_reads_behind() is None  # imported now: nothing more to start
