@@ -77,14 +77,26 @@ def prepare_sized_reads_behind() -> Future[None] | None:
     """
     if sized_reads_ready():
         return None
+    importing: Future[None] = Future()
+    if hasattr(os, 'register_at_fork'):  # POSIX; before the thread starts, so that no fork comes between
+        os.register_at_fork(before=functools.partial(wait_for_futures, [importing]))
     pool = ThreadPoolExecutor(1, thread_name_prefix='petastorm-import')
     try:
-        importing = pool.submit(prepare_sized_reads)
+        pool.submit(_import_into, importing)
     finally:
         pool.shutdown(wait=False)  # its one thread exits once the import is done
-    if hasattr(os, 'register_at_fork'):  # POSIX
-        os.register_at_fork(before=functools.partial(wait_for_futures, [importing]))
     return importing
+
+
+def _import_into(importing: Future[None]) -> None:
+    """Import ``pyarrow.dataset``, and say so (or the import's error) through ``importing``."""
+    importing.set_running_or_notify_cancel()
+    try:
+        prepare_sized_reads()
+    except BaseException as err:  # the next read by size imports it again, and raises the error itself
+        importing.set_exception(err)
+    else:
+        importing.set_result(None)
 
 
 def opens_with_listed_size(filesystem: pafs.FileSystem) -> bool:
