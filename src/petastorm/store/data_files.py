@@ -22,8 +22,7 @@ first read of a file learned, so that the next row groups of the file cost one r
 Reading by listed size needs ``pyarrow.dataset``, whose import imports pandas (0.15 to 0.2 s of CPU, once per
 process). Which files are opened the plain way instead (a ``HEAD`` each), and when that import happens, is
 :mod:`petastorm.store.plain_or_sized`'s rule: the first files of an in-order reader
-(:meth:`DataFiles.open_plainly_first`), every file of a small store near enough, and the files opened while the
-import goes on behind a store far away.
+(:meth:`DataFiles.open_plainly_first`), and every file of a small store near enough.
 
 Planning reads footers through the same object, so the footers it read serve the thread pool's workers. A reader
 with a local disk cache also keeps the footers of a remote store there (:class:`FooterStore`): a later reader of
@@ -60,7 +59,6 @@ from petastorm.store.plain_or_sized import keeps_files_open, plain_opens, reads_
 from petastorm.store.sized_files import SizedFile, changed_file_error, prepare_sized_reads, sized_reads_ready
 
 __all__ = ['DataFiles', 'FooterStore']
-
 
 #: files a process keeps open with their footers (the oldest are opened again when read again).
 _KEPT_FILES = 1024
@@ -99,13 +97,10 @@ class DataFiles:
             its footers are as quick to read from the file).
         listing_seconds: seconds the store's listing request took, when it was timed (see
             :func:`~petastorm.store.plain_or_sized.plain_opens`).
-        importing: ``pyarrow.dataset`` being imported (:func:`~petastorm.store.plain_or_sized.import_behind`): files
-            are opened the plain way until it is done, and read by their listed sizes after.
     """
 
     def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None,
-                 footers: FooterStore | None = None, listing_seconds: float | None = None,
-                 importing: Future[None] | None = None) -> None:
+                 footers: FooterStore | None = None, listing_seconds: float | None = None) -> None:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
         self.footers = None if isinstance(filesystem, pafs.LocalFileSystem) else footers
@@ -118,11 +113,9 @@ class DataFiles:
         #: on S3 and Azure, the files of a listed size read without asking it (:mod:`~petastorm.store.sized_files`).
         self._by_size = reads_by_size(filesystem)
         self._sized: OrderedDict[str, SizedFile] = OrderedDict()
-        self._importing = importing
         #: files still opened the plain way until pyarrow.dataset is imported (the module docstring): all of a small
-        #: store (plain_opens), or all until the import behind is done
-        plain = len(self.sizes) if importing is not None else plain_opens(len(self.sizes), listing_seconds)
-        self._plain_opens_left = plain if self._by_size else 0
+        #: store (plain_opens)
+        self._plain_opens_left = plain_opens(len(self.sizes), listing_seconds) if self._by_size else 0
         self._lock = threading.Lock()
         self._ahead: OrderedDict[tuple[str, int, tuple[str, ...]], Future] = OrderedDict()
         self._shared: OrderedDict[tuple[str, int, tuple[str, ...]], _SharedRead] = OrderedDict()
@@ -142,13 +135,9 @@ class DataFiles:
         As many as :data:`~petastorm.store.plain_or_sized.PLAIN_OPENS`: the read of the file after them imports it,
         not the first read (see :mod:`petastorm.store.plain_or_sized`).
         """
-        if self._by_size and not self._sized_reads_ready():
+        if self._by_size and not sized_reads_ready():
             with self._lock:
                 self._plain_opens_left = max(self._plain_opens_left, plain_or_sized.PLAIN_OPENS)
-
-    def _sized_reads_ready(self) -> bool:
-        """Whether ``pyarrow.dataset`` is imported: by the import behind, when one was started."""
-        return self._importing.done() if self._importing is not None else sized_reads_ready()
 
     def prefetch(self, path: str, row_group: int, columns: list[str]) -> None:
         """Start fetching row group ``row_group``'s ``columns`` for the next :meth:`read_row_group` that asks for them.
@@ -309,7 +298,7 @@ class DataFiles:
             if sized is not None:
                 self._sized.move_to_end(path)
                 return sized
-            if self._plain_opens_left > 0 and not self._sized_reads_ready():
+            if self._plain_opens_left > 0 and not sized_reads_ready():
                 self._plain_opens_left -= 1
                 return None
         # Imported (once per process) outside the lock: the reads of files already open do not wait for it.

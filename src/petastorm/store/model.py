@@ -19,7 +19,6 @@ from __future__ import annotations
 import abc
 import posixpath
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -147,8 +146,6 @@ class StoreReads:
             reader opens need not be asked for them.
         footer_stream: the :class:`~petastorm.store.footer_stream.FooterStream` reading the footers behind a
             reader, when one is: what needs every footer waits for it instead of reading them again.
-        importing: ``pyarrow.dataset`` being imported since the store was listed, for a store far away
-            (:func:`petastorm.store.plain_or_sized.import_behind`).
     """
 
     data_files: DataFiles | None = None
@@ -159,11 +156,6 @@ class StoreReads:
     row_counts: dict[str, list[int]] | None = None
     footer_bytes: dict[str, bytes] | None = None
     footer_stream: Any = None
-    importing: Future[None] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The import is this process's own: a copy elsewhere (a Ray datasource holds its store) goes without it.
-        return {**self.__dict__, 'importing': None}
 
 
 @dataclass(frozen=True)

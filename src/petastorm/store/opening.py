@@ -17,7 +17,6 @@ This module builds on :mod:`petastorm.store.listing` (what the store's directory
 from __future__ import annotations
 
 import posixpath
-from concurrent.futures import Future
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -41,9 +40,8 @@ from petastorm.store.listing import (
     mtimes_of,
     sizes_of,
 )
-from petastorm.store.model import ParquetStore, StoreReads
+from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
-from petastorm.store.plain_or_sized import import_behind
 
 __all__ = ['open_any_store', 'open_store']
 
@@ -134,19 +132,17 @@ def _a(title: str) -> str:
     return f'{"an" if title[:1].lower() in "aeiou" else "a"} {title}'
 
 
-def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask',
-             importing: Future[None] | None = None) -> dict[bytes, bytes] | None:
+def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None | Literal['ask'] = 'ask'
+             ) -> dict[bytes, bytes] | None:
     """The key-value metadata of the Parquet metadata file ``path``; None when there is no such file.
 
-    ``known`` is what a listing already said of the path (None: not there), so that no request asks again;
-    ``importing``, the import behind the listing (:func:`~petastorm.store.plain_or_sized.import_behind`).
+    ``known`` is what a listing already said of the path (None: not there), so that no request asks again.
     """
     info = filesystem.get_file_info(path) if known == 'ask' else known
     if info is None or info.type != pafs.FileType.File:
         return None
-    sizes = {path: info.size} if info.size is not None else None
     try:
-        metadata = read_footer(DataFiles(filesystem, sizes, importing=importing), path)
+        metadata = read_footer(DataFiles(filesystem, {path: info.size} if info.size is not None else None), path)
     except StorageError:
         raise
     except (OSError, pa.ArrowException) as err:
@@ -215,9 +211,8 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
     kv: dict[bytes, bytes] = {}
     metadata_path = None
-    importing = import_behind(fs, listing.seconds)
     for name in (COMMON_METADATA, SUMMARY_METADATA):
-        found = _read_kv(fs, posixpath.join(root, name), listing.child(name), importing)
+        found = _read_kv(fs, posixpath.join(root, name), listing.child(name))
         if found is not None:
             kv, metadata_path = found, posixpath.join(root, name)
             break
@@ -225,8 +220,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     return PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
                         has_summary=summary is not None and summary.type == pafs.FileType.File,
                         summary_size=summary.size if summary is not None else None,
-                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds,
-                        reads=StoreReads(importing=importing))
+                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
 
 
 def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,

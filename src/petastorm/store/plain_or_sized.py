@@ -1,4 +1,4 @@
-"""Which data files are opened the plain way, which by their listed sizes, and when ``pyarrow.dataset`` is imported.
+"""Which data files are opened the plain way, and which by their listed sizes after importing ``pyarrow.dataset``.
 
 On pyarrow's S3 and Azure clients a file opened by its path costs a ``HEAD`` (its size) before any read; opened by
 the size its listing gave (:mod:`petastorm.store.sized_files`) it costs nothing. Opening by size needs
@@ -11,22 +11,20 @@ those ``HEAD`` requests against that import:
 * a small store is read the plain way by any reader, without the import (:func:`plain_opens`): one of no more
   files than that, or of up to :data:`SMALL_STORE_FILES` files whose listing came back within
   :data:`PLAIN_LISTING_SECONDS`. Its ``HEAD`` requests cost a round trip or two: a reader of the one-file
-  hello-world stand-in on Azurite went from 0.37 s to 0.16 s, of the 10-file scalar store from 0.25 s to 0.14 s;
-* a store far away (a slower listing) has it imported in a thread of its own as soon as it is listed
-  (:func:`import_behind`), while the requests opening the store wait for their answers; the files opened before
-  the import is done are opened the plain way.
+  hello-world stand-in on Azurite went from 0.37 s to 0.16 s, of the 10-file scalar store from 0.25 s to 0.14 s.
+
+A store farther away, or larger, imports it at its first footer read (a file opened the plain way costs a round
+trip more, where the import costs its CPU once).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 import pyarrow.fs as pafs
 
-from petastorm.store.sized_files import opens_with_listed_size, prepare_sized_reads_behind
+from petastorm.store.sized_files import opens_with_listed_size
 
-__all__ = ['PLAIN_LISTING_SECONDS', 'PLAIN_OPENS', 'SMALL_STORE_FILES', 'import_behind', 'keeps_files_open',
-           'plain_opens', 'reads_by_size']
+__all__ = ['PLAIN_LISTING_SECONDS', 'PLAIN_OPENS', 'SMALL_STORE_FILES', 'keeps_files_open', 'plain_opens',
+           'reads_by_size']
 
 #: files opened the plain way (a ``HEAD`` each) before ``pyarrow.dataset`` is imported to read the rest by their
 #: listed sizes: the footers an in-order reader needs for its first batch; every file of a store of no more files.
@@ -53,19 +51,6 @@ def plain_opens(files: int, listing_seconds: float | None) -> int:
         return files
     near = listing_seconds is not None and listing_seconds < PLAIN_LISTING_SECONDS
     return files if near and files <= SMALL_STORE_FILES else 0
-
-
-def import_behind(filesystem: pafs.FileSystem, listing_seconds: float | None) -> Future[None] | None:
-    """``pyarrow.dataset`` imported in a thread of its own for a store far away, or None.
-
-    Far away is a listing request of :data:`PLAIN_LISTING_SECONDS` or more, on S3 or Azure, where files are read
-    by their listed sizes: the import's 0.15 s of CPU is then spent while the next requests (the metadata file,
-    the first footers) wait for their answers, and the files opened meanwhile are opened the plain way (pass the
-    future to :class:`~petastorm.store.data_files.DataFiles`).
-    """
-    if listing_seconds is None or listing_seconds < PLAIN_LISTING_SECONDS or not reads_by_size(filesystem):
-        return None
-    return prepare_sized_reads_behind()
 
 
 def reads_by_size(filesystem: pafs.FileSystem) -> bool:

@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import errno
 import functools
-import os
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for_futures
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +39,7 @@ from petastorm.fs._errors import is_transient
 from petastorm.fs._files import file_url
 
 __all__ = ['SizedFile', 'changed_file_error', 'check_unchanged', 'opens_with_listed_size', 'prepare_sized_reads',
-           'prepare_sized_reads_behind', 'sized_reads_ready']
+           'sized_reads_ready']
 
 #: pyarrow's clients that ask a file's size when it is opened by path, and not when opened by a known size.
 _SIZED_FILESYSTEMS: tuple[type, ...] = (pafs.S3FileSystem,) + tuple(
@@ -65,38 +62,6 @@ def sized_reads_ready() -> bool:
 def prepare_sized_reads() -> None:
     """Import ``pyarrow.dataset`` for the reads by listed size to come (see the module docstring)."""
     _dataset_module()
-
-
-def prepare_sized_reads_behind() -> Future[None] | None:
-    """Start importing ``pyarrow.dataset`` in a thread of its own, which ends with the import (None: imported).
-
-    For a store far away: the import's CPU is spent while the requests opening the store wait for their answers.
-    A fork of the process waits for the import to end: a child forked during it would inherit the module's import
-    lock held by a thread it does not have, and its first read by size would wait for it forever (torch's
-    ``DataLoader`` forks its workers by default).
-    """
-    if sized_reads_ready():
-        return None
-    importing: Future[None] = Future()
-    if hasattr(os, 'register_at_fork'):  # POSIX; before the thread starts, so that no fork comes between
-        os.register_at_fork(before=functools.partial(wait_for_futures, [importing]))
-    pool = ThreadPoolExecutor(1, thread_name_prefix='petastorm-import')
-    try:
-        pool.submit(_import_into, importing)
-    finally:
-        pool.shutdown(wait=False)  # its one thread exits once the import is done
-    return importing
-
-
-def _import_into(importing: Future[None]) -> None:
-    """Import ``pyarrow.dataset``, and say so (or the import's error) through ``importing``."""
-    importing.set_running_or_notify_cancel()
-    try:
-        prepare_sized_reads()
-    except BaseException as err:  # the next read by size imports it again, and raises the error itself
-        importing.set_exception(err)
-    else:
-        importing.set_result(None)
 
 
 def opens_with_listed_size(filesystem: pafs.FileSystem) -> bool:

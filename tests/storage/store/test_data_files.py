@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +17,6 @@ from petastorm.store.plain_or_sized import (
     PLAIN_LISTING_SECONDS,
     PLAIN_OPENS,
     SMALL_STORE_FILES,
-    import_behind,
     keeps_files_open,
     plain_opens,
 )
@@ -418,20 +416,22 @@ def test_a_small_store_listed_quickly_is_read_the_plain_way(server, monkeypatch)
     ``PLAIN_LISTING_SECONDS``) is read with a HEAD per file, not by listed size after importing ``pyarrow.dataset``;
     the same store behind a slow listing is read by listed size. The listing's time reaches the store's data
     files, and their pickled copies in worker processes."""
-    from petastorm.store import data_files
+    from petastorm.store import data_files, plain_or_sized
     from petastorm.store.footers import read_footers, store_data_files
     from petastorm.store.opening import open_any_store
 
     imports = []
     monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: bool(imports))
     monkeypatch.setattr(data_files, 'prepare_sized_reads', lambda: imports.append(True))
+    # However loaded the machine running the test, a listing of the loopback server is near.
+    monkeypatch.setattr(plain_or_sized, 'PLAIN_LISTING_SECONDS', 60.0)
     count = PLAIN_OPENS + 4
     os.makedirs(os.path.join(server.root, BUCKET, 'near'))
     for index in range(count):
         _write(server, f'near/part-{index}.parquet', rows=20, row_group=10)
     store = open_any_store(f's3://{BUCKET}/near', filesystem=_s3(server))
     assert store.listing_seconds is not None
-    assert store.listing_seconds < PLAIN_LISTING_SECONDS
+    assert store.listing_seconds < plain_or_sized.PLAIN_LISTING_SECONDS
     files = store_data_files(store)
     assert pickle.loads(pickle.dumps(files)).listing_seconds == store.listing_seconds
     server.reset_stats()
@@ -442,90 +442,10 @@ def test_a_small_store_listed_quickly_is_read_the_plain_way(server, monkeypatch)
     assert not imports
     assert server.stats().requests == {'HEAD': count, 'GET': 2 * count}
 
-    far = DataFiles(files.filesystem, files.sizes, listing_seconds=PLAIN_LISTING_SECONDS * 2)
+    far = DataFiles(files.filesystem, files.sizes, listing_seconds=plain_or_sized.PLAIN_LISTING_SECONDS * 2)
     server.reset_stats()
     for path in store.files:
         assert far.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
     assert imports
     assert server.stats().requests == {'GET': 2 * count}
 
-
-def test_a_store_far_away_imports_pyarrow_dataset_behind_its_listing(server, monkeypatch):
-    """Behind a slow listing, ``pyarrow.dataset`` is imported in a thread of its own while the store is opened:
-    the files opened meanwhile (its metadata file, the first footers) are opened the plain way, the next ones by
-    their listed size once the import is done. Near, on local disk, or imported already: no thread."""
-    import threading
-    from concurrent.futures import Future
-
-    from petastorm.store import data_files, plain_or_sized, sized_files
-    from petastorm.store.footers import store_data_files
-    from petastorm.store.opening import open_any_store
-
-    released = threading.Event()
-    imports = []
-
-    def slow_import():
-        released.wait(10)
-        imports.append(True)
-
-    monkeypatch.setattr(sized_files, 'sized_reads_ready', lambda: bool(imports))
-    monkeypatch.setattr(data_files, 'sized_reads_ready', lambda: bool(imports))
-    monkeypatch.setattr(sized_files, 'prepare_sized_reads', slow_import)
-    monkeypatch.setattr(data_files, 'prepare_sized_reads', lambda: None)
-    fs = _s3(server)
-    assert import_behind(fs, PLAIN_LISTING_SECONDS / 10) is None  # near: read the plain way, no import
-    assert import_behind(fs, None) is None  # not timed
-    assert import_behind(pafs.LocalFileSystem(), PLAIN_LISTING_SECONDS * 2) is None
-
-    os.makedirs(os.path.join(server.root, BUCKET, 'behind'))
-    count = 3
-    for index in range(count):
-        _write(server, f'behind/part-{index}.parquet', rows=20, row_group=10)
-    monkeypatch.setattr(plain_or_sized, 'PLAIN_LISTING_SECONDS', 0.0)  # every listing is slow enough
-    store = open_any_store(f's3://{BUCKET}/behind', filesystem=fs)
-    importing = store.reads.importing
-    assert isinstance(importing, Future)
-    assert not importing.done()
-    assert pickle.loads(pickle.dumps(store)).reads.importing is None  # a copy elsewhere (Ray's) goes without it
-    files = store_data_files(store)
-    paths = list(store.files)
-    server.reset_stats()
-    assert files.footer(paths[0]).num_rows == 20  # while importing: the plain way
-    assert server.stats().requests == {'HEAD': 1, 'GET': 1}
-    released.set()
-    importing.result(timeout=10)
-    server.reset_stats()
-    for path in paths[1:]:
-        assert files.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
-    assert server.stats().requests == {'GET': 2 * (count - 1)}  # by listed size: a footer and a row group each
-    assert import_behind(fs, PLAIN_LISTING_SECONDS * 2) is None  # imported now
-
-
-@pytest.mark.skipif(not hasattr(os, 'fork'), reason='fork is POSIX')
-def test_a_fork_waits_for_the_import_behind(monkeypatch):
-    """A process forked while ``pyarrow.dataset`` is imported behind a listing would inherit the module's import
-    lock held by a thread it does not have (and wait for it forever at its first read by size): the fork waits
-    for the import to end."""
-    import threading
-
-    from petastorm.store import sized_files
-
-    started, imports = threading.Event(), []
-
-    def slow_import():
-        started.set()
-        time.sleep(0.5)
-        imports.append(True)
-
-    monkeypatch.setattr(sized_files, 'sized_reads_ready', lambda: bool(imports))
-    monkeypatch.setattr(sized_files, 'prepare_sized_reads', slow_import)
-    importing = sized_files.prepare_sized_reads_behind()
-    assert importing is not None
-    assert started.wait(10)
-    assert not importing.done()
-    child = os.fork()
-    if child == 0:  # the child: leave at once, running nothing of the parent's
-        os._exit(0)
-    assert importing.done()  # the parent's fork waited for it
-    assert os.waitpid(child, 0)[1] == 0
-    assert sized_files.prepare_sized_reads_behind() is None  # imported now: nothing more to start
