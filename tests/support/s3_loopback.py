@@ -174,6 +174,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         proxy = self.server.proxy
+        proxy.arrive(self.path)
         body = self._read_body()
         requested_range = self.headers.get('Range')
         fault = proxy.next_fault(self.command, f'{self.command} {self.path} {requested_range}')
@@ -236,18 +237,45 @@ class FaultProxy:
         endpoint: the proxy's URL, to use as the S3 endpoint.
         requests: every request served (or failed on purpose), in order.
         plan: the :class:`FaultPlan` in force, or None for none.
+        holds: of each request held (:meth:`hold_until`), in order: whether the hold ran out before the request
+            it waited for came.
     """
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self.requests: list[Request] = []
         self.plan: FaultPlan | None = None
+        self.holds: list[bool] = []
+        self._hold: tuple[str, str, float] | None = None
+        self._came = threading.Event()
         self._lock = threading.Lock()
         self._server = _ProxyServer(('127.0.0.1', 0), _ProxyHandler)
         self._server.proxy = self
         self.endpoint = f'http://127.0.0.1:{self._server.server_address[1]}'
         self._thread = threading.Thread(target=self._server.serve_forever, name='fault-proxy', daemon=True)
         self._thread.start()
+
+    def hold_until(self, held: str, until: str, timeout: float) -> None:
+        """Make requests whose path holds ``held`` wait (at most ``timeout`` seconds) until a request whose path
+        holds ``until`` has come: two reads made at once both pass, one made after the other waits it out."""
+        with self._lock:
+            self._hold = (held, until, timeout)
+            self._came.clear()
+            self.holds = []
+
+    def arrive(self, path: str) -> None:
+        """A request for ``path`` came: it may release held ones, or be held itself (:meth:`hold_until`)."""
+        with self._lock:
+            hold = self._hold
+        if hold is None:
+            return
+        held, until, timeout = hold
+        if until in path:
+            self._came.set()
+        if held in path:
+            came = self._came.wait(timeout)
+            with self._lock:
+                self.holds.append(not came)
 
     def next_fault(self, method: str, key: str) -> str | None:
         with self._lock:

@@ -38,7 +38,7 @@ from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
 from petastorm.store.saved_plan import PlanMismatch, adopt_plan, encode_plan, listing_digest
 
-__all__ = ['share_plan']
+__all__ = ['plans_alone', 'share_plan']
 
 
 def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) -> ParquetStore:
@@ -49,10 +49,10 @@ def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) 
     """
     if not isinstance(dataset, PlainStore) or not dataset.files:
         return dataset
+    if plans_alone(options, cache):
+        return dataset
     distributed = _job_group(options)
     if distributed is None:
-        if options.plan_file is None and isinstance(cache, NullCache):
-            return dataset
         return _planned_here(options, dataset, cache)[0]
     if distributed.get_rank() == 0:
         try:
@@ -63,6 +63,11 @@ def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) 
         _broadcast(distributed, data)
         return dataset
     return adopt_plan(dataset, _broadcast(distributed, None), take_listing=True)
+
+
+def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:
+    """Whether a reader of ``options`` plans alone: nothing shares a plan with it (no job, cache or plan file)."""
+    return _job_group(options) is None and options.plan_file is None and isinstance(cache, NullCache)
 
 
 def _job_group(options: ReaderOptions) -> Any:

@@ -10,6 +10,11 @@ found in the ``_common_metadata`` of the directory holding them (or of the datas
 ``name=value`` partition directories). Its row groups are the store's to list
 (:meth:`~petastorm.store.plain.PlainStore.row_groups`).
 
+A reader that plans alone (``first_footer_ahead``) has the first data file's footer read while the
+``_common_metadata`` is: it reads that footer next in any case (the columns the files hold), and far away the two
+reads (a round trip or two each) then cost the time of one. The footer and the file opened for it are kept in the
+store's data files (:attr:`~petastorm.store.model.StoreReads.data_files`), where the reader's reads find them.
+
 This module builds on :mod:`petastorm.store.listing` (what the store's directory holds),
 :mod:`petastorm.store.formats` (which table formats there are) and :mod:`petastorm.store.plain` (the plain store).
 """
@@ -17,6 +22,7 @@ This module builds on :mod:`petastorm.store.listing` (what the store's directory
 from __future__ import annotations
 
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -42,12 +48,14 @@ from petastorm.store.listing import (
 )
 from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
+from petastorm.store.plain_or_sized import keeps_files_open
 
 __all__ = ['open_any_store', 'open_store']
 
 
 def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None = None, filesystem: Any = None,
-                   table_format: str = 'auto', table_version: Any = None, split: str | None = None) -> ParquetStore:
+                   table_format: str = 'auto', table_version: Any = None, split: str | None = None,
+                   first_footer_ahead: bool = False) -> ParquetStore:
     """The store a reader reads: one version of a table, or a plain Parquet store.
 
     Args:
@@ -61,6 +69,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         table_version: None (the latest), or the version to read (see :func:`petastorm.reader.make_reader`).
         split: of a plain Parquet directory, only the files of this split (Hugging Face ``datasets``' naming:
             :func:`petastorm.store.listing.split_of`); None: every file.
+        first_footer_ahead: the caller reads the first data file's footer next (a reader that plans alone): of a
+            remote plain directory, it is read while the ``_common_metadata`` is (the module docstring).
 
     Raises:
         ValueError: ``table_version`` given for plain Parquet, or a table object of another format than
@@ -79,7 +89,7 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         if table_version is not None:
             raise ValueError(f'table_version={table_version!r} needs a table ({_any_table()}); '
                              f'{display_url(str(url_or_table))} is read as plain Parquet')
-        return open_store(location, plain=True, split=split)
+        return open_store(location, plain=True, split=split, first_footer_ahead=first_footer_ahead)
     found, listing = _recognise(location, table_format)
     if found is not None and split is not None:
         raise ValueError(f'split={split!r} chooses the files of a Parquet directory, but '
@@ -90,7 +100,7 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
     if table_version is not None:
         raise ValueError(f'table_version={table_version!r} needs a table, but {display_url(str(location.url))} '
                          f'is not {_a(_any_table())} table')
-    return open_store(location, plain=True, listing=listing, split=split)
+    return open_store(location, plain=True, listing=listing, split=split, first_footer_ahead=first_footer_ahead)
 
 
 def _format_of_object(value: Any, table_format: str) -> TableFormatEntry | None:
@@ -152,7 +162,7 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
 
 
 def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None,
-               split: str | None = None) -> PlainStore:
+               split: str | None = None, first_footer_ahead: bool = False) -> PlainStore:
     """The plain Parquet store at ``location``: its files listed, its ``_common_metadata`` (or ``_metadata``) read.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
@@ -164,6 +174,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
             it, those its log removed included); by default such a directory is refused.
         listing: :func:`look_at` of the location's path, when the caller looked already.
         split: only the files of this split of a directory (see :func:`open_any_store`).
+        first_footer_ahead: see :func:`open_any_store`.
 
     Raises:
         StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
@@ -176,12 +187,13 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
     if split is not None and (location.is_file_list or is_glob_pattern(str(location.path))):
         raise ValueError(f'split={split!r} chooses among the files of a directory, but {location.url} names its '
                          f'files already: pass the directory (or leave split out)')
-    return with_retries(location.filesystem, lambda: _open_store(location, plain, listing, split),
+    return with_retries(location.filesystem,
+                        lambda: _open_store(location, plain, listing, split, first_footer_ahead),
                         'opening the dataset at', where)
 
 
-def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None, split: str | None
-                ) -> PlainStore:
+def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None, split: str | None,
+                first_footer_ahead: bool) -> PlainStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in glob_files(fs, path, location.url)))
@@ -209,18 +221,47 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             f'{location.url} is {_a(table_format.title)} table: its directory also holds files that are not part '
             f'of the current version. Read it with make_batch_reader or make_reader (which read the table\'s log), '
             f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
-    kv: dict[bytes, bytes] = {}
-    metadata_path = None
+    summary = listing.child(SUMMARY_METADATA)
+    has_summary = summary is not None and summary.type == pafs.FileType.File
+    data_files = None
+    if first_footer_ahead and files and not has_summary and keeps_files_open(fs) and \
+            _is_file(listing, COMMON_METADATA):
+        data_files = DataFiles(fs, sizes_of(listed), listing_seconds=listing.seconds)
+    kv, metadata_path = _metadata_with_first_footer(fs, root, listing, data_files, files)
+    store = PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed), has_summary=has_summary,
+                       summary_size=summary.size if summary is not None else None,
+                       file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
+    store.reads.data_files = data_files
+    return store
+
+
+def _is_file(listing: StoreListing, name: str) -> bool:
+    child = listing.child(name)
+    return child is not None and child.type == pafs.FileType.File
+
+
+def _metadata_with_first_footer(fs: pafs.FileSystem, root: str, listing: StoreListing, data_files: DataFiles | None,
+                                files: tuple[str, ...]) -> tuple[dict[bytes, bytes], str | None]:
+    """The store's key-value metadata and where it is (``_common_metadata``, else ``_metadata``; none: ``{}``).
+
+    With ``data_files``, the first data file's footer is read through them meanwhile, in a thread joined here. A
+    failed read of it is dropped: nothing is kept, and the reader's own read of the footer, next, raises it.
+    """
+    if data_files is None:
+        return _metadata_kv(fs, root, listing)
+    with ThreadPoolExecutor(1, thread_name_prefix='petastorm-first-footer') as pool:
+        ahead = pool.submit(data_files.footer, files[0])
+        found = _metadata_kv(fs, root, listing)
+    ahead.exception()  # taken, not raised (the docstring)
+    return found
+
+
+def _metadata_kv(fs: pafs.FileSystem, root: str, listing: StoreListing) -> tuple[dict[bytes, bytes], str | None]:
     for name in (COMMON_METADATA, SUMMARY_METADATA):
         found = _read_kv(fs, posixpath.join(root, name), listing.child(name))
         if found is not None:
-            kv, metadata_path = found, posixpath.join(root, name)
-            break
-    summary = listing.child(SUMMARY_METADATA)
-    return PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed),
-                        has_summary=summary is not None and summary.type == pafs.FileType.File,
-                        summary_size=summary.size if summary is not None else None,
-                        file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
+            return found, posixpath.join(root, name)
+    return {}, None
 
 
 def _store_of_files(fs: pafs.FileSystem, url: Any, files: tuple[str, ...], list_given: bool,

@@ -135,6 +135,17 @@ def test_a_plain_store_with_a_truncated_file_is_refused_at_planning_naming_its_u
     assert isinstance(raised.value, PetastormMetadataError)
 
 
+@pytest.mark.parametrize('client', CLIENTS)
+def test_a_truncated_first_file_of_our_dataset_is_refused_when_the_reader_is_made(server, store, client):
+    # A reader alone reads the first file's footer while the metadata is (storage_options): that read fails, and the
+    # reader's own read of the footer, next, raises the error naming the file.
+    _truncate(store.files[0])
+    with pytest.raises(CorruptFooterError) as raised:
+        make_reader(store.url, reader_pool_type='dummy', **_client(server, client))
+    assert store.url_of(store.files[0]) in str(raised.value)
+    assert isinstance(raised.value.__cause__, pa.ArrowException)
+
+
 # -- vanished data files --------------------------------------------------------------------------------------------
 
 
