@@ -205,6 +205,13 @@ def _count(runs: list[dict], key: str) -> str:
     return f'{statistics.median(values):,.0f}' if values else '-'
 
 
+def _cpu(runs: list[dict]) -> str:
+    """The CPU seconds of the runs (every thread's), median and range: on a shared virtual machine a run's time
+    follows them, and faulting fresh memory moves them several-fold between runs of the same read."""
+    values = [r['cpu'] for r in runs if 'error' not in r]
+    return f'{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})' if values else '-'
+
+
 def table(results: dict, cloud: str, stores: list[str], delays: list[int], systems: list[str],
           rows_of: dict[str, int]) -> str:
     """One table per store of ``cloud``: each system at each delay (medians over the rounds)."""
@@ -212,8 +219,9 @@ def table(results: dict, cloud: str, stores: list[str], delays: list[int], syste
     lines = []
     for store in stores:
         lines += ['', f'### {cloud}: {store} ({rows_of[store]:,} rows)', '',
-                  f'| one-way delay | system | rows/s | first batch s | vs raw | {counted} | MB | peak RSS MB |',
-                  '|---:|---|---:|---:|---:|---:|---:|---:|']
+                  f'| one-way delay | system | rows/s | first batch s | vs raw | CPU s (fewest-most) | {counted} '
+                  f'| MB | peak RSS MB |',
+                  '|---:|---|---:|---:|---:|---:|---:|---:|---:|']
         for delay in delays:
             raw = median(results[cloud, store, delay, 'raw'], 'seconds') if 'raw' in systems else float('nan')
             for system in systems:
@@ -222,12 +230,13 @@ def table(results: dict, cloud: str, stores: list[str], delays: list[int], syste
                     continue
                 errors = [r['error'] for r in runs if 'error' in r]
                 if len(errors) == len(runs):
-                    lines.append(f'| {delay} ms | {SYSTEM_NAMES[system]} | failed: {errors[0]} | | | | | |')
+                    lines.append(f'| {delay} ms | {SYSTEM_NAMES[system]} | failed: {errors[0]} | | | | | | |')
                     continue
                 seconds = median(runs, 'seconds')
                 lines.append(
                     f'| {delay} ms | {SYSTEM_NAMES[system]} | {rows_of[store] / seconds:,.0f} | '
-                    f'{median(runs, "first_batch"):.2f} | {raw / seconds:.2f} | {_count(runs, counted)} | '
+                    f'{median(runs, "first_batch"):.2f} | {raw / seconds:.2f} | {_cpu(runs)} | '
+                    f'{_count(runs, counted)} | '
                     f'{median(runs, "bytes") / 1e6:,.0f} | {median(runs, "peak_rss") / 1e6:,.0f} |')
     return '\n'.join(lines)
 
