@@ -222,7 +222,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             f'of the current version. Read it with make_batch_reader or make_reader (which read the table\'s log), '
             f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
     summary = listing.child(SUMMARY_METADATA)
-    has_summary = summary is not None and summary.type == pafs.FileType.File
+    has_summary = _is_file(listing, SUMMARY_METADATA)
     data_files = None
     if first_footer_ahead and files and not has_summary and keeps_files_open(fs) and \
             _is_file(listing, COMMON_METADATA):

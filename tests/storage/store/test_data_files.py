@@ -448,4 +448,3 @@ def test_a_small_store_listed_quickly_is_read_the_plain_way(server, monkeypatch)
         assert far.read_row_group(path, 1, ['id'])['id'].to_pylist() == list(range(10, 20))
     assert imports
     assert server.stats().requests == {'GET': 2 * count}
-
