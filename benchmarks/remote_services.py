@@ -123,11 +123,19 @@ def serving(root: str, delays: list[int], cloud: str = 's3') -> Iterator[Service
             yield Service(cloud, server, proxies, {delay: _s3_counter(server) for delay in delays})
             return
         emulator = stack.enter_context(_emulator(cloud, root))
-        if cloud != 'gcs':  # fake-gcs-server loaded the bucket's directory itself
+        if cloud == 'gcs':
+            _warm_up(emulator.endpoint)
+        else:  # fake-gcs-server loaded the bucket's directory itself
             upload(arrow_filesystem(f'{SCHEMES[cloud]}://{BUCKET}', emulator.endpoint), os.path.join(root, BUCKET))
         proxies, controls = _proxies(f'127.0.0.1:{emulator.port}', delays, stack)
         yield Service(cloud, emulator.endpoint, proxies,
                       {delay: _proxy_counter(control) for delay, control in controls.items()})
+
+
+def _warm_up(endpoint: str) -> None:
+    """One request to fake-gcs-server before any case: the first one it answers after loading a directory of
+    stores takes about 10 s (whichever client sends it, curl too), which would otherwise fall on the first case."""
+    urllib.request.urlopen(f'{endpoint}/storage/v1/b/{BUCKET}/o?maxResults=1', timeout=120).read()
 
 
 def _emulator(cloud: str, root: str):

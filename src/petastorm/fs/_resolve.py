@@ -32,11 +32,12 @@ filesystem) is used as it is and only the path is taken from the URL.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlparse
 
@@ -73,11 +74,18 @@ _SCHEME_ALIASES = {'abfss': 'abfs'}
 
 @dataclass(frozen=True)
 class ResolvedLocation:
-    """A filesystem plus the path(s) on it that a dataset URL names."""
+    """A filesystem plus the path(s) on it that a dataset URL names.
+
+    Attributes:
+        fsspec_twin: for pyarrow's own GCS client made from the URL and options, a function making gcsfs for the
+            same store and options, which reads many small ranges at once (:mod:`petastorm.store.footer_tails`);
+            None otherwise.
+    """
 
     filesystem: pafs.FileSystem
     path: str | list[str]
     url: str | list[str]
+    fsspec_twin: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_file_list(self) -> bool:
@@ -380,9 +388,13 @@ def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: 
                                 hadoop_configuration=hadoop_configuration)
         paths = [first] + [path_in(u, filesystem) for u in urls[1:]]
         return ResolvedLocation(fs, paths, urls)
-    fs, path = resolve_url(cast(str, dataset_url_or_urls), storage_options, filesystem, hdfs_driver=hdfs_driver,
+    url = cast(str, dataset_url_or_urls)
+    fs, path = resolve_url(url, storage_options, filesystem, hdfs_driver=hdfs_driver,
                            hadoop_configuration=hadoop_configuration)
-    return ResolvedLocation(fs, path, normalize_dir_url(dataset_url_or_urls, filesystem))
+    twin = None
+    if filesystem is None and isinstance(fs, pafs.GcsFileSystem):
+        twin = functools.partial(fsspec_filesystem, urlparse(url).scheme.lower(), url, storage_options)
+    return ResolvedLocation(fs, path, normalize_dir_url(url, filesystem), twin)
 
 
 def path_to_url(path: str) -> str:

@@ -72,7 +72,8 @@ def store_data_files(store: ParquetStore, footers: FooterStore | None = None) ->
     """
     reads = store.reads
     if reads.data_files is None:
-        reads.data_files = DataFiles(store.filesystem, store.file_sizes, footers, listing_seconds=store.listing_seconds)
+        reads.data_files = DataFiles(store.filesystem, store.file_sizes, footers, listing_seconds=store.listing_seconds,
+                                     fsspec_twin=store.fsspec_twin)
         reads.data_files.known_footers.update(reads.footer_bytes or {})
     return reads.data_files
 
@@ -97,6 +98,7 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles
 
     if not paths:
         return {}
+    through.read_footers_together(paths)
     with ThreadPoolExecutor(max_workers=min(footer_threads(filesystem), len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 

@@ -226,11 +226,13 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     data_files = None
     if first_footer_ahead and files and not has_summary and keeps_files_open(fs) and \
             _is_file(listing, COMMON_METADATA):
-        data_files = DataFiles(fs, sizes_of(listed), listing_seconds=listing.seconds)
+        data_files = DataFiles(fs, sizes_of(listed), listing_seconds=listing.seconds,
+                               fsspec_twin=location.fsspec_twin)
     kv, metadata_path = _metadata_with_first_footer(fs, root, listing, data_files, files)
     store = PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed), has_summary=has_summary,
                        summary_size=summary.size if summary is not None else None,
-                       file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
+                       file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds,
+                       fsspec_twin=location.fsspec_twin)
     store.reads.data_files = data_files
     return store
 
