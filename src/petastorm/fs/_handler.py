@@ -22,7 +22,7 @@ import datetime
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -224,6 +224,30 @@ class StorageHandler(pafs.FSSpecHandler):
             self._tails.put(path, tail_start, tail)
             return tail[start - tail_start:]
         return self._fetch(path, start, end, size)
+
+    def read_tails(self, paths: Sequence[str], at_once: int) -> dict[str, bytes]:
+        """The last :data:`TAIL_BYTES` of each file of a known size, asked for together (``at_once`` on their way)
+        from the client's event loop, and kept as the tails of single reads are.
+
+        A file whose read failed, or of no known size, is left out: its usual read reports what is wrong. Empty for
+        a client without asynchronous reads (it would read them one after the other anyway).
+        """
+        from fsspec.asyn import AsyncFileSystem
+
+        with self._sizes_lock:
+            sizes = {path: self._sizes.get(path.rstrip('/')) for path in paths}
+        known = [path for path, size in sizes.items() if size]
+        if not isinstance(self.fs, AsyncFileSystem) or not known:
+            return {}
+        starts = [max(0, sizes[path] - TAIL_BYTES) for path in known]  # type: ignore[operator]
+        ends = [sizes[path] for path in known]
+        answers = self.fs.cat_ranges(known, starts, ends, batch_size=at_once, on_error='return')
+        tails = {}
+        for path, start, end, answer in zip(known, starts, ends, answers, strict=True):
+            if isinstance(answer, bytes) and len(answer) == end - start:  # type: ignore[operator]
+                self._tails.put(path, start, answer)
+                tails[path] = answer
+        return tails
 
     def _fetch(self, path: str, start: int, end: int, size: int) -> bytes:
         # A read up to the listed end asks for one byte more: only a file that grew since it was listed has it.

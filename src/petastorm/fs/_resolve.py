@@ -77,9 +77,9 @@ class ResolvedLocation:
     """A filesystem plus the path(s) on it that a dataset URL names.
 
     Attributes:
-        fsspec_twin: for pyarrow's own GCS client made from the URL and options, a function making gcsfs for the
-            same store and options, which reads many small ranges at once (:mod:`petastorm.store.footer_tails`);
-            None otherwise.
+        fsspec_twin: for pyarrow's own GCS client made from the URL and options, a function making the same store's
+            filesystem through gcsfs with the same options (wrapped as every fsspec filesystem is), which reads many
+            small files far faster (:func:`petastorm.store.opening.open_store` takes it for those); None otherwise.
     """
 
     filesystem: pafs.FileSystem
@@ -334,8 +334,13 @@ def resolve_url(dataset_url: str, storage_options: dict | None = None, filesyste
     native = _native_filesystem(scheme, url, storage_options)
     if native is not None:
         return native, path_in(url)
-    fs = fsspec_filesystem(scheme, url, storage_options)
-    return pafs.PyFileSystem(StorageHandler(fs, scheme)), fs._strip_protocol(url)
+    fs = wrapped_fsspec_filesystem(scheme, url, storage_options)
+    return fs, fs.handler.fs._strip_protocol(url)
+
+
+def wrapped_fsspec_filesystem(scheme: str, url: str, storage_options: dict | None) -> pafs.PyFileSystem:
+    """The fsspec filesystem of a URL (:func:`fsspec_filesystem`) as a ``pyarrow.fs`` filesystem (module docstring)."""
+    return pafs.PyFileSystem(StorageHandler(fsspec_filesystem(scheme, url, storage_options), scheme))
 
 
 def _native_filesystem(scheme: str, url: str, storage_options: dict | None) -> pafs.FileSystem | None:
@@ -393,7 +398,7 @@ def resolve_location(dataset_url_or_urls: str | Sequence[str], storage_options: 
                            hadoop_configuration=hadoop_configuration)
     twin = None
     if filesystem is None and isinstance(fs, pafs.GcsFileSystem):
-        twin = functools.partial(fsspec_filesystem, urlparse(url).scheme.lower(), url, storage_options)
+        twin = functools.partial(wrapped_fsspec_filesystem, urlparse(url).scheme.lower(), url, storage_options)
     return ResolvedLocation(fs, path, normalize_dir_url(url, filesystem), twin)
 
 

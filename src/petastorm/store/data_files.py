@@ -97,18 +97,14 @@ class DataFiles:
             its footers are as quick to read from the file).
         listing_seconds: seconds the store's listing request took, when it was timed (see
             :func:`~petastorm.store.plain_or_sized.plain_opens`).
-        fsspec_twin: makes the store's fsspec client, through which many footers are read at once
-            (:mod:`~petastorm.store.footer_tails`; pyarrow's GCS client); not shipped to worker processes.
     """
 
     def __init__(self, filesystem: pafs.FileSystem, sizes: Mapping[str, int] | None = None,
-                 footers: FooterStore | None = None, listing_seconds: float | None = None,
-                 fsspec_twin: Callable[[], Any] | None = None) -> None:
+                 footers: FooterStore | None = None, listing_seconds: float | None = None) -> None:
         self.filesystem = filesystem
         self.sizes = dict(sizes or {})
         self.footers = None if isinstance(filesystem, pafs.LocalFileSystem) else footers
         self.listing_seconds = listing_seconds
-        self._fsspec_twin = fsspec_twin
         #: footers that came with the store's saved plan, as Parquet metadata bytes by path (parsed when a file is
         #: opened; not shipped to worker processes).
         self.known_footers: dict[str, bytes] = {}
@@ -177,18 +173,18 @@ class DataFiles:
             fetcher.shutdown(wait=True, cancel_futures=True)
 
     def read_footers_together(self, paths: list[str]) -> None:
-        """Read at once the footers of ``paths`` not read yet, where the store's client reads one at a time.
+        """Read at once the footers of ``paths`` not read yet, where the store's client can.
 
         :meth:`footer` then parses them without a request (:mod:`~petastorm.store.footer_tails`). A footer this
         does not give is read by :meth:`footer` the usual way, and so is every footer of a reader whose footers
         are kept beyond the process (:attr:`footers`): that store has them, or is filled by those reads.
         """
-        if self._fsspec_twin is None or self.footers is not None or len(paths) < footer_tails.TOGETHER_FROM:
+        if self.footers is not None or len(paths) < footer_tails.TOGETHER_FROM:
             return
         with self._lock:
             unread = [path for path in paths if path not in self._opened and path not in self.known_footers]
         if len(unread) >= footer_tails.TOGETHER_FROM:
-            self.known_footers.update(footer_tails.read_footer_tails(self._fsspec_twin, unread, self.sizes))
+            self.known_footers.update(footer_tails.read_footer_tails(self.filesystem, unread, self.sizes))
 
     def footer(self, path: str) -> pq.FileMetaData:
         """The Parquet footer of ``path``: remote, read once per process (or kept in :attr:`footers`)."""

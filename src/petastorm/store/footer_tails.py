@@ -1,41 +1,38 @@
-"""The footers of many files of a GCS store read at once, as ranged reads of their ends through gcsfs.
+"""The footers of many files of a GCS store read at once, as ranged reads of their ends from gcsfs's event loop.
 
-Planning a store without a ``_metadata`` summary reads every data file's footer. pyarrow's GCS client reads them
-one after the other whatever the threads: every read of a file it opened first asks, holding the GIL, whether the
-file is closed, which starts the object's download (docs/storage.md, "GCS"), so the other threads wait for that
-round trip. A store of 10,000 files then takes minutes to plan through it. gcsfs sends many ranged reads at once
-from one event loop without the GIL: behind 10 ms of latency it read the ends of 2,000 files in about a second,
-where pyarrow's client took 50 s from Python and 5 s as ``pyarrow.dataset`` fragments.
+Planning a store without a ``_metadata`` summary reads every data file's footer, 64 threads at a time. Through
+gcsfs each of those threads waits on one shared event loop, a request at a time each; pyarrow's own GCS client is
+worse, reading them one after the other whatever the threads (every read of a file it opened first asks, holding the
+GIL, whether the file is closed, which starts the object's download: docs/storage.md, "GCS"). A store of many small
+files is therefore read through gcsfs (:func:`petastorm.store.opening.open_store`), and where there are at least
+:data:`TOGETHER_FROM` footers to read, the last 64 KiB of each file (of its listed size) are asked for together from
+the event loop, :data:`AT_ONCE` on their way, and each footer is cut from its file's end. The ends are also kept for
+the file's next reads, as those of single reads are (a small file is then read whole once).
 
-So where the store was opened with pyarrow's GCS client from a URL and ``storage_options`` (the same options make
-gcsfs: :attr:`~petastorm.fs.ResolvedLocation.fsspec_twin`), and there are at least :data:`TOGETHER_FROM` footers to
-read, the last :data:`TAIL_BYTES` of each file (of its listed size) are read together and the footer cut from
-them. Whatever this does not give (a file gone or changed since it was listed, a footer longer than the tail, an
-error of the client) is read the usual way afterwards, which raises the error the file's state calls for: the
-errors stay those of pyarrow's client, with the URL named.
+Whatever this does not give (a file gone or changed since it was listed, a footer longer than the end read, a failed
+request) is read the usual way afterwards, which raises the error the file's state calls for, naming its URL.
+The other fsspec clients read their footers as before (s3fs and adlfs could too; measured on GCS only).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-__all__ = ['TAIL_BYTES', 'TOGETHER_FROM', 'footer_of_tail', 'read_footer_tails']
+import pyarrow.fs as pafs
 
-logger = logging.getLogger(__name__)
+from petastorm.fs.settings import GCS_SCHEMES
 
-#: bytes read at the end of each file: pyarrow's Parquet reader reads as much for a footer at first.
-TAIL_BYTES = 64 << 10
-#: footers to read before reading them together pays for importing gcsfs (about 0.3 s of CPU, once per process).
+__all__ = ['AT_ONCE', 'TOGETHER_FROM', 'footer_of_tail', 'read_footer_tails']
+
+#: footers to read before reading them together pays.
 TOGETHER_FROM = 32
-#: files whose ends are asked for in one call: the client holds the answers until all arrive, so a call's memory
-#: is bounded by this many tails.
-_FILES_PER_CALL = 1_000
 #: reads on their way at once. More costs the client CPU (it waits on all of them at every answer: 10,000 files
-#: took 2.3 CPU-seconds at 128, 3.4 at 512 and 4.7 at its default of 1,280) and gains nothing past a few hundred
-#: round trips a second.
-_AT_ONCE = 128
+#: took 2.3 CPU-seconds at 128, 3.4 at 512 and 4.7 at gcsfs's default of 1,280) and gains nothing past a few
+#: hundred round trips a second.
+AT_ONCE = 128
+#: files whose ends are asked for in one call: the client holds the answers until all arrive, so a call's memory
+#: is bounded by this many ends.
+_FILES_PER_CALL = 1_000
 
 _MAGIC = b'PAR1'
 _FOOTER_TRAILER = 8  # the footer's length (4 bytes, little-endian) and the magic
@@ -54,38 +51,33 @@ def footer_of_tail(tail: bytes) -> bytes | None:
     return _MAGIC + tail[-(length + _FOOTER_TRAILER):]
 
 
-def read_footer_tails(make_client: Callable[[], Any], paths: Sequence[str],
-                      sizes: Mapping[str, int]) -> dict[str, bytes]:
+def reads_footers_together(filesystem: pafs.FileSystem) -> bool:
+    """Whether :func:`read_footer_tails` reads ``filesystem``'s footers at once (gcsfs, through our handler)."""
+    from petastorm.fs._handler import StorageHandler  # the fsspec layer: not imported for pyarrow's own clients
+
+    handler = getattr(filesystem, 'handler', None) if isinstance(filesystem, pafs.PyFileSystem) else None
+    return isinstance(handler, StorageHandler) and handler.scheme in GCS_SCHEMES
+
+
+def read_footer_tails(filesystem: pafs.FileSystem, paths: Sequence[str], sizes: Mapping[str, int]) -> dict[str, bytes]:
     """The footers of ``paths`` read together from their ends (see the module docstring), by path.
 
     Args:
-        make_client: makes the fsspec filesystem of the store (gcsfs).
+        filesystem: where the files are (nothing is read unless :func:`reads_footers_together`).
         paths: the files; those without a listed size in ``sizes`` are left out.
         sizes: each file's size when listed.
 
     Returns:
         The footers read (as :func:`footer_of_tail` gives them); a file missing here is to be read the usual way.
     """
+    if not reads_footers_together(filesystem):
+        return {}
+    handler = filesystem.handler  # type: ignore[attr-defined]
     sized = [path for path in paths if sizes.get(path)]
-    if not sized:
-        return {}
-    try:
-        client = make_client()
-    except Exception as err:  # noqa: BLE001 - gcsfs missing or refusing the options: the usual reads follow
-        logger.debug('footers read one by one: the fsspec client could not be made (%s)', err)
-        return {}
     footers: dict[str, bytes] = {}
     for first in range(0, len(sized), _FILES_PER_CALL):
-        part = sized[first:first + _FILES_PER_CALL]
-        ends = [sizes[path] for path in part]
-        try:
-            tails = client.cat_ranges(part, [max(end - TAIL_BYTES, 0) for end in ends], ends,
-                                      batch_size=_AT_ONCE, on_error='return')
-        except Exception as err:  # noqa: BLE001 - the usual reads follow, and raise what the store's state calls for
-            logger.debug('footers read one by one: reading file ends together failed (%s)', err)
-            return footers
-        for path, tail in zip(part, tails, strict=True):
-            footer = footer_of_tail(tail) if isinstance(tail, bytes) else None
+        for path, tail in handler.read_tails(sized[first:first + _FILES_PER_CALL], AT_ONCE).items():
+            footer = footer_of_tail(tail)
             if footer is not None:
                 footers[path] = footer
     return footers

@@ -72,8 +72,7 @@ def store_data_files(store: ParquetStore, footers: FooterStore | None = None) ->
     """
     reads = store.reads
     if reads.data_files is None:
-        reads.data_files = DataFiles(store.filesystem, store.file_sizes, footers, listing_seconds=store.listing_seconds,
-                                     fsspec_twin=store.fsspec_twin)
+        reads.data_files = DataFiles(store.filesystem, store.file_sizes, footers, listing_seconds=store.listing_seconds)
         reads.data_files.known_footers.update(reads.footer_bytes or {})
     return reads.data_files
 

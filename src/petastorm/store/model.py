@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -191,9 +191,6 @@ class ParquetStore(Store):
     #: seconds the request listing ``root`` took (None: not timed): a small store listed quickly is read without
     #: importing ``pyarrow.dataset`` (:func:`~petastorm.store.plain_or_sized.plain_opens`).
     listing_seconds: float | None = field(default=None, compare=False)
-    #: makes the store's fsspec client where pyarrow's GCS client reads it (see
-    #: :attr:`petastorm.fs.ResolvedLocation.fsspec_twin`): many footers are read through it at once.
-    fsspec_twin: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     #: what was read from the files once (their footers, their unified schema), kept for the next steps.
     reads: StoreReads = field(default_factory=StoreReads, compare=False, repr=False)
 

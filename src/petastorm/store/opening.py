@@ -15,6 +15,12 @@ A reader that plans alone (``first_footer_ahead``) has the first data file's foo
 reads (a round trip or two each) then cost the time of one. The footer and the file opened for it are kept in the
 store's data files (:attr:`~petastorm.store.model.StoreReads.data_files`), where the reader's reads find them.
 
+A GCS store of :data:`MANY_GCS_FILES` or more data files opened with pyarrow's own client is read through gcsfs
+instead, made from the same options (:attr:`~petastorm.fs.ResolvedLocation.fsspec_twin`) and listed once more
+through it: pyarrow's client opens files one after the other whatever the threads (docs/storage.md, "GCS"), where
+gcsfs reads many at once. An epoch of 1,000 files of 100 rows behind 10 ms took 32.6 s through pyarrow's client and
+1.6 s through gcsfs; a store of a few large files stays with pyarrow's client, which decodes while it reads.
+
 This module builds on :mod:`petastorm.store.listing` (what the store's directory holds),
 :mod:`petastorm.store.formats` (which table formats there are) and :mod:`petastorm.store.plain` (the plain store).
 """
@@ -29,7 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from petastorm._describe import display_url
-from petastorm.errors import PetastormMetadataError, StorageError, StorageNotFoundError
+from petastorm.errors import MissingDependencyError, PetastormMetadataError, StorageError, StorageNotFoundError
 from petastorm.fs import ResolvedLocation, resolve_location
 from petastorm.fs._files import file_url, with_retries
 from petastorm.store.data_files import DataFiles
@@ -50,7 +56,10 @@ from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
 from petastorm.store.plain_or_sized import keeps_files_open
 
-__all__ = ['open_any_store', 'open_store']
+__all__ = ['MANY_GCS_FILES', 'open_any_store', 'open_store']
+
+#: data files from which a GCS store opened with pyarrow's client is read through gcsfs (module docstring).
+MANY_GCS_FILES = 32
 
 
 def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None = None, filesystem: Any = None,
@@ -212,6 +221,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     if listing.info.type == pafs.FileType.NotFound and is_glob_pattern(root):
         return _store_of_files(fs, location.url, tuple(glob_files(fs, root, location.url)), list_given=True)
     listed = listed_data_files(fs, listing, location.url, split)
+    fs, listing, listed = _many_files_through_fsspec(location, listing, listed, split)
     files = tuple(item.path for item in listed)
     if not listing.is_directory:
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=sizes_of(listed))
@@ -226,15 +236,29 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     data_files = None
     if first_footer_ahead and files and not has_summary and keeps_files_open(fs) and \
             _is_file(listing, COMMON_METADATA):
-        data_files = DataFiles(fs, sizes_of(listed), listing_seconds=listing.seconds,
-                               fsspec_twin=location.fsspec_twin)
+        data_files = DataFiles(fs, sizes_of(listed), listing_seconds=listing.seconds)
     kv, metadata_path = _metadata_with_first_footer(fs, root, listing, data_files, files)
     store = PlainStore(fs, location.url, root, files, kv, metadata_path, sizes_of(listed), has_summary=has_summary,
                        summary_size=summary.size if summary is not None else None,
-                       file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds,
-                       fsspec_twin=location.fsspec_twin)
+                       file_mtimes=mtimes_of(listed), listing_seconds=listing.seconds)
     store.reads.data_files = data_files
     return store
+
+
+def _many_files_through_fsspec(location: ResolvedLocation, listing: StoreListing, listed: list[pafs.FileInfo],
+                               split: str | None) -> tuple[pafs.FileSystem, StoreListing, list[pafs.FileInfo]]:
+    """The filesystem the store is read through, and its listing there (gcsfs for many GCS files: module docstring).
+
+    The listing is the store's own unless the store is read through gcsfs, which lists it again.
+    """
+    if location.fsspec_twin is None or len(listed) < MANY_GCS_FILES or not listing.is_directory:
+        return location.filesystem, listing, listed
+    try:
+        fs = location.fsspec_twin()
+    except MissingDependencyError:
+        return location.filesystem, listing, listed  # gcsfs is not installed: pyarrow's client reads them
+    again = look_at(fs, listing.root)
+    return fs, again, listed_data_files(fs, again, location.url, split)
 
 
 def _is_file(listing: StoreListing, name: str) -> bool:

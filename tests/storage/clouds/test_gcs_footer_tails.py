@@ -1,25 +1,28 @@
-"""Many footers of a GCS store read at once through gcsfs (:mod:`petastorm.store.footer_tails`), against
-fake-gcs-server: one ranged read per file and no per-file metadata request, every row once; a damaged, vanished or
-oversized footer read the usual way, with the usual error naming the URL.
+"""A GCS store of many files read through gcsfs, its footers at once (:mod:`petastorm.store.footer_tails`),
+against fake-gcs-server: one ranged read per file and no per-file metadata request, every row once; a store of a few
+files stays with pyarrow's client; a damaged, vanished or oversized footer is read the usual way, with the usual
+error naming the URL.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs
 import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader
 from petastorm.errors import CorruptFooterError
 from petastorm.fs import resolve_url
-from petastorm.store.footer_tails import TAIL_BYTES, TOGETHER_FROM, footer_of_tail
+from petastorm.fs._handler import TAIL_BYTES
+from petastorm.store.footer_tails import TOGETHER_FROM, footer_of_tail
 from petastorm.store.footers import store_footers
-from petastorm.store.opening import open_any_store
+from petastorm.store.opening import MANY_GCS_FILES, open_any_store
 
 pytestmark = pytest.mark.timeout(180)
 
-FILES = TOGETHER_FROM + 8
+FILES = max(TOGETHER_FROM, MANY_GCS_FILES) + 8
 ROWS = 10
 
 
@@ -50,10 +53,11 @@ def _object_reads(cloud) -> tuple[list, list]:
     return [r for r in media if r.range], [r for r in gets if 'alt=media' not in r.path]
 
 
-def test_the_footers_of_many_files_are_read_at_once_in_one_ranged_read_each(fake_gcs):
+def test_many_files_are_read_through_gcsfs_their_footers_at_once_in_one_ranged_read_each(fake_gcs):
     url = _many(fake_gcs)
     fake_gcs.proxy.reset()
     store = open_any_store(url, storage_options=fake_gcs.options(through_proxy=True))
+    assert isinstance(store.filesystem, pa.fs.PyFileSystem)  # gcsfs, through our handler
     footers = store_footers(store)
     assert sorted(footer.num_rows for footer in footers.values()) == [ROWS] * FILES
     ranged, metadata = _object_reads(fake_gcs)
@@ -67,10 +71,11 @@ def test_the_footers_of_many_files_are_read_at_once_in_one_ranged_read_each(fake
     assert sorted(ids) == list(range(FILES * ROWS))
 
 
-def test_a_few_files_are_read_the_usual_way(fake_gcs):
+def test_a_few_files_are_read_by_pyarrows_client_the_usual_way(fake_gcs):
     url = _store(fake_gcs, {f'part-{i}.parquet': _parquet(i * ROWS) for i in range(3)})
     fake_gcs.proxy.reset()
     store = open_any_store(url, storage_options=fake_gcs.options(through_proxy=True))
+    assert isinstance(store.filesystem, pa.fs.GcsFileSystem)
     assert len(store_footers(store)) == 3
     ranged, metadata = _object_reads(fake_gcs)
     assert len(metadata) == 3  # pyarrow's client: each object's metadata, then its end at that generation
