@@ -221,9 +221,8 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
     if listing.info.type == pafs.FileType.NotFound and is_glob_pattern(root):
         return _store_of_files(fs, location.url, tuple(glob_files(fs, root, location.url)), list_given=True)
     listed = listed_data_files(fs, listing, location.url, split)
-    fs, listing, listed = _many_files_through_fsspec(location, listing, listed, split)
-    files = tuple(item.path for item in listed)
     if not listing.is_directory:
+        files = tuple(item.path for item in listed)
         return _store_of_files(fs, location.url, files, list_given=False, file_sizes=sizes_of(listed))
     table_format = format_named(None if plain else table_format_of(fs, root, listing))
     if table_format is not None:
@@ -231,6 +230,8 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             f'{location.url} is {_a(table_format.title)} table: its directory also holds files that are not part '
             f'of the current version. Read it with make_batch_reader or make_reader (which read the table\'s log), '
             f'or pass table_format=\'parquet\' to read every Parquet file as plain files')
+    fs, listing, listed = _many_files_through_fsspec(location, listing, listed, split)
+    files = tuple(item.path for item in listed)
     summary = listing.child(SUMMARY_METADATA)
     has_summary = _is_file(listing, SUMMARY_METADATA)
     data_files = None
@@ -251,7 +252,7 @@ def _many_files_through_fsspec(location: ResolvedLocation, listing: StoreListing
 
     The listing is the store's own unless the store is read through gcsfs, which lists it again.
     """
-    if location.fsspec_twin is None or len(listed) < MANY_GCS_FILES or not listing.is_directory:
+    if location.fsspec_twin is None or len(listed) < MANY_GCS_FILES:
         return location.filesystem, listing, listed
     try:
         fs = location.fsspec_twin()
