@@ -172,3 +172,46 @@ def test_readers_sharing_a_local_disk_cache_plan_once(server, tmp_path, monkeypa
             assert sorted(int(i) for batch in reader for i in batch.id) == list(range(50))
     assert planned == [1]  # the second reader took the plan from the cache
     assert requests == {'LIST': 1}
+
+
+class _Group:
+    """A stand-in for an initialized ``torch.distributed`` of two ranks (only what the rule asks of it)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def get_rank(self) -> int:
+        return self.rank
+
+
+@pytest.mark.parametrize(('rank', 'plan_file', 'cached', 'expected'), [
+    (None, None, False, True),  # alone
+    (0, None, False, True),  # rank 0 of a job reads every footer, the first one beside the metadata
+    (1, None, False, False),  # rank 1 is handed rank 0's plan
+    (0, 'plan.bin', False, False),  # a plan file may hand rank 0 its plan
+    (None, None, True, False),  # so may the node's cache
+])
+def test_the_readers_that_read_the_footers_themselves(monkeypatch, rank, plan_file, cached, expected):
+    import sys
+    from types import SimpleNamespace
+
+    from petastorm.cache import NullCache
+    from petastorm.local_disk_cache import LocalDiskCache
+    from petastorm.reading.job_plan import reads_the_footers
+
+    if rank is not None:
+        monkeypatch.setitem(sys.modules, 'torch.distributed', _Group(rank))
+    else:
+        monkeypatch.delitem(sys.modules, 'torch.distributed', raising=False)
+    options = SimpleNamespace(plan_file=plan_file, shard_source='torch.distributed', shard_count=2, cur_shard=rank)
+    cache = LocalDiskCache.__new__(LocalDiskCache) if cached else NullCache()
+    assert reads_the_footers(options, cache) is expected

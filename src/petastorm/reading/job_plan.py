@@ -38,7 +38,7 @@ from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
 from petastorm.store.saved_plan import PlanMismatch, adopt_plan, encode_plan, listing_digest
 
-__all__ = ['plans_alone', 'share_plan']
+__all__ = ['plans_alone', 'reads_the_footers', 'share_plan']
 
 
 def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) -> ParquetStore:
@@ -68,6 +68,17 @@ def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) 
 def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:
     """Whether a reader of ``options`` plans alone: nothing shares a plan with it (no job, cache or plan file)."""
     return _job_group(options) is None and options.plan_file is None and isinstance(cache, NullCache)
+
+
+def reads_the_footers(options: ReaderOptions, cache: CacheBase) -> bool:
+    """Whether a reader of ``options`` reads the store's footers itself when it plans, no plan being handed to it.
+
+    It plans alone, or it is rank 0 of a job and no cache or plan file is shared.
+    """
+    if options.plan_file is not None or not isinstance(cache, NullCache):
+        return False
+    distributed = _job_group(options)
+    return distributed is None or distributed.get_rank() == 0
 
 
 def _job_group(options: ReaderOptions) -> Any:

@@ -10,10 +10,11 @@ found in the ``_common_metadata`` of the directory holding them (or of the datas
 ``name=value`` partition directories). Its row groups are the store's to list
 (:meth:`~petastorm.store.plain.PlainStore.row_groups`).
 
-A reader that plans alone (``first_footer_ahead``) has the first data file's footer read while the
-``_common_metadata`` is: it reads that footer next in any case (the columns the files hold), and far away the two
-reads (a round trip or two each) then cost the time of one. The footer and the file opened for it are kept in the
-store's data files (:attr:`~petastorm.store.model.StoreReads.data_files`), where the reader's reads find them.
+A reader that reads the footers itself, alone or as rank 0 of a job (``first_footer_ahead``), has the first data
+file's footer read while the ``_common_metadata`` is: it reads that footer next in any case (the columns the files
+hold), and far away the two reads (a round trip or two each) then cost the time of one. The footer and the file
+opened for it are kept in the store's data files (:attr:`~petastorm.store.model.StoreReads.data_files`), where the
+reader's reads find them.
 
 A GCS store of :data:`MANY_GCS_FILES` or more data files opened with pyarrow's own client is read through gcsfs
 instead, made from the same options (:attr:`~petastorm.fs.ResolvedLocation.fsspec_twin`) and listed once more
@@ -78,8 +79,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         table_version: None (the latest), or the version to read (see :func:`petastorm.reader.make_reader`).
         split: of a plain Parquet directory, only the files of this split (Hugging Face ``datasets``' naming:
             :func:`petastorm.store.listing.split_of`); None: every file.
-        first_footer_ahead: the caller reads the first data file's footer next (a reader that plans alone): of a
-            remote plain directory, it is read while the ``_common_metadata`` is (the module docstring).
+        first_footer_ahead: the caller reads the first data file's footer next (a reader that plans from the
+            footers): of a remote plain directory, it is read while the ``_common_metadata`` is (the module docstring).
 
     Raises:
         ValueError: ``table_version`` given for plain Parquet, or a table object of another format than
