@@ -40,7 +40,7 @@ from petastorm.fs._errors import (
 )
 from petastorm.fs._retry import DEFAULT_RETRY, RetriesExhausted, RetryPolicy
 from petastorm.fs._throttle import limit_for
-from petastorm.fs._versions import VersionGone, listed_version, read_version, version_name
+from petastorm.fs._versions import VersionGone, listed_version, read_version, read_versions_at_once, version_name
 
 T = TypeVar('T')
 
@@ -227,24 +227,24 @@ class StorageHandler(pafs.FSSpecHandler):
 
     def read_tails(self, paths: Sequence[str], at_once: int) -> dict[str, bytes]:
         """The last :data:`TAIL_BYTES` of each file of a known size, asked for together (``at_once`` on their way)
-        from the client's event loop, and kept as the tails of single reads are.
+        from the client's event loop, of the version listed, and kept as the tails of single reads are.
 
-        A file whose read failed, or of no known size, is left out: its usual read reports what is wrong. Empty for
-        a client without asynchronous reads (it would read them one after the other anyway).
+        A file whose read failed (gone, rewritten, grown: one byte more than its listed size is asked for, as
+        single reads do), or of no known size, is left out: its usual read reports what is wrong. Empty for a
+        client that cannot read many ranges at once (gcsfs can).
         """
-        from fsspec.asyn import AsyncFileSystem
-
         with self._sizes_lock:
-            sizes = {path: self._sizes.get(path.rstrip('/')) for path in paths}
-        known = [path for path, size in sizes.items() if size]
-        if not isinstance(self.fs, AsyncFileSystem) or not known:
+            listed = [(path, self._sizes.get(path.rstrip('/')), self._etags.get(path.rstrip('/'))) for path in paths]
+        ranges = [(path, max(0, size - TAIL_BYTES), size, version) for path, size, version in listed if size]
+        if not ranges:
             return {}
-        starts = [max(0, sizes[path] - TAIL_BYTES) for path in known]  # type: ignore[operator]
-        ends = [sizes[path] for path in known]
-        answers = self.fs.cat_ranges(known, starts, ends, batch_size=at_once, on_error='return')
+        answers = read_versions_at_once(self.fs, [(path, start, end + 1, version)
+                                                  for path, start, end, version in ranges], at_once)
+        if answers is None:
+            return {}
         tails = {}
-        for path, start, end, answer in zip(known, starts, ends, answers, strict=True):
-            if isinstance(answer, bytes) and len(answer) == end - start:  # type: ignore[operator]
+        for (path, start, end, _), answer in zip(ranges, answers, strict=True):
+            if isinstance(answer, bytes) and len(answer) == end - start:
                 self._tails.put(path, start, answer)
                 tails[path] = answer
         return tails

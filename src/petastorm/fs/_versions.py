@@ -19,7 +19,7 @@ from typing import Any
 
 from petastorm.fs._errors import classify, is_changed
 
-__all__ = ['VersionGone', 'listed_version', 'read_version', 'version_name']
+__all__ = ['VersionGone', 'listed_version', 'read_version', 'read_versions_at_once', 'version_name']
 
 #: per fsspec client (its top-level module): the key of the version tag in its details, and what the tag is called.
 _TAGS = {'s3fs': ('ETag', 'ETag'), 'gcsfs': ('generation', 'generation'), 'adlfs': ('etag', 'ETag')}
@@ -66,6 +66,22 @@ def read_version(fs: Any, path: str, start: int, end: int, version: str) -> byte
             raise VersionGone(f'{path}: version {version} is no longer there') from err
         raise
     return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
+
+
+def read_versions_at_once(fs: Any, ranges: list[tuple[str, int, int, str | None]], at_once: int) -> list[Any] | None:
+    """Ranges read together from the client's event loop, ``at_once`` on their way; None where it cannot (gcsfs can).
+
+    Each ``(path, start, end, version)`` is read as :func:`read_version` reads it (the object as it is where
+    ``version`` is None); the answer of each is its bytes, or the exception of its failed read.
+    """
+    if _client(fs) != 'gcsfs':
+        return None
+    from fsspec.asyn import _run_coros_in_chunks, sync
+
+    reads = [fs._cat_file(path, start=start, end=end, **({'generation': version} if version else {}))
+             for path, start, end, version in ranges]
+    return sync(fs.loop, _run_coros_in_chunks, reads, batch_size=at_once,  # type: ignore[no-any-return]
+                return_exceptions=True, nofiles=True)
 
 
 def _still_there(fs: Any, path: str) -> bool:

@@ -1,7 +1,7 @@
 """A GCS store of many files read through gcsfs, its footers at once (:mod:`petastorm.store.footer_tails`),
-against fake-gcs-server: one ranged read per file and no per-file metadata request, every row once; a store of a few
-files stays with pyarrow's client; a damaged, vanished or oversized footer is read the usual way, with the usual
-error naming the URL.
+against fake-gcs-server: one ranged read per file, of the generation listed, and no per-file metadata request,
+every row once; a store of a few files stays with pyarrow's client; a damaged, vanished, rewritten or oversized
+footer is read the usual way, with the usual error naming the URL.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from petastorm import make_batch_reader
-from petastorm.errors import CorruptFooterError
+from petastorm.errors import CorruptFooterError, DataFileChangedError
 from petastorm.fs import resolve_url
 from petastorm.fs._handler import TAIL_BYTES
 from petastorm.store.footer_tails import TOGETHER_FROM, footer_of_tail
@@ -64,7 +64,8 @@ def test_many_files_are_read_through_gcsfs_their_footers_at_once_in_one_ranged_r
     # pyarrow's client asks each object's metadata (its generation) and reads its end: 2 requests a file
     assert len(ranged) == FILES, ranged
     assert metadata == []
-    assert all(r.range.startswith('bytes=0-') and 'generation=' not in r.path for r in ranged)  # each whole
+    assert all(r.range.startswith('bytes=0-') for r in ranged)  # each small file whole
+    assert all('generation=' in r.path for r in ranged)  # of the generation listed
     with make_batch_reader(url, storage_options=fake_gcs.options(), reader_pool_type='thread',
                            workers_count=4) as reader:
         ids = [int(i) for batch in reader for i in batch.id]
@@ -100,6 +101,17 @@ def test_a_file_gone_after_the_listing_is_named_by_the_usual_read(fake_gcs):
     with pytest.raises(FileNotFoundError) as raised:
         store_footers(store)
     assert 'part-011.parquet' in str(raised.value)
+
+
+def test_an_object_rewritten_after_the_listing_is_named_by_the_usual_read(fake_gcs):
+    url = _many(fake_gcs)
+    store = open_any_store(url, storage_options=fake_gcs.options())
+    filesystem, path = resolve_url(url, fake_gcs.options())
+    with filesystem.open_output_stream(f'{path}/part-005.parquet') as out:  # the same bytes, another generation
+        out.write(_parquet(5 * ROWS))
+    with pytest.raises(DataFileChangedError) as raised:
+        store_footers(store)
+    assert f'{url}/part-005.parquet' in str(raised.value)
 
 
 def test_a_footer_longer_than_the_tail_read_is_read_the_usual_way(fake_gcs):
