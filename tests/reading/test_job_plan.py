@@ -200,7 +200,7 @@ class _Group:
     (0, 'plan.bin', False, False),  # a plan file may hand rank 0 its plan
     (None, None, True, False),  # so may the node's cache
 ])
-def test_the_readers_that_read_the_footers_themselves(monkeypatch, rank, plan_file, cached, expected):
+def test_the_readers_that_read_the_footers_themselves(monkeypatch, tmp_path, rank, plan_file, cached, expected):
     import sys
     from types import SimpleNamespace
 
@@ -213,5 +213,5 @@ def test_the_readers_that_read_the_footers_themselves(monkeypatch, rank, plan_fi
     else:
         monkeypatch.delitem(sys.modules, 'torch.distributed', raising=False)
     options = SimpleNamespace(plan_file=plan_file, shard_source='torch.distributed', shard_count=2, cur_shard=rank)
-    cache = LocalDiskCache.__new__(LocalDiskCache) if cached else NullCache()
+    cache = LocalDiskCache(str(tmp_path / 'cache'), 1 << 20, None) if cached else NullCache()
     assert reads_the_footers(options, cache) is expected

@@ -58,7 +58,7 @@ def read_version(fs: Any, path: str, start: int, end: int, version: str) -> byte
         if client == 's3fs':
             return _s3_read(fs, path, start, end, version)
         if client == 'gcsfs':
-            return fs.cat_file(path, start=start, end=end, generation=version)  # type: ignore[no-any-return]
+            return fs.cat_file(path, start=start, end=end, **_gcs_version(version))  # type: ignore[no-any-return]
         if client == 'adlfs':
             return _azure_read(fs, path, start, end, version)
     except Exception as err:
@@ -78,10 +78,15 @@ def read_versions_at_once(fs: Any, ranges: list[tuple[str, int, int, str | None]
         return None
     from fsspec.asyn import _run_coros_in_chunks, sync
 
-    reads = [fs._cat_file(path, start=start, end=end, **({'generation': version} if version else {}))
-             for path, start, end, version in ranges]
+    # gcsfs's own cat_ranges takes one set of arguments for every range: each read names its generation here.
+    reads = [fs._cat_file(path, start=start, end=end, **_gcs_version(version)) for path, start, end, version in ranges]
     return sync(fs.loop, _run_coros_in_chunks, reads, batch_size=at_once,  # type: ignore[no-any-return]
                 return_exceptions=True, nofiles=True)
+
+
+def _gcs_version(version: str | None) -> dict[str, str]:
+    """gcsfs's arguments of a read of generation ``version`` (none: the object as it is)."""
+    return {'generation': version} if version else {}
 
 
 def _still_there(fs: Any, path: str) -> bool:

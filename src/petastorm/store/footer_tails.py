@@ -17,10 +17,9 @@ The other fsspec clients read their footers as before (s3fs and adlfs could too;
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow.fs as pafs
-
-from petastorm.fs.settings import GCS_SCHEMES
 
 __all__ = ['AT_ONCE', 'TOGETHER_FROM', 'footer_of_tail', 'read_footer_tails']
 
@@ -51,28 +50,29 @@ def footer_of_tail(tail: bytes) -> bytes | None:
     return _MAGIC + tail[-(length + _FOOTER_TRAILER):]
 
 
-def reads_footers_together(filesystem: pafs.FileSystem) -> bool:
-    """Whether :func:`read_footer_tails` reads ``filesystem``'s footers at once (gcsfs, through our handler)."""
+def _handler_of(filesystem: pafs.FileSystem) -> Any:
+    """Our fsspec layer's handler behind ``filesystem``, or None (pyarrow's own clients, a user's filesystem)."""
     from petastorm.fs._handler import StorageHandler  # the fsspec layer: not imported for pyarrow's own clients
 
     handler = getattr(filesystem, 'handler', None) if isinstance(filesystem, pafs.PyFileSystem) else None
-    return isinstance(handler, StorageHandler) and handler.scheme in GCS_SCHEMES
+    return handler if isinstance(handler, StorageHandler) else None
 
 
 def read_footer_tails(filesystem: pafs.FileSystem, paths: Sequence[str], sizes: Mapping[str, int]) -> dict[str, bytes]:
     """The footers of ``paths`` read together from their ends (see the module docstring), by path.
 
     Args:
-        filesystem: where the files are (nothing is read unless :func:`reads_footers_together`).
+        filesystem: where the files are (nothing is read but through our fsspec layer, by a client that reads
+            many ranges at once: gcsfs).
         paths: the files; those without a listed size in ``sizes`` are left out.
         sizes: each file's size when listed.
 
     Returns:
         The footers read (as :func:`footer_of_tail` gives them); a file missing here is to be read the usual way.
     """
-    if not reads_footers_together(filesystem):
+    handler = _handler_of(filesystem)
+    if handler is None:
         return {}
-    handler = filesystem.handler  # type: ignore[attr-defined]
     sized = [path for path in paths if sizes.get(path)]
     footers: dict[str, bytes] = {}
     for first in range(0, len(sized), _FILES_PER_CALL):
