@@ -10,7 +10,8 @@ which reads as ``pyarrow.dataset`` does and does not wait for every footer), ``p
 files (its own lazy planning: it reads a footer only when it reaches the file), Hugging Face ``datasets``
 streaming (``hf``: ``load_dataset('parquet', data_files='<store>/*.parquet', streaming=True)`` through s3fs, its
 first ``iter(batch_size=256)`` batch), and the raw limit that plans as we do (every footer first, 4 threads). The
-table gives the median seconds to the first batch over the rounds and the requests the server answered until then.
+table gives the median seconds to the first batch over the rounds and the requests the server answered until then
+(with ``--epoch``, each case reads its whole epoch: the table gives its seconds too, and the requests of it).
 
 With ``--ranks 8`` (or 64) it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8
 rank processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``, every row
@@ -27,7 +28,7 @@ With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-se
 
 Usage:
     python benchmarks/remote_planning_bench.py [--files 1000,10000] [--delay-ms 10] [--rounds 2] [--ranks 8|64]
-        [--cloud s3|gcs|azure] [--summary both|no|yes] [--data-root DIR]
+        [--cloud s3|gcs|azure] [--summary both|no|yes] [--epoch] [--data-root DIR]
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def main() -> None:
     parser.add_argument('--systems', default=','.join(SYSTEMS))
     parser.add_argument('--timeout', type=float, default=600)
     parser.add_argument('--ranks', type=int, default=0, help='also run jobs of this many ranks (0: none)')
+    parser.add_argument('--epoch', action='store_true',
+                        help="read each case's whole epoch, not only its first batch, and give its seconds too")
     parser.add_argument('--summary', default='both', choices=('both', 'no', 'yes'),
                         help='the stores without a _metadata summary, with one, or both')
     parser.add_argument('--data-root', help='keep the stores in this directory and reuse those already there '
@@ -127,17 +130,21 @@ def main() -> None:
                 shift = round_index * len(cases) // max(1, args.rounds)
                 for (files, summary), system in cases[shift:] + cases[:shift]:
                     result = run_case(sys.executable, CASES.get(system, system), service.url(_name(files, summary)),
-                                      endpoint, counter, 4, args.timeout, first_only=True)
+                                      endpoint, counter, 4, args.timeout, first_only=not args.epoch)
                     results[files, summary, system].append(result)
                     shown = result.get('error') or f'{result["first_batch"]:.3f} s, {_counted(result)}'
+                    if args.epoch and 'error' not in result:
+                        shown += f', epoch {result["seconds"]:.3f} s'
                     print(f'  round {round_index + 1}: {files} files, summary {summary}, {system}: {shown}',
                           flush=True)
             jobs = {files: _job_case(service.url(_name(files, False)), endpoint, service.server, args.ranks,
                                      files * 100, args.timeout)
                     for files in counts} if args.ranks > 1 and args.cloud == 's3' and False in summaries else {}
+    epoch_head, epoch_rule = (' epoch s |', '---:|') if args.epoch else ('', '')
     print(f'\n### Time to the first batch, {args.cloud} at {args.delay_ms} ms one way\n')
-    print(f'| files | _metadata | system | first batch s | {"requests" if args.cloud == "s3" else "connections"} |')
-    print('|---:|---|---|---:|---:|')
+    print(f'| files | _metadata | system | first batch s |{epoch_head} '
+          f'{"requests" if args.cloud == "s3" else "connections"} |')
+    print(f'|---:|---|---|---:|{epoch_rule}---:|')
     for files, summary in stores:
         for system in systems:
             runs = [r for r in results[files, summary, system] if 'error' not in r]
@@ -145,8 +152,9 @@ def main() -> None:
                 error = results[files, summary, system][0]['error']
                 print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | failed: {error} | |')
                 continue
+            epoch = f' {statistics.median(r["seconds"] for r in runs):.3f} |' if args.epoch else ''
             print(f'| {files:,} | {"yes" if summary else "no"} | {NAMES[system]} | '
-                  f'{statistics.median(r["first_batch"] for r in runs):.3f} | '
+                  f'{statistics.median(r["first_batch"] for r in runs):.3f} |{epoch} '
                   f'{statistics.median(r["requests"] or r["connections"] for r in runs):,.0f} |')
     if jobs:
         print(f'\n### A job of {args.ranks} ranks against one reader, one epoch, no _metadata, {args.delay_ms} ms\n')

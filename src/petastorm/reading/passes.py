@@ -65,12 +65,35 @@ def start_pool(options: ReaderOptions, context: ReadContext) -> WorkerPool:
     # From remote storage the first items wait on round trips, not on the CPU: every worker starts one at once.
     remote = not isinstance(context.filesystem, pafs.LocalFileSystem)
     workers = options.workers_count
-    pool = make_pool(options.reader_pool_type, workers,
-                     max_in_flight=max(workers, min(options.results_queue_size, 2 * workers)),
+    pool = make_pool(options.reader_pool_type, workers, max_in_flight=_items_in_flight(options, context),
                      max_bytes_in_flight=default_max_bytes_in_flight(),
                      initial_in_flight=workers if remote else None)
     pool.start(read_item, context)
     return pool
+
+
+#: items in flight per worker: twice, so that each has its next item; from a store that fetches row groups ahead
+#: (a remote one, read by threads), eight times, so that the reads of small row groups wait on round trips
+#: together (the pool's bound on the bytes in flight still holds large results back): an epoch of 1,000 files of
+#: 100 rows on S3 at 20 ms took 2.2 s where it took 3.6 s with twice.
+_IN_FLIGHT_PER_WORKER = 2
+_IN_FLIGHT_PER_WORKER_FETCHING = 8
+
+
+def _fetches_ahead(options: ReaderOptions, context: ReadContext) -> bool:
+    """Whether the reader fetches row groups ahead of its workers (:func:`~petastorm.reading.worker.prefetch_item`).
+
+    Its threads do, from a store whose data files stay open (pyarrow's remote clients).
+    """
+    files = context.data_files
+    return options.reader_pool_type == 'thread' and files is not None and files.keeps_open
+
+
+def _items_in_flight(options: ReaderOptions, context: ReadContext) -> int:
+    """The most work items a reader's pool holds submitted at once (at most ``results_queue_size``)."""
+    per_worker = _IN_FLIGHT_PER_WORKER_FETCHING if _fetches_ahead(options, context) else _IN_FLIGHT_PER_WORKER
+    workers = options.workers_count
+    return max(workers, min(options.results_queue_size, per_worker * workers))
 
 
 class ReaderPasses:
@@ -132,8 +155,7 @@ class ReaderPasses:
     def _fetching_ahead(self, units: Iterator[Any]) -> Iterator[Any]:
         """The units, each one's row group fetched ahead as the pool takes it (remote stores, thread pool)."""
         context = self._setup.context
-        files = context.data_files
-        if self._options.reader_pool_type != 'thread' or files is None or not files.keeps_open:
+        if not _fetches_ahead(self._options, context):
             yield from units
             return
         for unit in units:

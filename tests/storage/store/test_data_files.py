@@ -198,14 +198,54 @@ def test_far_away_row_groups_are_fetched_ahead_and_read_once(server):
     assert not [t for t in threading.enumerate() if t.name.startswith('petastorm-fetch')]
 
 
-def test_near_row_groups_are_not_fetched_ahead(server):
+def test_near_row_groups_are_not_fetched_ahead(server, monkeypatch):
     import time
 
+    from petastorm.store import data_files
+
+    # Row groups past the small reads' size: a loaded machine's loopback may answer in more than their round trip.
+    monkeypatch.setattr(data_files, 'SMALL_READ_BYTES', 0)
     path, files = _opened(server, 'near.parquet')
     files.prefetch(path, 1, ['id'])
     time.sleep(0.3)
     assert server.stats().requests == {}
     files.close()
+
+
+@pytest.mark.parametrize(('round_trip', 'small', 'large'), [(0.002, False, False), (0.02, True, False),
+                                                            (0.05, True, True)], ids=['loopback', '20 ms', '50 ms'])
+def test_small_row_groups_are_fetched_ahead_from_a_shorter_round_trip(server, round_trip, small, large):
+    from petastorm.store import data_files
+
+    fs = _s3(server)
+    little = _write(server, 'little.parquet', rows=400, row_group=100)  # row groups of about 2 KB
+    big = _write(server, 'big.parquet', rows=400_000, row_group=200_000)  # of about 4 MB
+    unopened = _write(server, 'unopened.parquet', rows=400, row_group=100)
+    files = DataFiles(fs, {path: fs.get_file_info(path).size for path in (little, big, unopened)})
+    for path in (little, big):
+        files.footer(path)
+    assert files.sizes[unopened] <= data_files.SMALL_READ_BYTES < files.sizes[big]
+    files._round_trip = round_trip  # what opening the files showed
+    assert files._fetches_ahead(little, 1, ['id', 'x', 's']) == small
+    assert files._fetches_ahead(unopened, 1, ['id']) == small  # its listed size bounds its row groups
+    assert files._fetches_ahead(big, 1, ['id', 'x', 's']) == large
+    files.close()
+
+
+def test_a_reader_of_many_small_files_fetches_ahead_at_20_ms(server):
+    from petastorm import make_batch_reader
+    from petastorm.test_util.delay_proxy import DelayProxy
+
+    os.makedirs(os.path.join(server.root, BUCKET, 'small-files'))
+    for index in range(12):
+        _write(server, f'small-files/part-{index:02}.parquet', rows=100, row_group=100)
+    with DelayProxy(('127.0.0.1', server.port), delay=0.01) as proxy, \
+            make_batch_reader(f's3://{BUCKET}/small-files', filesystem=_far(server, proxy), reader_pool_type='thread',
+                              workers_count=2, schema_fields=['id']) as reader:
+        ids = sorted(int(i) for batch in reader for i in batch.id)
+        assert reader.diagnostics['max_in_flight'] == 16  # eight items a worker, so that round trips overlap
+    assert ids == sorted(list(range(100)) * 12)
+    assert reader.read_context.data_files.fetched_ahead > 0
 
 
 def test_a_reader_far_away_fetches_ahead_and_joins_its_threads(server):
@@ -262,11 +302,14 @@ def test_a_failed_shared_read_fails_its_parts_and_a_retry_reads_again(server, mo
 
 
 @pytest.mark.parametrize('delay', [0, 0.03], ids=['near', 'far, fetching ahead'])
-def test_a_loaders_split_first_item_asks_the_store_what_a_whole_one_does(server, delay):
+def test_a_loaders_split_first_item_asks_the_store_what_a_whole_one_does(server, delay, monkeypatch):
     from contextlib import nullcontext
 
     from petastorm import make_batch_reader
+    from petastorm.store import data_files
     from petastorm.test_util.delay_proxy import DelayProxy
+
+    monkeypatch.setattr(data_files, 'SMALL_READ_BYTES', 0)  # fetched ahead for the long round trip alone
 
     folder = f'loader-{delay}'
     os.makedirs(os.path.join(server.root, BUCKET, folder))
