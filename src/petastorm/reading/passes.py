@@ -80,7 +80,7 @@ _IN_FLIGHT_PER_WORKER = 2
 _IN_FLIGHT_PER_WORKER_FETCHING = 8
 
 
-def _fetches_ahead(options: ReaderOptions, context: ReadContext) -> bool:
+def _reads_ahead(options: ReaderOptions, context: ReadContext) -> bool:
     """Whether the reader fetches row groups ahead of its workers (:func:`~petastorm.reading.worker.prefetch_item`).
 
     Its threads do, from a store whose data files stay open (pyarrow's remote clients).
@@ -91,7 +91,7 @@ def _fetches_ahead(options: ReaderOptions, context: ReadContext) -> bool:
 
 def _items_in_flight(options: ReaderOptions, context: ReadContext) -> int:
     """The most work items a reader's pool holds submitted at once (at most ``results_queue_size``)."""
-    per_worker = _IN_FLIGHT_PER_WORKER_FETCHING if _fetches_ahead(options, context) else _IN_FLIGHT_PER_WORKER
+    per_worker = _IN_FLIGHT_PER_WORKER_FETCHING if _reads_ahead(options, context) else _IN_FLIGHT_PER_WORKER
     workers = options.workers_count
     return max(workers, min(options.results_queue_size, per_worker * workers))
 
@@ -155,7 +155,7 @@ class ReaderPasses:
     def _fetching_ahead(self, units: Iterator[Any]) -> Iterator[Any]:
         """The units, each one's row group fetched ahead as the pool takes it (remote stores, thread pool)."""
         context = self._setup.context
-        if not _fetches_ahead(self._options, context):
+        if not _reads_ahead(self._options, context):
             yield from units
             return
         for unit in units:
