@@ -72,12 +72,12 @@ def start_pool(options: ReaderOptions, context: ReadContext) -> WorkerPool:
     return pool
 
 
-#: items in flight per worker: twice, so that each has its next item; from a store that fetches row groups ahead
-#: (a remote one, read by threads), eight times, so that the reads of small row groups wait on round trips
-#: together (the pool's bound on the bytes in flight still holds large results back): an epoch of 1,000 files of
-#: 100 rows on S3 at 20 ms took 2.2 s where it took 3.6 s with twice.
+#: items in flight per worker: twice, so that each has its next item; from a store of small files whose row groups
+#: are fetched ahead (a remote one, read by threads), eight times, so that their reads wait on round trips together:
+#: an epoch of 1,000 files of 100 rows on S3 at 20 ms took 2.2 s where it took 3.6 s with twice. Larger files keep
+#: twice: their results are larger, and their workers' reads are not bound by round trips.
 _IN_FLIGHT_PER_WORKER = 2
-_IN_FLIGHT_PER_WORKER_FETCHING = 8
+_IN_FLIGHT_PER_WORKER_SMALL_READS = 8
 
 
 def _reads_ahead(options: ReaderOptions, context: ReadContext) -> bool:
@@ -91,7 +91,9 @@ def _reads_ahead(options: ReaderOptions, context: ReadContext) -> bool:
 
 def _items_in_flight(options: ReaderOptions, context: ReadContext) -> int:
     """The most work items a reader's pool holds submitted at once (at most ``results_queue_size``)."""
-    per_worker = _IN_FLIGHT_PER_WORKER_FETCHING if _reads_ahead(options, context) else _IN_FLIGHT_PER_WORKER
+    small_reads = _reads_ahead(options, context) and context.data_files is not None and \
+        context.data_files.small_reads()
+    per_worker = _IN_FLIGHT_PER_WORKER_SMALL_READS if small_reads else _IN_FLIGHT_PER_WORKER
     workers = options.workers_count
     return max(workers, min(options.results_queue_size, per_worker * workers))
 

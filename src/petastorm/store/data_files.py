@@ -186,6 +186,14 @@ class DataFiles:
             return _stored_bytes(footer, row_group, columns) <= SMALL_READ_BYTES
         return self.sizes.get(path, SMALL_READ_BYTES + 1) <= SMALL_READ_BYTES
 
+    def small_reads(self) -> bool:
+        """Whether at least half of the listed files are small reads whole (:data:`SMALL_READ_BYTES`).
+
+        Such a store's reads wait on round trips rather than on decoding.
+        """
+        small = sum(1 for size in self.sizes.values() if size <= SMALL_READ_BYTES)
+        return bool(self.sizes) and 2 * small >= len(self.sizes)
+
     def close(self) -> None:
         """Stop fetching ahead and join the threads that did; idempotent."""
         with self._lock:

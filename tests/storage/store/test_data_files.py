@@ -232,20 +232,27 @@ def test_small_row_groups_are_fetched_ahead_from_a_shorter_round_trip(server, ro
     files.close()
 
 
-def test_a_reader_of_many_small_files_fetches_ahead_at_20_ms(server):
+@pytest.mark.parametrize(('rows', 'in_flight'), [(100, 16), (300_000, 4)], ids=['small files', 'large files'])
+def test_a_reader_20_ms_away_fetches_small_files_ahead_with_a_wider_window(server, rows, in_flight):
     from petastorm import make_batch_reader
+    from petastorm.store.data_files import SMALL_READ_BYTES
     from petastorm.test_util.delay_proxy import DelayProxy
 
-    os.makedirs(os.path.join(server.root, BUCKET, 'small-files'))
-    for index in range(12):
-        _write(server, f'small-files/part-{index:02}.parquet', rows=100, row_group=100)
+    folder = f'files-of-{rows}'
+    os.makedirs(os.path.join(server.root, BUCKET, folder))
+    count = 12 if rows == 100 else 2
+    paths = [_write(server, f'{folder}/part-{index:02}.parquet', rows=rows, row_group=rows) for index in range(count)]
+    sizes = [os.path.getsize(os.path.join(server.root, path)) for path in paths]
+    assert all((size <= SMALL_READ_BYTES) == (rows == 100) for size in sizes)
     with DelayProxy(('127.0.0.1', server.port), delay=0.01) as proxy, \
-            make_batch_reader(f's3://{BUCKET}/small-files', filesystem=_far(server, proxy), reader_pool_type='thread',
-                              workers_count=2, schema_fields=['id']) as reader:
+            make_batch_reader(f's3://{BUCKET}/{folder}', filesystem=_far(server, proxy), reader_pool_type='thread',
+                              workers_count=2, schema_fields=['id', 'x']) as reader:
         ids = sorted(int(i) for batch in reader for i in batch.id)
-        assert reader.diagnostics['max_in_flight'] == 16  # eight items a worker, so that round trips overlap
-    assert ids == sorted(list(range(100)) * 12)
-    assert reader.read_context.data_files.fetched_ahead > 0
+        # Small files: eight items a worker, so that their round trips overlap; large ones: two, as near.
+        assert reader.diagnostics['max_in_flight'] == in_flight
+    assert ids == sorted(list(range(rows)) * count)
+    if rows == 100:  # (large ones are fetched ahead too where a loaded machine's round trip reaches 40 ms)
+        assert reader.read_context.data_files.fetched_ahead > 0
 
 
 def test_a_reader_far_away_fetches_ahead_and_joins_its_threads(server):
