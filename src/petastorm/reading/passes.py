@@ -91,8 +91,8 @@ def _reads_ahead(options: ReaderOptions, context: ReadContext) -> bool:
 
 def _items_in_flight(options: ReaderOptions, context: ReadContext) -> int:
     """The most work items a reader's pool holds submitted at once (at most ``results_queue_size``)."""
-    small_reads = _reads_ahead(options, context) and context.data_files is not None and \
-        context.data_files.small_reads()
+    files = context.data_files
+    small_reads = _reads_ahead(options, context) and files is not None and files.small_reads()
     per_worker = _IN_FLIGHT_PER_WORKER_SMALL_READS if small_reads else _IN_FLIGHT_PER_WORKER
     workers = options.workers_count
     return max(workers, min(options.results_queue_size, per_worker * workers))
