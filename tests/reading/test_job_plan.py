@@ -1,9 +1,10 @@
 """One plan for a job: ranks of real gloo jobs, processes and later runs share the footers' plan of a plain store.
 
-A store without a ``_metadata`` summary is planned from every file's footer. The ranks of a job share one plan
-(rank 0 reads the footers, the others receive the plan), so the job's requests, counted at the loopback S3 server,
-are about one reader's plus each rank's own data; every row is read once across the ranks; a rank that makes its
-reader late gets the same plan; a plan file spares later runs the footers until the store's listing changes.
+A store without a ``_metadata`` summary is planned from every file's footer. The ranks of a job share one plan:
+each rank reads the footers of the files it will read, rank 0 plans from all of them and the others receive the
+plan, so the job's requests, counted at the loopback S3 server, are about one reader's; every row is read once
+across the ranks; a rank that makes its reader late gets the same plan; a rank that cannot read a footer fails
+every rank; a plan file spares later runs the footers until the store's listing changes.
 """
 
 from __future__ import annotations
@@ -72,15 +73,19 @@ def test_the_ranks_of_a_job_plan_once_and_read_every_row_once(server, world):
     single = _one_reader_requests(server, url)
     server.reset_stats()
     results = _results(run_ranks(SCRIPT, [server.endpoint, url], world))
-    job = server.stats().total_requests
+    job = server.stats()
     assert len({r['plan'] for r in results}) == 1
     assert len(results) == world
     ids = sorted(i for r in results for i in r['ids'])
     assert ids == list(range(FILES * ROWS))  # every row once across the ranks
-    # One reader's requests, plus each other rank's listing and the size of each file it reads (its share, and a
-    # file its share begins or ends in): the footers came with the plan. Each rank planning alone would add two
-    # requests per file per rank.
-    assert job - single <= (world - 1) * (3 + FILES // world), (job, single)
+    # Each rank lists the store, reads the footers of the files it will read and then their rows: every footer is
+    # read once, by one rank, and so is every file's row group, but for the files a share begins or ends in. When
+    # rank 0 read every footer, the other ranks asked for the size of each file of theirs (a HEAD each); each rank
+    # planning alone would add two requests per file per rank.
+    assert job.requests['LIST'] == world
+    assert job.requests.get('HEAD', 0) == 0, job.requests
+    assert job.requests['GET'] <= 2 * FILES + world - 1, job.requests
+    assert job.total_requests <= single + 2 * (world - 1), (job.requests, single)
 
 
 def test_a_rank_that_makes_its_reader_late_gets_the_same_plan(server):
@@ -88,6 +93,21 @@ def test_a_rank_that_makes_its_reader_late_gets_the_same_plan(server):
     results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--late'], 2))
     assert len({r['plan'] for r in results}) == 1
     assert sorted(i for r in results for i in r['ids']) == list(range(FILES * ROWS))
+
+
+def test_a_rank_that_cannot_read_a_footer_of_its_share_fails_every_rank_naming_the_file(server):
+    url = _store(server, 'damaged', files=8)
+    with open(os.path.join(server.root, BUCKET, 'damaged', 'part-005.parquet'), 'wb') as damaged:
+        damaged.write(b'not parquet at all' * 100)
+    results = sorted(_results(run_ranks(SCRIPT, [server.endpoint, url, '--catch'], 2)), key=lambda r: r['rank'])
+    assert [r.get('error') for r in results].count('CorruptFooterError') == 1, results
+    owner = next(r['rank'] for r in results if r['error'] == 'CorruptFooterError')
+    other = results[1 - owner]
+    assert other['error'] == 'PetastormError'
+    assert f"rank {owner} of the job failed to read its share of the store's footers" in other['message']
+    for result in results:
+        assert 'part-005.parquet' in result['message']
+        assert 'not a readable Parquet file' in result['message']
 
 
 def _planning_requests(server, url: str, plan_file: str) -> tuple[dict, list[int]]:
@@ -215,3 +235,49 @@ def test_the_readers_that_read_the_footers_themselves(monkeypatch, tmp_path, ran
     options = SimpleNamespace(plan_file=plan_file, shard_source='torch.distributed', shard_count=2, cur_shard=rank)
     cache = LocalDiskCache(str(tmp_path / 'cache'), 1 << 20, None) if cached else NullCache()
     assert reads_the_footers(options, cache) is expected
+
+
+class _Gathering(_Group):
+    """A group whose ``all_gather`` gives this rank's bytes and the other rank's (``theirs``: a changed copy)."""
+
+    def __init__(self, theirs) -> None:
+        super().__init__(0)
+        self.theirs = theirs
+
+    def get_backend(self) -> str:
+        return 'gloo'
+
+    def all_gather(self, received, tensor) -> None:
+        import torch
+
+        received[0].copy_(tensor)
+        received[1].copy_(torch.frombuffer(bytearray(self.theirs(tensor.numpy().tobytes())), dtype=torch.uint8))
+
+
+@pytest.mark.parametrize(('theirs', 'plan_file', 'summary', 'expected'), [
+    (lambda mine: mine, None, False, True),  # the same listing: the footers are read in shares
+    (lambda mine: mine[:-1] + bytes([mine[-1] ^ 1]), None, False, False),  # another listing: rank 0 plans alone
+    (lambda mine: bytes([0]) + mine[1:], None, False, False),  # the other rank has a plan file or a cache
+    (lambda mine: mine, 'plan.bin', False, False),  # this one has: rank 0 plans (from the file) alone
+    (lambda mine: mine, None, True, False),  # a _metadata summary plans the store: rank 0 reads it alone
+])
+def test_the_ranks_read_the_footers_in_shares_only_when_all_of_them_can(tmp_path, theirs, plan_file, summary,
+                                                                         expected):
+    from types import SimpleNamespace
+
+    from petastorm.cache import NullCache
+    from petastorm.reading.job_plan import _ranks_share_the_footers
+    from petastorm.store.opening import open_any_store
+
+    footers = []
+    for index in range(3):
+        _write_file(str(tmp_path), index)
+        footers.append(pq.read_metadata(str(tmp_path / f'part-{index:03d}.parquet')))
+        footers[-1].set_file_path(f'part-{index:03d}.parquet')
+    if summary:
+        schema = pq.read_schema(str(tmp_path / 'part-000.parquet'))
+        pq.write_metadata(schema, str(tmp_path / '_common_metadata'))
+        pq.write_metadata(schema, str(tmp_path / '_metadata'), metadata_collector=footers)
+    dataset = open_any_store(str(tmp_path))
+    options = SimpleNamespace(plan_file=plan_file)
+    assert _ranks_share_the_footers(_Gathering(theirs), options, dataset, NullCache()) is expected

@@ -78,6 +78,13 @@ class EpochOrder(Sequence[ScheduledItem]):
         #: each scheduled item's ``item_base``, ascending: ``searchsorted`` finds the item of a position.
         self.bases = bases
 
+    @property
+    def item_indexes(self) -> np.ndarray:
+        """The index in ``items`` of the item at each position of the order (read-only)."""
+        view = self._order.view()
+        view.flags.writeable = False
+        return view
+
     def __len__(self) -> int:
         return len(self._order)
 

@@ -6,10 +6,14 @@ ranks over 100,000 files), and the object store throttles it. The plan is the sa
 happens after it), so it is made once and shared, as the bytes of :mod:`petastorm.store.saved_plan`:
 
 * through ``torch.distributed``, when every rank of the job makes this reader: ``cur_shard='auto'`` found the
-  rank there, or ``cur_shard``/``shard_count`` are the initialized group's rank and world size. Rank 0 plans
-  (reading the footers, or taking the plan from the sources below) and broadcasts the bytes; the other ranks wait
-  for them and read no footer. A rank that makes its reader late gets the same plan: the broadcast waits for it.
-  If rank 0 fails to plan, every rank raises, naming rank 0's error.
+  rank there, or ``cur_shard``/``shard_count`` are the initialized group's rank and world size. When every
+  footer must be read and the ranks listed the same files, each rank reads the footers of the files it will
+  likely read (:mod:`petastorm.plan.likely_readers`) and sends them to rank 0, which plans and broadcasts the
+  plan: the footers are read once, by every rank at once, and a rank reads the rows of the files whose footers it
+  read without asking for them again. Otherwise rank 0 plans alone (reading the footers, or taking the plan from
+  the sources below) and broadcasts it; the other ranks read no footer. A rank that makes its reader late gets
+  the same plan: the exchanges wait for it. If a rank fails to read its footers, or rank 0 to plan, every rank
+  raises, naming that rank's error.
 * through the reader's local disk cache (``cache_type='local-disk'``): the processes of one node that share a
   cache directory plan once (the cache fills each key once, the others wait for it and read it).
 * through a plan file (``plan_file=``): written by the first reader, read by later runs instead of every footer
@@ -33,12 +37,27 @@ from typing import Any
 from petastorm.cache import CacheBase, NullCache
 from petastorm.errors import PetastormError
 from petastorm.metadata.schemas import stored_or_inferred_schema
+from petastorm.plan.likely_readers import likely_readers
+from petastorm.reading.job_bytes import Sent, all_gather_fixed, broadcast_bytes, gather_bytes
 from petastorm.reading.options import ReaderOptions
+from petastorm.store.footers import footer_threads, metadata_row_counts, read_footers, store_data_files
 from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
-from petastorm.store.saved_plan import PlanMismatch, adopt_plan, encode_plan, listing_digest
+from petastorm.store.saved_plan import (
+    PlanMismatch,
+    adopt_footers,
+    adopt_plan,
+    encode_footers,
+    encode_plan,
+    listing_digest,
+)
 
 __all__ = ['plans_alone', 'reads_the_footers', 'share_plan']
+
+#: footers a rank of a job reads at a time, at least, when the ranks share the reading: together they read about
+#: as many at a time as one reader (an object store throttles a prefix that many ranks ask at once), but never
+#: fewer than this each.
+_LEAST_FOOTER_THREADS = 8
 
 
 def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) -> ParquetStore:
@@ -54,15 +73,17 @@ def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) 
     distributed = _job_group(options)
     if distributed is None:
         return _planned_here(options, dataset, cache)[0]
+    if _ranks_share_the_footers(distributed, options, dataset, cache):
+        return _planned_by_every_rank(distributed, options, dataset)
     if distributed.get_rank() == 0:
         try:
             dataset, data = _planned_here(options, dataset, cache)
         except BaseException as err:
-            _broadcast(distributed, f'{type(err).__name__}: {err}'.encode(), failed=True)
+            broadcast_bytes(distributed, _failure(distributed, 'failed to plan the store', err), failed=True)
             raise
-        _broadcast(distributed, data)
+        broadcast_bytes(distributed, data)
         return dataset
-    return adopt_plan(dataset, _broadcast(distributed, None), take_listing=True)
+    return adopt_plan(dataset, _rank_zero_plan(distributed), take_listing=True)
 
 
 def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:
@@ -71,9 +92,10 @@ def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:
 
 
 def reads_the_footers(options: ReaderOptions, cache: CacheBase) -> bool:
-    """Whether a reader of ``options`` reads the store's footers itself when it plans, no plan being handed to it.
+    """Whether a reader of ``options`` plans from the store's footers itself, no plan being handed to it.
 
-    It plans alone, or it is rank 0 of a job and no cache or plan file is shared.
+    It plans alone, or it is rank 0 of a job (which plans from every footer, read by it or, in shares, by the
+    ranks) and no cache or plan file is shared.
     """
     if options.plan_file is not None or not isinstance(cache, NullCache):
         return False
@@ -142,30 +164,96 @@ def _write_plan_file(path: str, data: bytes) -> None:
         raise
 
 
-def _broadcast(distributed: Any, data: bytes | None, failed: bool = False) -> bytes:
-    """Rank 0's ``data`` on every rank of the default group (two tensor broadcasts: its length, then its bytes).
+def _ranks_share_the_footers(distributed: Any, options: ReaderOptions, dataset: PlainStore,
+                             cache: CacheBase) -> bool:
+    """Whether every rank reads a share of the footers (a collective: every rank asks).
+
+    So they do when each would plan from the footers (the store has no summary, its metadata no row counts,
+    nothing but the job shares a plan) and every rank listed the same files.
+    """
+    try:
+        able = options.plan_file is None and isinstance(cache, NullCache) and _planned_from_footers(dataset)
+    except PetastormError:
+        able = False  # malformed metadata: rank 0 plans alone, and its error reaches every rank
+    mine = bytes([able]) + bytes.fromhex(listing_digest(dataset))
+    return able and all(theirs == mine for theirs in all_gather_fixed(distributed, mine))
+
+
+def _planned_from_footers(dataset: PlainStore) -> bool:
+    """Whether planning the store reads every footer (neither a summary nor our row-group map gives the rows)."""
+    summary_absent = dataset.has_summary is False or dataset.metadata_path is None or dataset.root is None
+    return summary_absent and dataset.reads.row_counts is None and metadata_row_counts(dataset) is None
+
+
+def _planned_by_every_rank(distributed: Any, options: ReaderOptions, dataset: PlainStore) -> ParquetStore:
+    """The store planned by the ranks together.
+
+    Each reads the footers of the files it will likely read (see :mod:`petastorm.plan.likely_readers`) and sends
+    them to rank 0, which plans and broadcasts the plan. A rank then reads the rows of the files whose footers it
+    read without asking for their footers again, so that the job's requests are about one reader's, and the
+    footers are read by every rank at once.
+    """
+    share, error = _share_of_the_footers(distributed, options, dataset)
+    shares = gather_bytes(distributed, share, failed=error is not None)
+    if shares is not None:
+        return _planned_from_shares(distributed, dataset, shares, error)
+    if error is not None:
+        broadcast_bytes(distributed, None)  # rank 0 sends every rank the failure
+        raise error
+    return adopt_plan(dataset, _rank_zero_plan(distributed))
+
+
+def _share_of_the_footers(distributed: Any, options: ReaderOptions,
+                          dataset: PlainStore) -> tuple[bytes, BaseException | None]:
+    """This rank's share of the footers as bytes, read through the store's data files (which keep them open).
+
+    A failure is returned with its text for the other ranks instead (every rank must take part in the exchanges).
+    """
+    try:
+        readers = likely_readers([dataset.file_sizes.get(path) for path in dataset.files], options.shard,
+                                 seed=options.seed, shuffle_row_groups=options.shuffle_row_groups,
+                                 drop_partitions=options.shuffle_row_drop_partitions).tolist()
+        mine = [path for path, reader in zip(dataset.files, readers, strict=True)
+                if reader == distributed.get_rank()]
+        threads = max(_LEAST_FOOTER_THREADS, footer_threads(dataset.filesystem) // distributed.get_world_size())
+        footers = read_footers(dataset.filesystem, mine, store_data_files(dataset), threads)
+        return encode_footers(dataset, footers), None
+    except BaseException as err:
+        return _failure(distributed, "failed to read its share of the store's footers", err), err
+
+
+def _planned_from_shares(distributed: Any, dataset: PlainStore, shares: list[Sent],
+                         error: BaseException | None) -> ParquetStore:
+    """Rank 0: the store planned from every rank's share of the footers, the plan (or a failure) broadcast."""
+    failed = next((sent for sent in shares if sent.failed), None)
+    if failed is not None:
+        broadcast_bytes(distributed, failed.data, failed=True)
+        if error is not None:
+            raise error
+        raise PetastormError(failed.data.decode(errors='replace'))
+    try:
+        adopt_footers(dataset, [sent.data for sent in shares])
+        data = _plan(dataset)
+    except BaseException as err:
+        broadcast_bytes(distributed, _failure(distributed, 'failed to plan the store', err), failed=True)
+        raise
+    broadcast_bytes(distributed, data)
+    return dataset
+
+
+def _failure(distributed: Any, what: str, err: BaseException) -> bytes:
+    """The text the other ranks raise when this rank failed to do ``what`` (never empty)."""
+    return (f'rank {distributed.get_rank()} of the job {what}, so this rank cannot read it: '
+            f'{type(err).__name__}: {err}').encode()
+
+
+def _rank_zero_plan(distributed: Any) -> bytes:
+    """The plan rank 0 broadcasts.
 
     Raises:
-        PetastormError: rank 0 failed to plan (``failed``; ``data`` is its error).
+        PetastormError: rank 0 failed to plan (naming its error).
     """
-    torch = sys.modules['torch']
-    device = torch.device('cuda', torch.cuda.current_device()) if distributed.get_backend() == 'nccl' else \
-        torch.device('cpu')
-    if data is not None:
-        header = torch.tensor([-len(data) if failed else len(data)], dtype=torch.int64, device=device)
-    else:
-        header = torch.zeros(1, dtype=torch.int64, device=device)
-    distributed.broadcast(header, src=0)
-    length = int(header.item())
-    if data is not None:
-        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if data else \
-            torch.empty(0, dtype=torch.uint8, device=device)
-    else:
-        payload = torch.empty(abs(length), dtype=torch.uint8, device=device)
-    if length:
-        distributed.broadcast(payload, src=0)
-    received = payload.cpu().numpy().tobytes()
-    if length < 0:
-        raise PetastormError(f'rank 0 of the job failed to plan the store, so this rank cannot read it: '
-                             f'{received.decode(errors="replace")}')
-    return received
+    plan = broadcast_bytes(distributed, None)
+    if plan.failed:
+        raise PetastormError(plan.data.decode(errors='replace'))
+    return plan.data

@@ -77,14 +77,15 @@ def store_data_files(store: ParquetStore, footers: FooterStore | None = None) ->
     return reads.data_files
 
 
-def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles | None = None
-                 ) -> dict[str, pq.FileMetaData]:
+def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles | None = None,
+                 threads: int | None = None) -> dict[str, pq.FileMetaData]:
     """The Parquet footers of the files, read 16 at a time from local disk and 64 at a time from remote storage.
 
     Args:
         filesystem: where the files are.
         paths: the files.
         files: the store's data files, which keep the footers for its readers (default: read them here only).
+        threads: how many to read at a time instead (the ranks of a job each read a share of a store's).
 
     Raises:
         CorruptFooterError: a file is not readable Parquet (the message names its URL); a
@@ -98,7 +99,7 @@ def read_footers(filesystem: pafs.FileSystem, paths: list[str], files: DataFiles
     if not paths:
         return {}
     through.read_footers_together(paths)
-    with ThreadPoolExecutor(max_workers=min(footer_threads(filesystem), len(paths))) as pool:
+    with ThreadPoolExecutor(max_workers=min(threads or footer_threads(filesystem), len(paths))) as pool:
         return dict(zip(paths, pool.map(read, paths), strict=True))
 
 

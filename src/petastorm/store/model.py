@@ -142,8 +142,8 @@ class StoreReads:
         unified: the data files' Arrow schemas unified (:mod:`petastorm.store.unify`).
         row_counts: the rows of each row group of each data file, by path, when a saved plan gave them
             (:mod:`petastorm.store.saved_plan`): no footer is read for them then.
-        footer_bytes: the footers that came with a saved plan, as Parquet metadata bytes by path: the files a
-            reader opens need not be asked for them.
+        footer_bytes: the footers that came as Parquet metadata bytes (with a saved plan, or from the other ranks
+            of a job), by path: the files a reader opens need not be asked for them.
         footer_stream: the :class:`~petastorm.store.footer_stream.FooterStream` reading the footers behind a
             reader, when one is: what needs every footer waits for it instead of reading them again.
     """

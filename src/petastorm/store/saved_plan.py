@@ -24,15 +24,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from petastorm.errors import PetastormMetadataError
 from petastorm.store.footers import metadata_row_counts, store_footer_row_counts
 from petastorm.store.model import ParquetStore
 from petastorm.store.unify import SchemaChange, UnifiedSchema
 
-__all__ = ['FOOTER_BUDGET', 'PLAN_FORMAT_VERSION', 'PlanMismatch', 'adopt_plan', 'encode_plan', 'listing_digest']
+__all__ = [
+    'FOOTER_BUDGET', 'PLAN_FORMAT_VERSION', 'PlanMismatch', 'adopt_footers', 'adopt_plan', 'encode_footers',
+    'encode_plan', 'listing_digest',
+]
 
 PLAN_FORMAT_VERSION = 1
 #: the most bytes of footers a plan carries (beyond, each reader reads the footers of the files it opens).
@@ -94,16 +99,67 @@ def _footer_bytes(store: ParquetStore, files: list[str]) -> list[bytes] | None:
     footers = store.reads.footers
     if footers is None:
         return None
+    given = store.reads.footer_bytes or {}
     out: list[bytes] = []
     total = 0
     for path in files:
-        sink = pa.BufferOutputStream()
-        footers[path].write_metadata_file(sink)
-        out.append(sink.getvalue().to_pybytes())
+        data = given.get(path)
+        out.append(data if data is not None else _metadata_bytes(footers[path]))
         total += len(out[-1])
         if total > FOOTER_BUDGET:
             return None
     return out
+
+
+def _metadata_bytes(footer: pq.FileMetaData) -> bytes:
+    sink = pa.BufferOutputStream()
+    footer.write_metadata_file(sink)
+    return sink.getvalue().to_pybytes()
+
+
+def encode_footers(store: ParquetStore, footers: Mapping[str, pq.FileMetaData]) -> bytes:
+    """Some of the store's footers as bytes (an Arrow IPC stream of each file's relative path and Parquet metadata).
+
+    The ranks of a job each read a share of the footers and send it so to the rank that plans
+    (:func:`adopt_footers`).
+    """
+    table = pa.table({'path': pa.array([store.relpath(path) for path in footers], pa.string()),
+                      'footer': pa.array([_metadata_bytes(footer) for footer in footers.values()], pa.binary())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def adopt_footers(store: ParquetStore, shares: Sequence[bytes]) -> None:
+    """Give the store every file's footer from the shares :func:`encode_footers` made: it then plans without a read.
+
+    Its data files also take the footers that this process did not read, so that opening one of them does not
+    ask for its footer again.
+
+    Raises:
+        PetastormMetadataError: a share is unreadable, or the shares do not give every file's footer.
+    """
+    by_relpath = {store.relpath(path): path for path in store.files}
+    given: dict[str, bytes] = {}
+    for share in shares:
+        try:
+            with pa.ipc.open_stream(pa.py_buffer(share)) as stream:
+                columns = stream.read_all().to_pydict()
+        except (pa.ArrowException, OSError) as err:
+            raise PetastormMetadataError(f'a share of the footers of {store.url} is not readable: {err}') from err
+        given.update((by_relpath[relative], data) for relative, data in zip(columns['path'], columns['footer'],
+                                                                             strict=True))
+    missing = [path for path in store.files if path not in given]
+    if missing:
+        raise PetastormMetadataError(f'the shares of the footers of {store.url} lack {len(missing)} of its files, '
+                                     f'{missing[0]} among them')
+    known = store.reads.data_files.known_footers if store.reads.data_files is not None else {}
+    footers = {}
+    for path in store.files:
+        footers[path] = pq.read_metadata(pa.BufferReader(given[path]))
+        known.setdefault(path, given[path])
+    store.reads.footers, store.reads.footer_bytes = footers, given
 
 
 def adopt_plan(store: ParquetStore, data: bytes, *, take_listing: bool = False) -> ParquetStore:
