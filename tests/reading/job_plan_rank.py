@@ -1,8 +1,9 @@
 """One rank of a job reading a store from the loopback S3 server (run by tests/reading/test_job_plan.py).
 
 Arguments: the endpoint, the dataset URL, then flags: ``--late`` (the last rank makes its reader 1.5 s after the
-others), ``--plan-file PATH``, ``--catch`` (an error making the reader is printed, not raised). Prints one JSON
-line: the rank, the ids it read, a digest of its plan; or with ``--catch``, the error's type and message.
+others), ``--plan-file PATH``, ``--catch`` (an error making the reader is printed, not raised), ``--shard-mode``
+(``rows`` by default). Prints one JSON line: the rank, the ids it read, a digest of its plan; or with ``--catch``,
+the error's type and message.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument('--late', action='store_true')
     parser.add_argument('--plan-file', default=None)
     parser.add_argument('--catch', action='store_true')
+    parser.add_argument('--shard-mode', default='rows')
     args = parser.parse_args()
     dist.init_process_group('gloo')
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -35,7 +37,7 @@ def main() -> None:
     # open a store this small the plain way (a HEAD per file, petastorm.store.plain_or_sized.plain_opens).
     options = {'key': 'test-key', 'secret': 'test-secret', 'endpoint_url': args.endpoint}
     try:
-        with make_batch_reader(args.url, cur_shard='auto', shard_count='auto', shard_mode='rows', seed=3,
+        with make_batch_reader(args.url, cur_shard='auto', shard_count='auto', shard_mode=args.shard_mode, seed=3,
                                reader_pool_type='thread', workers_count=2, storage_options=options,
                                plan_file=args.plan_file) as reader:
             pieces = [(p.path, p.row_group, p.num_rows) for p in reader.dataset.row_groups()]

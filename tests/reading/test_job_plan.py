@@ -67,12 +67,12 @@ def _one_reader_requests(server, url: str) -> int:
     return server.stats().total_requests
 
 
-@pytest.mark.parametrize('world', [2, 4])
-def test_the_ranks_of_a_job_plan_once_and_read_every_row_once(server, world):
-    url = _store(server, f'job{world}')
+@pytest.mark.parametrize(('world', 'mode'), [(2, 'rows'), (4, 'rows'), (3, 'row_groups')])
+def test_the_ranks_of_a_job_plan_once_and_read_every_row_once(server, world, mode):
+    url = _store(server, f'job{world}-{mode}')
     single = _one_reader_requests(server, url)
     server.reset_stats()
-    results = _results(run_ranks(SCRIPT, [server.endpoint, url], world))
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--shard-mode', mode], world))
     job = server.stats()
     assert len({r['plan'] for r in results}) == 1
     assert len(results) == world
