@@ -32,7 +32,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from petastorm.cache import CacheBase, NullCache
 from petastorm.errors import PetastormError
@@ -41,6 +44,7 @@ from petastorm.plan.likely_readers import likely_readers
 from petastorm.reading.job_bytes import Sent, all_gather_fixed, broadcast_bytes, gather_bytes
 from petastorm.reading.options import ReaderOptions
 from petastorm.store.footers import footer_threads, metadata_row_counts, read_footers, store_data_files
+from petastorm.store.listing import Look, StoreListing, decode_listing, encode_listing, look_at
 from petastorm.store.model import ParquetStore
 from petastorm.store.plain import PlainStore
 from petastorm.store.saved_plan import (
@@ -52,7 +56,7 @@ from petastorm.store.saved_plan import (
     listing_digest,
 )
 
-__all__ = ['plans_alone', 'reads_the_footers', 'share_plan']
+__all__ = ['open_for_the_job', 'plans_alone', 'reads_the_footers', 'share_plan']
 
 #: footers a rank of a job reads at a time, at least, when the ranks share the reading: together they read about
 #: as many at a time as one reader (an object store throttles a prefix that many ranks ask at once), but never
@@ -84,6 +88,40 @@ def share_plan(options: ReaderOptions, dataset: ParquetStore, cache: CacheBase) 
         broadcast_bytes(distributed, data)
         return dataset
     return adopt_plan(dataset, _rank_zero_plan(distributed), take_listing=True)
+
+
+def open_for_the_job(options: ReaderOptions, opener: Callable[[Look], ParquetStore]) -> ParquetStore:
+    """The store ``opener`` opens, listed once for the job: rank 0 lists it and broadcasts its listing.
+
+    ``opener`` opens the store with the function it is given to list the URL's directory. The other ranks open it
+    with rank 0's listing instead of listing it too (64 ranks listing 100,000 files are 6,400 listing requests at
+    once, which a store answers slowly). When rank 0 did not list a directory (a file list, a table named by a
+    file) or failed to open the store, every rank opens it itself, and meets the same error itself. A collective.
+    """
+    distributed = _job_group(options)
+    if distributed is None:
+        return opener(look_at)
+    if distributed.get_rank() == 0:
+        looked: list[StoreListing] = []
+
+        def look(filesystem: pafs.FileSystem, root: str) -> StoreListing:
+            looked.append(look_at(filesystem, root))
+            return looked[-1]
+
+        try:
+            dataset = opener(look)
+        except BaseException:
+            broadcast_bytes(distributed, b'')
+            raise
+        broadcast_bytes(distributed, encode_listing(looked[0]) if looked else b'')
+        return dataset
+    sent = broadcast_bytes(distributed, None).data
+    given = decode_listing(sent) if sent else None
+
+    def look_given(filesystem: pafs.FileSystem, root: str) -> StoreListing:
+        return given if given is not None and given.root == root else look_at(filesystem, root)
+
+    return opener(look_given)
 
 
 def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:

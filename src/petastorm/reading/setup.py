@@ -34,7 +34,7 @@ from petastorm.reading.categories import coded_view
 from petastorm.reading.column_transform import TransformTarget
 from petastorm.reading.counting import epoch_rows, in_threads, rows_known_unfiltered
 from petastorm.reading.inputs import check_columns_exist, check_ngram_options, select_fields
-from petastorm.reading.job_plan import reads_the_footers, share_plan
+from petastorm.reading.job_plan import open_for_the_job, reads_the_footers, share_plan
 from petastorm.reading.options import NULL_CACHE, ReaderOptions
 from petastorm.reading.streamed_plan import PlannedEpochs, StreamedPlan, can_stream
 from petastorm.reading.worker import ReadContext, read_whole_row_group
@@ -199,10 +199,10 @@ def _open_store(options: ReaderOptions, cache: CacheBase) -> ParquetStore:
     """
     # A reader that plans from the footers (alone, or rank 0 of a job) reads the first file's footer next (its
     # columns): far away, while the metadata is read.
-    dataset = open_any_store(options.dataset_url_or_urls, storage_options=options.storage_options,
-                             filesystem=options.filesystem, table_format=options.table_format,
-                             table_version=options.table_version, split=options.split,
-                             first_footer_ahead=reads_the_footers(options, cache))
+    dataset = open_for_the_job(options, lambda look: open_any_store(
+        options.dataset_url_or_urls, storage_options=options.storage_options, filesystem=options.filesystem,
+        table_format=options.table_format, table_version=options.table_version, split=options.split,
+        first_footer_ahead=reads_the_footers(options, cache), look=look))
     _keep_footers(dataset, cache)
     shared = share_plan(options, dataset, cache)
     if shared is not dataset:  # the job's listing, taken from rank 0

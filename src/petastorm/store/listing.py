@@ -17,10 +17,11 @@ import logging
 import posixpath
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from petastorm._describe import counted
@@ -32,7 +33,10 @@ __all__ = [
     'DELTA_LOG',
     'SPLIT_WORDS',
     'SUMMARY_METADATA',
+    'Look',
     'StoreListing',
+    'decode_listing',
+    'encode_listing',
     'glob_files',
     'is_glob_pattern',
     'list_data_files',
@@ -52,6 +56,9 @@ DELTA_LOG = '_delta_log'
 SUMMARY_METADATA = '_metadata'
 
 _GLOB_MAGIC = re.compile(r'[*?[]')
+#: the schema metadata keys of an encoded listing: its root, and the seconds its request took (empty: not timed).
+_ROOT_KEY = b'petastorm.listing.root'
+_SECONDS_KEY = b'petastorm.listing.seconds'
 
 
 def _is_hidden(relative: str) -> bool:
@@ -93,6 +100,10 @@ class StoreListing:
                    for entry in self.entries)
 
 
+#: what lists a directory once, as :func:`look_at` does (a rank of a job may be handed rank 0's listing instead).
+Look = Callable[[pafs.FileSystem, str], StoreListing]
+
+
 def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
     """List ``root`` once (not recursively); only an empty answer costs a second request, to tell what it is."""
     started = time.perf_counter()
@@ -117,6 +128,37 @@ def look_at(filesystem: pafs.FileSystem, root: str) -> StoreListing:
         entries = _direct_children(root, filesystem.get_file_info(pafs.FileSelector(root, recursive=True)))
         return StoreListing(root, info, tuple(entries))
     return StoreListing(root, info)
+
+
+def encode_listing(listing: StoreListing) -> bytes:
+    """The listing as bytes (an Arrow IPC stream of its entries; the root's own entry first), for another process."""
+    infos = (listing.info, *listing.entries)
+    table = pa.table({
+        'path': pa.array([info.path for info in infos], pa.string()),
+        'type': pa.array([int(info.type) for info in infos], pa.int8()),
+        'size': pa.array([info.size for info in infos], pa.int64()),
+        'mtime_ns': pa.array([info.mtime_ns for info in infos], pa.int64()),
+    })
+    seconds = b'' if listing.seconds is None else repr(listing.seconds).encode()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema.with_metadata({_ROOT_KEY: listing.root.encode(),
+                                                             _SECONDS_KEY: seconds})) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_listing(data: bytes) -> StoreListing:
+    """The listing :func:`encode_listing` made."""
+    with pa.ipc.open_stream(pa.py_buffer(data)) as stream:
+        table = stream.read_all()
+    metadata = table.schema.metadata
+    columns = table.to_pydict()
+    infos = [pafs.FileInfo(path, pafs.FileType(kind), size=size, mtime_ns=mtime_ns)
+             for path, kind, size, mtime_ns in zip(columns['path'], columns['type'], columns['size'],
+                                                   columns['mtime_ns'], strict=True)]
+    seconds = metadata[_SECONDS_KEY]
+    return StoreListing(metadata[_ROOT_KEY].decode(), infos[0], tuple(infos[1:]),
+                        float(seconds) if seconds else None)
 
 
 def _leaves_out_implied_directories(filesystem: pafs.FileSystem) -> bool:

@@ -45,6 +45,7 @@ from petastorm.store.formats import TABLE_FORMAT_REGISTRY, TableFormatEntry, for
 from petastorm.store.listing import (
     COMMON_METADATA,
     SUMMARY_METADATA,
+    Look,
     StoreListing,
     glob_files,
     is_glob_pattern,
@@ -65,7 +66,7 @@ MANY_GCS_FILES = 32
 
 def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None = None, filesystem: Any = None,
                    table_format: str = 'auto', table_version: Any = None, split: str | None = None,
-                   first_footer_ahead: bool = False) -> ParquetStore:
+                   first_footer_ahead: bool = False, look: Look = look_at) -> ParquetStore:
     """The store a reader reads: one version of a table, or a plain Parquet store.
 
     Args:
@@ -81,6 +82,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
             :func:`petastorm.store.listing.split_of`); None: every file.
         first_footer_ahead: the caller reads the first data file's footer next (a reader that plans from the
             footers): of a remote plain directory, it is read while the ``_common_metadata`` is (the module docstring).
+        look: lists the URL's directory (:func:`~petastorm.store.listing.look_at`; the ranks of a job take rank
+            0's listing instead).
 
     Raises:
         ValueError: ``table_version`` given for plain Parquet, or a table object of another format than
@@ -99,8 +102,8 @@ def open_any_store(url_or_table: Any, *, storage_options: dict[str, Any] | None 
         if table_version is not None:
             raise ValueError(f'table_version={table_version!r} needs a table ({_any_table()}); '
                              f'{display_url(str(url_or_table))} is read as plain Parquet')
-        return open_store(location, plain=True, split=split, first_footer_ahead=first_footer_ahead)
-    found, listing = _recognise(location, table_format)
+        return open_store(location, plain=True, split=split, first_footer_ahead=first_footer_ahead, look=look)
+    found, listing = _recognise(location, table_format, look)
     if found is not None and split is not None:
         raise ValueError(f'split={split!r} chooses the files of a Parquet directory, but '
                          f'{display_url(str(location.url))} is {_a(found.title)} table: read its version')
@@ -122,7 +125,8 @@ def _format_of_object(value: Any, table_format: str) -> TableFormatEntry | None:
     return found
 
 
-def _recognise(location: ResolvedLocation, table_format: str) -> tuple[TableFormatEntry | None, StoreListing | None]:
+def _recognise(location: ResolvedLocation, table_format: str,
+               look: Look) -> tuple[TableFormatEntry | None, StoreListing | None]:
     """The table format of a single URL (None: plain Parquet), checked against ``table_format``, and its listing.
 
     A URL naming a file that a format reads as a table is that format's; a directory is listed once, and that one
@@ -133,7 +137,7 @@ def _recognise(location: ResolvedLocation, table_format: str) -> tuple[TableForm
     found = next((entry for entry in TABLE_FORMAT_REGISTRY
                   if entry.names_table_file(root) and table_format in ('auto', entry.name)), None)
     if found is None:
-        listing = with_retries(fs, lambda: look_at(fs, root), 'listing', root)
+        listing = with_retries(fs, lambda: look(fs, root), 'listing', root)
         found = format_named(table_format_of(fs, root, listing))
     found_name = None if found is None else found.name
     if table_format not in ('auto', found_name):
@@ -172,7 +176,7 @@ def _read_kv(filesystem: pafs.FileSystem, path: str, known: pafs.FileInfo | None
 
 
 def open_store(location: ResolvedLocation, *, plain: bool = False, listing: StoreListing | None = None,
-               split: str | None = None, first_footer_ahead: bool = False) -> PlainStore:
+               split: str | None = None, first_footer_ahead: bool = False, look: Look = look_at) -> PlainStore:
     """The plain Parquet store at ``location``: its files listed, its ``_common_metadata`` (or ``_metadata``) read.
 
     A file URL, a list of them or a glob pattern gives the files named, with the metadata of the dataset they
@@ -185,6 +189,7 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
         listing: :func:`look_at` of the location's path, when the caller looked already.
         split: only the files of this split of a directory (see :func:`open_any_store`).
         first_footer_ahead: see :func:`open_any_store`.
+        look: see :func:`open_any_store`.
 
     Raises:
         StorageNotFoundError: the path does not exist, or a glob matches no file (a ``FileNotFoundError``).
@@ -198,12 +203,12 @@ def open_store(location: ResolvedLocation, *, plain: bool = False, listing: Stor
         raise ValueError(f'split={split!r} chooses among the files of a directory, but {location.url} names its '
                          f'files already: pass the directory (or leave split out)')
     return with_retries(location.filesystem,
-                        lambda: _open_store(location, plain, listing, split, first_footer_ahead),
+                        lambda: _open_store(location, plain, listing, split, first_footer_ahead, look),
                         'opening the dataset at', where)
 
 
 def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing | None, split: str | None,
-                first_footer_ahead: bool) -> PlainStore:
+                first_footer_ahead: bool, look: Look) -> PlainStore:
     fs = location.filesystem
     if isinstance(location.path, list):  # a list of file URLs (location.is_file_list)
         files = tuple(sorted(p for path in location.path for p in glob_files(fs, path, location.url)))
@@ -218,7 +223,7 @@ def _open_store(location: ResolvedLocation, plain: bool, listing: StoreListing |
             infos.append(info)
         return _store_of_files(fs, location.url, files, list_given=True, file_sizes=sizes_of(infos))
     root = location.path
-    listing = listing if listing is not None and listing.root == root else look_at(fs, root)
+    listing = listing if listing is not None and listing.root == root else look(fs, root)
     if listing.info.type == pafs.FileType.NotFound and is_glob_pattern(root):
         return _store_of_files(fs, location.url, tuple(glob_files(fs, root, location.url)), list_given=True)
     listed = listed_data_files(fs, listing, location.url, split)

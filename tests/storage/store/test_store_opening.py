@@ -179,3 +179,40 @@ def test_split_of_directories_and_refusals(tmp_path_factory, hub_repository):
         make_batch_reader(f'{hub_repository}/data/train*.parquet', split='train')
     with pytest.raises(ValueError, match="split must be a split's name"):
         make_batch_reader(hub_repository, split=3)
+
+
+def test_a_store_opened_with_another_process_s_listing_lists_nothing_and_is_the_same_store(tmp_path):
+    import pyarrow.fs as pafs
+
+    from petastorm.store.listing import decode_listing, encode_listing, look_at
+
+    for part in ('a', 'b'):
+        (tmp_path / f'part={part}').mkdir()
+        pq.write_table(pa.table({'id': np.arange(3)}), tmp_path / f'part={part}' / 'data.parquet')
+    pq.write_table(pa.table({'id': np.arange(3)}), tmp_path / 'top.parquet')
+    looked = []
+
+    def look(filesystem, root):
+        looked.append(look_at(filesystem, root))
+        return looked[-1]
+
+    opened = open_any_store(str(tmp_path), look=look)
+    assert [listing.root for listing in looked] == [str(tmp_path)]
+    given = decode_listing(encode_listing(looked[0]))
+
+    def fields(listing):
+        return listing.root, listing.seconds, [(info.path, info.type, info.size, info.mtime_ns)
+                                               for info in (listing.info, *listing.entries)]
+
+    assert fields(given) == fields(looked[0])
+    assert len(given.entries) == 3
+
+    def refuse(filesystem, root):
+        raise AssertionError(f'listed {root} again')
+
+    again = open_any_store(str(tmp_path), look=lambda filesystem, root: given if root == given.root else
+                           refuse(filesystem, root))
+    assert again.files == opened.files
+    assert again.file_sizes == opened.file_sizes
+    assert again.partition_names == opened.partition_names
+    assert isinstance(opened.filesystem, pafs.LocalFileSystem)
