@@ -16,12 +16,13 @@ table gives the median seconds to the first batch over the rounds and the reques
 With ``--ranks 8`` (or 64) it also runs jobs on the stores without a summary: one reader alone (an epoch), then 8
 rank processes joined by ``torch.distributed`` (gloo, ``cur_shard='auto'``, ``shard_mode='rows'``, every row
 once) reading one epoch between them. The ranks plan once (each reads the footers of the files it will read, rank
-0 plans from all of them and broadcasts the plan): the job's requests are about those of the one reader, plus each
-rank's listing and the files two shares meet in. The table gives the job's requests against the one reader's, the
-slowest rank's first batch, and whether the ranks read every row once (their ids, compared); the job's line above
-it gives its requests by kind and the ranks' memory (Linux): the peak of their summed PSS and the largest rank's
-private USS. A rank costs about 200 MB of its own, most of it ``import torch`` (its Python modules and operator
-registry; the libraries' pages are shared) and pandas, so 64 ranks need about 13 GB: check ``free -g`` first.
+0 plans from all of them and broadcasts the plan; rank 0 lists the store for the job): the job's requests are about
+those of the one reader, plus the files two shares meet in. The table gives the job's requests against the one
+reader's, the slowest rank's first batch, and whether the ranks read every row once (their ids, compared); the
+job's line above it gives its requests by kind and the ranks' memory (Linux): the peak of their summed PSS and the
+largest rank's private USS. A rank costs about 200 MB of its own, most of it ``import torch`` (its Python modules
+and operator registry; the libraries' pages are shared) and pandas, so 64 ranks need about 13 GB: check ``free -g``
+first.
 
 With ``--cloud gcs`` or ``--cloud azure`` the stores are loaded into fake-gcs-server or uploaded to Azurite (see
 ``remote_services.py``), whose proxy counts connections, not requests; jobs of ranks run on S3 only.

@@ -110,6 +110,12 @@ def test_a_rank_that_cannot_read_a_footer_of_its_share_fails_every_rank_naming_t
         assert 'not a readable Parquet file' in result['message']
 
 
+def test_a_store_that_is_not_there_fails_every_rank_with_the_error_it_meets_itself(server):
+    url = f's3://{BUCKET}/not-there'
+    results = _results(run_ranks(SCRIPT, [server.endpoint, url, '--catch'], 2))
+    assert [r.get('error') for r in results] == ['StorageNotFoundError'] * 2, results
+
+
 def _planning_requests(server, url: str, plan_file: str) -> tuple[dict, list[int]]:
     server.reset_stats()
     with make_batch_reader(url, reader_pool_type='dummy', storage_options=server.storage_options(),

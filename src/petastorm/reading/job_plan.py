@@ -20,9 +20,11 @@ happens after it), so it is made once and shared, as the bytes of :mod:`petastor
   while the store's listing is the one the plan was made from; a store that changed is planned again and the file
   rewritten.
 
-Each rank still lists the store (one request per thousand files); the listing tells whether a saved plan still
-holds. The ranks of one job read the same files: a rank whose listing differs from rank 0's takes rank 0's.
-What is not shared: ``filters`` are pruned with the footers' statistics, which each rank then reads itself.
+The store's listing (one request per thousand files) tells whether a saved plan still holds. The ranks of a job
+list it once: rank 0 lists the store's directory and broadcasts the listing, and the other ranks open the store
+with it (:func:`open_for_the_job`; the directories under it, a partitioned store's, each rank lists itself). The
+ranks of one job read the same files: a rank whose listing still differs from rank 0's takes rank 0's. What is not
+shared: ``filters`` are pruned with the footers' statistics, which each rank then reads itself.
 """
 
 from __future__ import annotations
