@@ -30,8 +30,10 @@ from petastorm.tokens._rows import ArrayPool, RowBlock, slice_rows
 
 __all__ = ['CUT_AHEAD_TOKENS', 'ConcatPacker', 'Packer', 'PackerView', 'QueueView', 'SinglePacker']
 
-#: Tokens of rows :class:`ConcatPacker` cuts ahead at once (their batch arrays are made together).
-CUT_AHEAD_TOKENS = 1 << 18
+#: Tokens of rows :class:`ConcatPacker` cuts ahead at once (their batch arrays are made together). A cut's three
+#: int64 arrays (1 MiB each) stay in the CPU's caches while they are written and filled again: a pass of 30M
+#: tokens ran 12% faster than with cuts twice as large, and 5% faster than with cuts half as large.
+CUT_AHEAD_TOKENS = 1 << 17
 
 
 class Packer(Protocol):
