@@ -182,6 +182,18 @@ def read_ours_in_order(url: str, endpoint: str, workers: int, batch_size: int, c
     return _read_all(url, workers, clock, storage_options=store_options(url, endpoint), shuffle_row_groups=False)
 
 
+#: per scheme, an option that only the fsspec client takes (and changes nothing read): the store is read through
+#: s3fs, gcsfs or adlfs, as a user's options that pyarrow's own client has no equivalent for make it.
+_FSSPEC_ONLY = {'s3': {'config_kwargs': {'read_timeout': 60}}, 'gs': {'consistency': 'size'},
+                'abfs': {'location_mode': 'primary'}}
+
+
+def read_ours_fsspec(url: str, endpoint: str, workers: int, batch_size: int, clock: dict) -> int:
+    """``ours`` through the cloud's fsspec client (s3fs, gcsfs, adlfs) instead of pyarrow's own."""
+    options = {**store_options(url, endpoint), **_FSSPEC_ONLY[url.split('://', 1)[0]]}
+    return _read_all(url, workers, clock, storage_options=options)
+
+
 def _read_all(url: str, workers: int, clock: dict | None, **reader_args: object) -> int:
     from petastorm import make_batch_reader
 
@@ -434,7 +446,7 @@ def read_capacity(url: str, endpoint: str, workers: int, batch_size: int, clock:
 
 #: modules imported before the clock starts: what a training script imports at its top (``from petastorm import
 #: make_batch_reader``, ``import datasets``...). What a library imports when it is first called counts.
-PRELOAD = {'ours': ['petastorm.reader'], 'ours-in-order': ['petastorm.reader'],
+PRELOAD = {'ours': ['petastorm.reader'], 'ours-in-order': ['petastorm.reader'], 'ours-fsspec': ['petastorm.reader'],
            'ours-loader': ['petastorm.reader', 'petastorm.pytorch'],
            'ours-loader-whole': ['petastorm.reader', 'petastorm.pytorch'],
            'ours-disk-cache': ['petastorm.reader'],
@@ -443,7 +455,8 @@ PRELOAD = {'ours': ['petastorm.reader'], 'ours-in-order': ['petastorm.reader'],
            'raw': ['pyarrow.dataset', 'petastorm.reader'], 'raw-bytes': ['pyarrow.dataset'],
            'arrow-dataset': ['pyarrow.dataset'], 'capacity': ['pyarrow.fs']}
 
-SYSTEMS = {'ours': read_ours, 'ours-in-order': read_ours_in_order, 'ours-loader': read_ours_loader,
+SYSTEMS = {'ours': read_ours, 'ours-in-order': read_ours_in_order, 'ours-fsspec': read_ours_fsspec,
+           'ours-loader': read_ours_loader,
            'ours-loader-whole': read_ours_loader_whole,
            'ours-disk-cache': read_ours_disk_cache, 'ours-decoded-cache': read_ours_decoded_cache,
            'ours-local': read_ours_local, 'petastorm': read_petastorm, 'hf': read_hf, 'ray': read_ray, 'raw': read_raw,

@@ -6,7 +6,8 @@ summary (pyarrow's ``write_metadata``; ``--summary no`` for the plain ones only)
 when given (100,000 files in about a minute) and reused by later runs, served by ``petastorm.test_util.s3_server``
 behind a ``petastorm.test_util.delay_proxy`` (10 ms one way by default), as in ``remote_bench.py``. For each store,
 in a fresh process: ``make_batch_reader`` (ours, thread pool; ``ours-in-order`` with ``shuffle_row_groups=False``,
-which reads as ``pyarrow.dataset`` does and does not wait for every footer), ``pyarrow.dataset`` scanning the
+which reads as ``pyarrow.dataset`` does and does not wait for every footer; ``ours-fsspec`` through the cloud's
+fsspec client, s3fs, gcsfs or adlfs, as options only it takes choose it), ``pyarrow.dataset`` scanning the
 files (its own lazy planning: it reads a footer only when it reaches the file), Hugging Face ``datasets``
 streaming (``hf``: ``load_dataset('parquet', data_files='<store>/*.parquet', streaming=True)`` through s3fs, its
 first ``iter(batch_size=256)`` batch), and the raw limit that plans as we do (every footer first, 4 threads). The
@@ -58,8 +59,9 @@ from remote_services import BUCKET, exit_on_terminate, server_stats, serving  # 
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'planning_job_rank.py')
 
-SYSTEMS = ('ours', 'ours-in-order', 'arrow-dataset', 'hf', 'raw-bytes')
-NAMES = {'ours': 'ours', 'ours-in-order': 'ours, shuffle_row_groups=False', 'arrow-dataset': 'pyarrow.dataset',
+SYSTEMS = ('ours', 'ours-in-order', 'ours-fsspec', 'arrow-dataset', 'hf', 'raw-bytes')
+NAMES = {'ours': 'ours', 'ours-in-order': 'ours, shuffle_row_groups=False',
+         'ours-fsspec': 'ours through s3fs, gcsfs or adlfs', 'arrow-dataset': 'pyarrow.dataset',
          'hf': 'HF datasets streaming',
          'raw-bytes': 'raw pyarrow, every footer first'}
 #: the case of ``remote_cases.py`` that runs a system, where it is not the system's name.

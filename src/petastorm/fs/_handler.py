@@ -231,7 +231,7 @@ class StorageHandler(pafs.FSSpecHandler):
 
         A file whose read failed (gone, rewritten, grown: one byte more than its listed size is asked for, as
         single reads do), or of no known size, is left out: its usual read reports what is wrong. Empty for a
-        client that cannot read many ranges at once (gcsfs can).
+        client that cannot read many ranges at once (gcsfs, s3fs and adlfs can).
         """
         with self._sizes_lock:
             listed = [(path, self._sizes.get(path.rstrip('/')), self._etags.get(path.rstrip('/'))) for path in paths]

@@ -69,17 +69,25 @@ def read_version(fs: Any, path: str, start: int, end: int, version: str) -> byte
 
 
 def read_versions_at_once(fs: Any, ranges: list[tuple[str, int, int, str | None]], at_once: int) -> list[Any] | None:
-    """Ranges read together from the client's event loop, ``at_once`` on their way; None where it cannot (gcsfs can).
+    """Ranges read together from the client's event loop, ``at_once`` on their way; None where it cannot (gcsfs,
+    s3fs and adlfs can).
 
     Each ``(path, start, end, version)`` is read as :func:`read_version` reads it (the object as it is where
     ``version`` is None); the answer of each is its bytes, or the exception of its failed read.
     """
-    if _client(fs) != 'gcsfs':
+    client = _client(fs)
+    if client == 'gcsfs':
+        # gcsfs's own cat_ranges takes one set of arguments for every range: each read names its generation here.
+        reads = [fs._cat_file(path, start=start, end=end, **_gcs_version(version))
+                 for path, start, end, version in ranges]
+    elif client == 's3fs':
+        reads = [_s3_get(fs, path, start, end, version) for path, start, end, version in ranges]
+    elif client == 'adlfs':
+        reads = [_azure_get(fs, path, start, end, version) for path, start, end, version in ranges]
+    else:
         return None
     from fsspec.asyn import _run_coros_in_chunks, sync
 
-    # gcsfs's own cat_ranges takes one set of arguments for every range: each read names its generation here.
-    reads = [fs._cat_file(path, start=start, end=end, **_gcs_version(version)) for path, start, end, version in ranges]
     return sync(fs.loop, _run_coros_in_chunks, reads, batch_size=at_once,  # type: ignore[no-any-return]
                 return_exceptions=True, nofiles=True)
 
@@ -101,30 +109,34 @@ def _still_there(fs: Any, path: str) -> bool:
 def _s3_read(fs: Any, path: str, start: int, end: int, etag: str) -> bytes:
     from fsspec.asyn import sync
 
+    return sync(fs.loop, _s3_get, fs, path, start, end, etag)  # type: ignore[no-any-return]
+
+
+async def _s3_get(fs: Any, path: str, start: int, end: int, etag: str | None) -> bytes:
+    """Bytes ``[start, end)`` of object ``path`` (fewer at its end), of ETag ``etag`` when given (else as it is)."""
     bucket, key, version = fs.split_path(path)
     extra = {'VersionId': version} if version else {}
-
-    async def get() -> bytes:
-        answer = await fs._call_s3('get_object', Bucket=bucket, Key=key, Range=f'bytes={start}-{end - 1}',
-                                   IfMatch=etag, **extra)
-        try:
-            return await answer['Body'].read()  # type: ignore[no-any-return]
-        finally:
-            answer['Body'].close()
-
-    return sync(fs.loop, get)  # type: ignore[no-any-return]
+    if etag:
+        extra['IfMatch'] = etag
+    answer = await fs._call_s3('get_object', Bucket=bucket, Key=key, Range=f'bytes={start}-{end - 1}', **extra)
+    try:
+        return await answer['Body'].read()  # type: ignore[no-any-return]
+    finally:
+        answer['Body'].close()
 
 
 def _azure_read(fs: Any, path: str, start: int, end: int, etag: str) -> bytes:
-    from azure.core import MatchConditions
     from fsspec.asyn import sync
 
+    return sync(fs.loop, _azure_get, fs, path, start, end, etag)  # type: ignore[no-any-return]
+
+
+async def _azure_get(fs: Any, path: str, start: int, end: int, etag: str | None) -> bytes:
+    """Bytes ``[start, end)`` of blob ``path`` (fewer at its end), of ETag ``etag`` when given (else as it is)."""
+    from azure.core import MatchConditions
+
     container, blob, version_id = fs.split_path(path)
-
-    async def get() -> bytes:
-        async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
-            stream = await client.download_blob(offset=start, length=end - start, version_id=version_id, etag=etag,
-                                                match_condition=MatchConditions.IfNotModified)
-            return await stream.readall()  # type: ignore[no-any-return]
-
-    return sync(fs.loop, get)  # type: ignore[no-any-return]
+    condition = {'etag': etag, 'match_condition': MatchConditions.IfNotModified} if etag else {}
+    async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
+        stream = await client.download_blob(offset=start, length=end - start, version_id=version_id, **condition)
+        return await stream.readall()  # type: ignore[no-any-return]

@@ -1,17 +1,19 @@
-"""The footers of many files of a GCS store read at once, as ranged reads of their ends from gcsfs's event loop.
+"""The footers of many files read at once through an fsspec client, as ranged reads of their ends from its event loop.
 
-Planning a store without a ``_metadata`` summary reads every data file's footer, 64 threads at a time. Through
-gcsfs each of those threads waits on one shared event loop, a request at a time each; pyarrow's own GCS client is
-worse, reading them one after the other whatever the threads (every read of a file it opened first asks, holding the
-GIL, whether the file is closed, which starts the object's download: docs/storage.md, "GCS"). A store of many small
-files is therefore read through gcsfs (:func:`petastorm.store.opening.open_store`), and where there are at least
-:data:`TOGETHER_FROM` footers to read, the last 64 KiB of each file (of its listed size and generation) are asked
-for together from the event loop, :data:`AT_ONCE` on their way, and each footer is cut from its file's end. The
-ends are also kept for the file's next reads, as those of single reads are (a small file is then read whole once).
+Planning a store without a ``_metadata`` summary reads every data file's footer, 64 threads at a time. Through an
+fsspec client (gcsfs, s3fs, adlfs) each of those threads waits on the client's one event loop, a request at a time
+each; pyarrow's own GCS client is worse, reading them one after the other whatever the threads (every read of a file
+it opened first asks, holding the GIL, whether the file is closed, which starts the object's download:
+docs/storage.md, "GCS"), so a GCS store of many small files is read through gcsfs
+(:func:`petastorm.store.opening.open_store`). Where there are at least :data:`TOGETHER_FROM` footers to read through
+one of those clients, the last 64 KiB of each file (of its listed size and version: the generation on GCS, the ETag
+on S3 and Azure) are asked for together from the event loop, :data:`AT_ONCE` on their way, and each footer is cut from
+its file's end. The ends are also kept for the file's next reads, as those of single reads are (a small file is then
+read whole once).
 
 Whatever this does not give (a file gone, rewritten or grown since it was listed, a footer longer than the end read,
 a failed request) is read the usual way afterwards, which raises the error the file's state calls for, naming its URL.
-The other fsspec clients read their footers as before (s3fs and adlfs could too; measured on GCS only).
+Other fsspec clients read their footers one per thread, as before.
 """
 
 from __future__ import annotations
