@@ -94,8 +94,7 @@ def test_many_footers_are_read_at_once_one_ranged_read_a_file_which_serves_the_r
         ids = [int(i) for batch in reader for i in batch.id]
     assert sorted(ids) == list(range(FILES * ROWS))
     reads = client.reads_of_data_files()
-    # Each file's end is read once (the whole of a small file) and serves its footer and its row group; read one
-    # footer at a time, each file costs two.
+    # Each file's end is read once (the whole of a small file) and serves both its footer and its row group.
     assert len(reads) == FILES, [r.path for r in reads]
     assert len({r.path.split('?')[0] for r in reads}) == FILES
 
