@@ -33,6 +33,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -337,6 +338,14 @@ def main() -> None:
     figures = set(args.figures.split(','))
     repeats = 1 if args.quick else args.repeats
     root = args.data_root or tempfile.mkdtemp(prefix='tokens_bench_')
+    try:
+        _run(args, figures, repeats, root)
+    finally:
+        if args.data_root is None:  # its own scratch corpora (about 70 MB); a --data-root is the caller's
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, figures: set[str], repeats: int, root: str) -> None:
     tokens_path = os.path.join(root, 'tokens.parquet')
     text_path = os.path.join(root, 'text.parquet')
     documents = write_token_corpus(tokens_path, 400_000 if args.quick else 30_000_000)
