@@ -128,7 +128,7 @@ def open_for_the_job(options: ReaderOptions, opener: Callable[[Look], ParquetSto
 
 def plans_alone(options: ReaderOptions, cache: CacheBase) -> bool:
     """Whether a reader of ``options`` plans alone: nothing shares a plan with it (no job, cache or plan file)."""
-    return _job_group(options) is None and options.plan_file is None and isinstance(cache, NullCache)
+    return _job_group(options) is None and _no_saved_plan(options, cache)
 
 
 def reads_the_footers(options: ReaderOptions, cache: CacheBase) -> bool:
@@ -137,10 +137,15 @@ def reads_the_footers(options: ReaderOptions, cache: CacheBase) -> bool:
     It plans alone, or it is rank 0 of a job (which plans from every footer, read by it or, in shares, by the
     ranks) and no cache or plan file is shared.
     """
-    if options.plan_file is not None or not isinstance(cache, NullCache):
+    if not _no_saved_plan(options, cache):
         return False
     distributed = _job_group(options)
     return distributed is None or distributed.get_rank() == 0
+
+
+def _no_saved_plan(options: ReaderOptions, cache: CacheBase) -> bool:
+    """Whether no plan is saved for the reader to take: neither a plan file nor a local disk cache."""
+    return options.plan_file is None and isinstance(cache, NullCache)
 
 
 def _job_group(options: ReaderOptions) -> Any:
@@ -212,7 +217,7 @@ def _ranks_share_the_footers(distributed: Any, options: ReaderOptions, dataset: 
     nothing but the job shares a plan) and every rank listed the same files.
     """
     try:
-        able = options.plan_file is None and isinstance(cache, NullCache) and _planned_from_footers(dataset)
+        able = _no_saved_plan(options, cache) and _planned_from_footers(dataset)
     except PetastormError:
         able = False  # malformed metadata: rank 0 plans alone, and its error reaches every rank
     mine = bytes([able]) + bytes.fromhex(listing_digest(dataset))

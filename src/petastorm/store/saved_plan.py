@@ -148,8 +148,12 @@ def adopt_footers(store: ParquetStore, shares: Sequence[bytes]) -> None:
                 columns = stream.read_all().to_pydict()
         except (pa.ArrowException, OSError) as err:
             raise PetastormMetadataError(f'a share of the footers of {store.url} is not readable: {err}') from err
-        given.update((by_relpath[relative], data) for relative, data in zip(columns['path'], columns['footer'],
-                                                                             strict=True))
+        for relative, data in zip(columns['path'], columns['footer'], strict=True):
+            path = by_relpath.get(relative)
+            if path is None:
+                raise PetastormMetadataError(f'a share of the footers of {store.url} names {relative}, which is not '
+                                             f'one of its listed files')
+            given[path] = data
     missing = [path for path in store.files if path not in given]
     if missing:
         raise PetastormMetadataError(f'the shares of the footers of {store.url} lack {len(missing)} of its files, '
